@@ -1,0 +1,41 @@
+//! # psmr-model: the vocabulary every other psmr crate speaks
+//!
+//! This crate holds the data that flows through a psmr replica and the rules
+//! that say which parts of it may run at the same time. It has no threads and
+//! no I/O, so everything in it is cheap to test exhaustively.
+//!
+//! * [`Command`]: one client command: who sent it ([`ClientId`] and sequence
+//!   number), which class it belongs to ([`ClassId`]), the keys it reads and
+//!   writes, and the service operation itself.
+//! * [`Batch`]: commands in log order plus a [`BatchSummary`] of their keys,
+//!   exact (sorted key lists) and approximate (one-hash [`KeyBitmap`]s), so
+//!   that the late schedulers can decide whether two batches conflict with
+//!   one comparison. Bitmaps have false positives but never false negatives.
+//! * [`ClassModel`]: request classes and the conflicts between them
+//!   (Def. 2 of "Early Scheduling in Parallel SMR"), with a checker that finds
+//!   command conflicts a class model forgot (Def. 3).
+//! * [`Mapping`]: the class-to-threads mapping of the early scheduler
+//!   (Def. 4), with a validator for rules R.1-R.5 that names the rule broken.
+//! * [`Service`]: a deterministic state machine whose independent commands
+//!   may execute at the same time, plus snapshots and a state [`Digest`].
+//!
+//! Conflicts are defined once, on keys: two commands conflict when one
+//! writes a key the other reads or writes. Everything else (class models,
+//! batch bitmaps, the schedulers' dependency graphs) is a conservative
+//! approximation of that relation and is tested against it.
+
+mod batch;
+mod bitmap;
+mod class;
+mod command;
+mod digest;
+mod mapping;
+mod service;
+
+pub use batch::{Batch, BatchSummary, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
+pub use bitmap::KeyBitmap;
+pub use class::{ClassModel, ClassModelBuilder, ClassModelError, CommandRef, MissedConflict};
+pub use command::{ClassId, ClientId, Command, Key, KeySet};
+pub use digest::{Digest, StableHasher, UnorderedDigest};
+pub use mapping::{ClassMapping, Mapping, MappingError, Mode, WORKERS_MAX};
+pub use service::{Service, SnapshotError};

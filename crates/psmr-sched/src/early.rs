@@ -1,0 +1,192 @@
+//! Early scheduling (003 Alg. 1-2): classes are mapped to worker threads
+//! before execution, so scheduling a command is a table lookup.
+//!
+//! The scheduler (the thread calling `submit`) looks up each command's
+//! class in the mapping: a command of a concurrent class goes to one of the
+//! class's threads, round-robin; a command of a sequential class goes to
+//! every thread of the class. Each worker takes commands from its own FIFO
+//! queue. For a sequential command the class's threads meet at the class
+//! barrier; the lowest-numbered thread executes while the others wait at a
+//! second barrier. Because every queue is in log order and conflicting
+//! classes share threads (rules R.1-R.5), conflicting commands execute in
+//! log order (003 Appendix A).
+//!
+//! Commands travel per batch: for each batch the scheduler computes one
+//! 64-bit target mask per command and sends the batch, with its masks, once
+//! to each worker that has something in it. A worker walks the batch and
+//! executes the commands whose mask has its bit. This is the "fifoGet
+//! returns a batch" of 000 §5.3 and makes one queue operation per batch and
+//! worker instead of one per command.
+
+use crate::barrier::Barrier;
+use crate::exec::Executor;
+use crate::sink::ReplySink;
+use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
+use crossbeam::channel::{bounded, Receiver, Sender};
+use psmr_model::{Batch, Mapping, Mode, Service};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// One batch as sent to the workers, with each command's target threads.
+struct Dispatch<O> {
+    batch: Batch<O>,
+    targets: Vec<u64>,
+}
+
+/// What a worker needs to know about a class.
+struct ClassPlan {
+    /// Executes the class's sequential commands.
+    executor: usize,
+    /// `Some` for sequential classes with more than one thread.
+    barrier: Option<Barrier>,
+}
+
+pub(crate) struct Early<S: Service> {
+    exec: Executor<S>,
+    senders: Vec<Sender<Arc<Dispatch<S::Op>>>>,
+    workers: Vec<JoinHandle<u64>>,
+    /// Per class: its mode and thread list, for dispatch.
+    routes: Vec<Route>,
+}
+
+struct Route {
+    sequential: bool,
+    threads: Vec<usize>,
+    mask: u64,
+    /// Round-robin cursor into `threads` (003 Alg. 1, `next`).
+    next: usize,
+}
+
+impl<S: Service> Early<S> {
+    pub(crate) fn new(
+        config: &SchedConfig,
+        mapping: Mapping,
+        service: Arc<S>,
+        sink: Arc<dyn ReplySink<S::Reply>>,
+    ) -> Result<Self, SchedError> {
+        let plans: Arc<Vec<ClassPlan>> = Arc::new(
+            mapping
+                .classes()
+                .iter()
+                .map(|c| ClassPlan {
+                    executor: c.threads[0],
+                    barrier: (c.mode == Mode::Sequential && c.threads.len() > 1).then(|| Barrier::new(c.threads.len())),
+                })
+                .collect(),
+        );
+        let routes = mapping
+            .classes()
+            .iter()
+            .map(|c| Route {
+                sequential: c.mode == Mode::Sequential,
+                threads: c.threads.clone(),
+                mask: c.thread_mask(),
+                next: 0,
+            })
+            .collect();
+        let mut early = Self { exec: Executor::new(service, sink), senders: Vec::new(), workers: Vec::new(), routes };
+        for id in 0..config.workers {
+            let (tx, rx) = bounded(config.queue_depth);
+            let (exec, plans) = (early.exec.clone(), plans.clone());
+            match std::thread::Builder::new()
+                .name(format!("psmr-early-{id}"))
+                .spawn(move || worker(id, &rx, &plans, &exec))
+            {
+                Ok(h) => {
+                    early.senders.push(tx);
+                    early.workers.push(h);
+                }
+                Err(e) => {
+                    early.close_and_join();
+                    return Err(SchedError::Spawn(e.to_string()));
+                }
+            }
+        }
+        Ok(early)
+    }
+
+    fn close_and_join(&mut self) -> Vec<Result<u64, usize>> {
+        // Dropping the senders ends each worker once its queue is drained.
+        self.senders.clear();
+        self.workers.drain(..).enumerate().map(|(id, h)| h.join().map_err(|_| id)).collect()
+    }
+}
+
+fn worker<S: Service>(id: usize, rx: &Receiver<Arc<Dispatch<S::Op>>>, plans: &[ClassPlan], exec: &Executor<S>) -> u64 {
+    let bit = 1u64 << id;
+    let mut executed = 0u64;
+    while let Ok(d) = rx.recv() {
+        for (cmd, &targets) in d.batch.commands().iter().zip(&d.targets) {
+            if targets & bit == 0 {
+                continue;
+            }
+            let plan = &plans[cmd.class.index()];
+            match &plan.barrier {
+                // Concurrent class, or sequential class on one thread.
+                None => executed += u64::from(exec.run(id, cmd)),
+                Some(barrier) => {
+                    if plan.executor == id {
+                        barrier.wait(); // every thread of the class is here
+                        executed += u64::from(exec.run(id, cmd));
+                        barrier.wait(); // release them
+                    } else {
+                        barrier.wait(); // signal the executor
+                        barrier.wait(); // wait for the execution
+                    }
+                }
+            }
+        }
+    }
+    executed
+}
+
+impl<S: Service> Scheduler<S> for Early<S> {
+    fn kind(&self) -> SchedulerKind {
+        SchedulerKind::Early
+    }
+
+    fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
+        self.exec.failure.check()?;
+        check_classes(&batch, self.routes.len())?;
+        let mut targets = Vec::with_capacity(batch.len());
+        let mut any = 0u64;
+        for cmd in batch.commands() {
+            let route = &mut self.routes[cmd.class.index()];
+            let mask = if route.sequential {
+                route.mask
+            } else {
+                let t = route.threads[route.next];
+                route.next = if route.next + 1 == route.threads.len() { 0 } else { route.next + 1 };
+                1u64 << t
+            };
+            targets.push(mask);
+            any |= mask;
+        }
+        let dispatch = Arc::new(Dispatch { batch, targets });
+        for (id, tx) in self.senders.iter().enumerate() {
+            if any & (1u64 << id) != 0 && tx.send(dispatch.clone()).is_err() {
+                // A receiver only goes away if its worker died.
+                return Err(SchedError::WorkerPanicked(id));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
+        let results = self.close_and_join();
+        let mut executed_per_worker = Vec::with_capacity(results.len());
+        for r in results {
+            executed_per_worker.push(r.map_err(SchedError::WorkerPanicked)?);
+        }
+        self.exec.failure.check()?;
+        Ok(SchedStats { executed_per_worker })
+    }
+}
+
+impl<S: Service> Drop for Early<S> {
+    fn drop(&mut self) {
+        if !self.workers.is_empty() {
+            self.close_and_join();
+        }
+    }
+}

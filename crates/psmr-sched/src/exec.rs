@@ -1,0 +1,99 @@
+//! Executing one command: catching service panics, emitting the reply.
+
+use crate::sink::{Reply, ReplySink};
+use crate::SchedError;
+use parking_lot::Mutex;
+use psmr_model::{Command, Service};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The first service panic, shared by a scheduler and its workers.
+#[derive(Debug, Default)]
+pub(crate) struct Failure {
+    failed: AtomicBool,
+    first: Mutex<Option<(u64, u64, u16, String)>>,
+}
+
+impl Failure {
+    pub(crate) fn is_set(&self) -> bool {
+        // Relaxed is enough: the flag only stops further work early; the
+        // details are read under the mutex.
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, client: u64, seq: u64, class: u16, message: String) {
+        let mut first = self.first.lock();
+        if first.is_none() {
+            tracing::error!(client, seq, class, %message, "service panicked; skipping the rest of the log");
+            *first = Some((client, seq, class, message));
+        }
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// The error to report, if a command panicked.
+    pub(crate) fn error(&self) -> Option<SchedError> {
+        self.first.lock().as_ref().map(|(client, seq, class, message)| SchedError::ServicePanicked {
+            client: *client,
+            seq: *seq,
+            class: *class,
+            message: message.clone(),
+        })
+    }
+
+    pub(crate) fn check(&self) -> Result<(), SchedError> {
+        if self.is_set() {
+            if let Some(e) = self.error() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs commands against the service and delivers their replies.
+pub(crate) struct Executor<S: Service> {
+    service: Arc<S>,
+    sink: Arc<dyn ReplySink<S::Reply>>,
+    pub(crate) failure: Arc<Failure>,
+}
+
+impl<S: Service> Clone for Executor<S> {
+    fn clone(&self) -> Self {
+        Self { service: self.service.clone(), sink: self.sink.clone(), failure: self.failure.clone() }
+    }
+}
+
+impl<S: Service> Executor<S> {
+    pub(crate) fn new(service: Arc<S>, sink: Arc<dyn ReplySink<S::Reply>>) -> Self {
+        Self { service, sink, failure: Arc::new(Failure::default()) }
+    }
+
+    /// Executes `cmd` on behalf of `worker` and delivers its reply. Returns
+    /// false when it was skipped because an earlier command panicked, or
+    /// because this one did.
+    #[inline]
+    pub(crate) fn run(&self, worker: usize, cmd: &Command<S::Op>) -> bool {
+        if self.failure.is_set() {
+            return false;
+        }
+        // The service is only touched through `&self` and guards its own
+        // memory; after a panic its state is untrusted and never used again
+        // (every later command is skipped), so unwind safety holds.
+        match catch_unwind(AssertUnwindSafe(|| self.service.execute(cmd))) {
+            Ok(value) => {
+                self.sink.deliver(worker, Reply { client: cmd.client, seq: cmd.seq, value });
+                true
+            }
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".to_string());
+                self.failure.record(cmd.client.0, cmd.seq, cmd.class.0, message);
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Late scheduling: a dependency graph shared by the scheduler and the
+//! workers (CBASE, 003 §3.2; batches and bitmaps, 004 Alg. 1).
+//!
+//! One implementation serves the three late schedulers. A node is a run of
+//! commands of one batch: a single command for `late-cbase` (the graph of
+//! commands of CBASE), the whole batch for `late-batch-*` (the abridged
+//! graph of 004). What differs is the conflict test between two nodes:
+//! commands' key sets, batches' sorted key lists, or batches' bitmaps.
+//!
+//! The graph is guarded by one lock, as in both papers (004 footnote 1: "our
+//! prototype implements mutual exclusion with monitors"). The operations
+//! under it are exactly those of 004 Alg. 1:
+//!
+//! * `insert` (dgInsertBatch): compare the new node with every node in the
+//!   graph, taken or not, and add an edge from each conflicting one. Nodes
+//!   under execution stay in the graph until they are removed, so a new
+//!   node never overtakes a conflicting one that is still running.
+//! * `take` (dgGetBatch): the oldest node with no incoming edge that no
+//!   worker has taken. Free nodes wait in a min-heap by log position, so
+//!   "oldest" costs `O(log n)` instead of a scan.
+//! * `remove` (dgRemoveBatch): drop the node and its outgoing edges; nodes
+//!   whose last incoming edge disappears become free.
+//!
+//! The graph holds at most `graph_max` nodes; the scheduler blocks in
+//! `insert` while it is full, which bounds memory and slows the log down to
+//! the speed of execution.
+
+use crate::exec::Executor;
+use crate::sink::ReplySink;
+use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
+use parking_lot::{Condvar, Mutex};
+use psmr_model::{Batch, Service};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// How two nodes are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConflictTest {
+    /// Single commands: their read and write sets.
+    Command,
+    /// Whole batches: sorted key lists (004 `cmmdKeyConflict`).
+    Keys,
+    /// Whole batches: one-hash bitmaps (004 `bitmapConflict`).
+    Bitmap,
+}
+
+/// A node of the graph: commands `range` of `batch`.
+struct Item<O> {
+    batch: Arc<Batch<O>>,
+    range: Range<u32>,
+}
+
+impl<O> Item<O> {
+    fn conflicts(&self, other: &Item<O>, test: ConflictTest) -> bool {
+        match test {
+            ConflictTest::Command => {
+                let a = &self.batch.commands()[self.range.start as usize];
+                let b = &other.batch.commands()[other.range.start as usize];
+                a.conflicts_with(b)
+            }
+            ConflictTest::Keys => self.batch.summary().keys_conflict(other.batch.summary()),
+            ConflictTest::Bitmap => self.batch.summary().bitmap_conflict(other.batch.summary()),
+        }
+    }
+}
+
+struct Node<O> {
+    /// Position in delivery order; the heap of free nodes sorts by it.
+    pos: u64,
+    item: Arc<Item<O>>,
+    /// Incoming edges not yet removed.
+    waiting_for: u32,
+    /// Slots of the nodes that depend on this one (outgoing edges).
+    dependents: Vec<u32>,
+}
+
+struct Graph<O> {
+    /// Node storage; `None` slots are on the free list. Slot numbers are
+    /// reused, which is safe because a node's dependents are always younger
+    /// and cannot be removed before it.
+    slots: Vec<Option<Node<O>>>,
+    free_slots: Vec<u32>,
+    /// Slots of the nodes in the graph, in no particular order.
+    live: Vec<u32>,
+    /// Free, not yet taken nodes, oldest first.
+    ready: BinaryHeap<Reverse<(u64, u32)>>,
+    next_pos: u64,
+    closed: bool,
+}
+
+impl<O> Graph<O> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            slots: Vec::with_capacity(capacity),
+            free_slots: Vec::new(),
+            live: Vec::with_capacity(capacity),
+            ready: BinaryHeap::with_capacity(capacity),
+            next_pos: 0,
+            closed: false,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// dgInsertBatch. Returns true when the new node is free to run.
+    fn insert(&mut self, item: Item<O>, test: ConflictTest) -> bool {
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let mut waiting_for = 0;
+        for &other in &self.live {
+            let node = self.slots[other as usize].as_mut().expect("live slot holds a node");
+            if node.item.conflicts(&item, test) {
+                node.dependents.push(slot);
+                waiting_for += 1;
+            }
+        }
+        let pos = self.next_pos;
+        self.next_pos += 1;
+        self.slots[slot as usize] = Some(Node { pos, item: Arc::new(item), waiting_for, dependents: Vec::new() });
+        self.live.push(slot);
+        if waiting_for == 0 {
+            self.ready.push(Reverse((pos, slot)));
+        }
+        waiting_for == 0
+    }
+
+    /// dgGetBatch: the oldest free node, now taken.
+    fn take(&mut self) -> Option<(u32, Arc<Item<O>>)> {
+        let Reverse((_, slot)) = self.ready.pop()?;
+        let node = self.slots[slot as usize].as_ref().expect("ready slot holds a node");
+        Some((slot, node.item.clone()))
+    }
+
+    /// dgRemoveBatch. Returns how many nodes became free.
+    fn remove(&mut self, slot: u32) -> usize {
+        let node = self.slots[slot as usize].take().expect("removed slot holds a node");
+        let at = self.live.iter().position(|&s| s == slot).expect("removed node is live");
+        self.live.swap_remove(at);
+        self.free_slots.push(slot);
+        let mut freed = 0;
+        for d in node.dependents {
+            let dep = self.slots[d as usize].as_mut().expect("dependent is live");
+            debug_assert!(dep.pos > node.pos, "edges point from older to younger nodes");
+            dep.waiting_for -= 1;
+            if dep.waiting_for == 0 {
+                self.ready.push(Reverse((dep.pos, d)));
+                freed += 1;
+            }
+        }
+        freed
+    }
+}
+
+struct Shared<O> {
+    graph: Mutex<Graph<O>>,
+    /// Workers wait here for a free node.
+    work: Condvar,
+    /// The scheduler waits here for room in the graph.
+    room: Condvar,
+    graph_max: usize,
+    test: ConflictTest,
+}
+
+/// The three late schedulers.
+pub(crate) struct Late<S: Service> {
+    kind: SchedulerKind,
+    shared: Arc<Shared<S::Op>>,
+    exec: Executor<S>,
+    workers: Vec<JoinHandle<u64>>,
+    classes: usize,
+}
+
+impl<S: Service> Late<S> {
+    pub(crate) fn new(
+        config: &SchedConfig,
+        service: Arc<S>,
+        sink: Arc<dyn ReplySink<S::Reply>>,
+        classes: usize,
+    ) -> Result<Self, SchedError> {
+        let test = match config.kind {
+            SchedulerKind::LateCbase => ConflictTest::Command,
+            SchedulerKind::LateBatchKeys => ConflictTest::Keys,
+            SchedulerKind::LateBatchBitmap => ConflictTest::Bitmap,
+            other => unreachable!("{other} is not a late scheduler"),
+        };
+        let shared = Arc::new(Shared {
+            graph: Mutex::new(Graph::new(config.graph_max)),
+            work: Condvar::new(),
+            room: Condvar::new(),
+            graph_max: config.graph_max,
+            test,
+        });
+        let exec = Executor::new(service, sink);
+        let mut late = Self { kind: config.kind, shared, exec, workers: Vec::new(), classes };
+        for id in 0..config.workers {
+            let (shared, exec) = (late.shared.clone(), late.exec.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("psmr-late-{id}"))
+                .spawn(move || worker(id, &shared, &exec))
+                .map_err(|e| SchedError::Spawn(e.to_string()));
+            match handle {
+                Ok(h) => late.workers.push(h),
+                Err(e) => {
+                    late.close_and_join();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(late)
+    }
+
+    fn insert(&self, item: Item<S::Op>) {
+        let mut g = self.shared.graph.lock();
+        while g.len() >= self.shared.graph_max {
+            self.shared.room.wait(&mut g);
+        }
+        if g.insert(item, self.shared.test) {
+            drop(g);
+            self.shared.work.notify_one();
+        }
+    }
+
+    fn close_and_join(&mut self) -> Vec<Result<u64, usize>> {
+        self.shared.graph.lock().closed = true;
+        self.shared.work.notify_all();
+        self.workers.drain(..).enumerate().map(|(id, h)| h.join().map_err(|_| id)).collect()
+    }
+}
+
+fn worker<S: Service>(id: usize, shared: &Shared<S::Op>, exec: &Executor<S>) -> u64 {
+    let mut executed = 0u64;
+    let mut g = shared.graph.lock();
+    loop {
+        let Some((slot, item)) = g.take() else {
+            if g.closed && g.len() == 0 {
+                return executed;
+            }
+            shared.work.wait(&mut g);
+            continue;
+        };
+        drop(g);
+        for cmd in &item.batch.commands()[item.range.start as usize..item.range.end as usize] {
+            if exec.run(id, cmd) {
+                executed += 1;
+            }
+        }
+        drop(item);
+        g = shared.graph.lock();
+        let freed = g.remove(slot);
+        // One freed node per waiting worker; this worker loops and takes
+        // one itself, so wake the others only for the rest.
+        for _ in 1..freed {
+            shared.work.notify_one();
+        }
+        shared.room.notify_one();
+        if g.closed && g.len() == 0 {
+            // Everyone else may be waiting for work that will never come.
+            shared.work.notify_all();
+        }
+    }
+}
+
+impl<S: Service> Scheduler<S> for Late<S> {
+    fn kind(&self) -> SchedulerKind {
+        self.kind
+    }
+
+    fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
+        self.exec.failure.check()?;
+        check_classes(&batch, self.classes)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let batch = Arc::new(batch);
+        if self.shared.test == ConflictTest::Command {
+            for i in 0..batch.len() as u32 {
+                self.insert(Item { batch: batch.clone(), range: i..i + 1 });
+            }
+        } else {
+            let n = batch.len() as u32;
+            self.insert(Item { batch, range: 0..n });
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
+        let results = self.close_and_join();
+        let mut executed_per_worker = Vec::with_capacity(results.len());
+        for r in results {
+            executed_per_worker.push(r.map_err(SchedError::WorkerPanicked)?);
+        }
+        self.exec.failure.check()?;
+        Ok(SchedStats { executed_per_worker })
+    }
+}
+
+impl<S: Service> Drop for Late<S> {
+    fn drop(&mut self) {
+        // A scheduler dropped without `finish` still leaves no thread behind.
+        if !self.workers.is_empty() {
+            self.close_and_join();
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! # psmr-sched: deterministic parallel execution of ordered batches
+//!
+//! A replica hands this crate batches of commands in log order; the crate
+//! executes them on worker threads so that every replica, whatever its
+//! thread timing, produces the same replies and reaches the same state as if
+//! it had executed the log one command after the other. How it does that is
+//! the choice of [`SchedulerKind`]:
+//!
+//! | name | idea |
+//! | --- | --- |
+//! | `sequential` | the caller's thread executes every command in log order: classic SMR, the baseline |
+//! | `late-cbase` | one dependency graph of commands (CBASE), shared under one lock by the scheduler and the workers |
+//! | `late-batch-keys` | a graph of whole batches; conflicts found key by key (004 Alg. 1) |
+//! | `late-batch-bitmap` | a graph of whole batches; conflicts found by intersecting one-hash bitmaps (004 Alg. 1) |
+//! | `early` | classes mapped to threads before ordering (003 Alg. 1-2): per-worker FIFO queues, one barrier per sequential class |
+//!
+//! All of them implement [`Scheduler`]: [`Scheduler::submit`] one batch at a
+//! time (blocking when the scheduler's bounded queues are full, which is how
+//! back-pressure reaches the log), then [`Scheduler::finish`] to wait for the
+//! last command and join every thread. Replies leave through a [`ReplySink`]
+//! with the client id and sequence number of their command.
+//!
+//! The thread that calls `submit` is the scheduler thread of the papers: it
+//! inserts into the dependency graph (late) or dispatches to worker queues
+//! (early). `sequential` executes right there.
+//!
+//! A panic inside [`Service::execute`] does not hang anything: it is caught,
+//! the command is reported in [`SchedError::ServicePanicked`], later commands
+//! are skipped (the state is no longer trusted) while the workers still run
+//! their synchronization so that every thread drains and exits.
+
+mod barrier;
+mod early;
+mod exec;
+mod late;
+mod sequential;
+mod sink;
+mod sync;
+
+pub use barrier::Barrier;
+pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
+
+use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Default bound on a late scheduler's dependency graph, in nodes (commands
+/// for `late-cbase`, batches for the batch variants). 003 §6.1 used 50 for
+/// write-only workloads and 150 otherwise.
+pub const GRAPH_MAX_DEFAULT: usize = 150;
+
+/// Default bound on each early worker's input queue, in dispatched batches.
+pub const QUEUE_DEPTH_DEFAULT: usize = 64;
+
+/// The execution schedulers, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SchedulerKind {
+    /// One thread, log order.
+    Sequential,
+    /// Dependency graph of single commands (CBASE).
+    LateCbase,
+    /// Dependency graph of batches, key-by-key conflicts.
+    LateBatchKeys,
+    /// Dependency graph of batches, bitmap conflicts.
+    LateBatchBitmap,
+    /// Early scheduling with a class-to-threads mapping.
+    Early,
+}
+
+impl SchedulerKind {
+    /// Every scheduler, in the order tables print them.
+    pub const ALL: [SchedulerKind; 5] = [
+        SchedulerKind::Sequential,
+        SchedulerKind::LateCbase,
+        SchedulerKind::LateBatchKeys,
+        SchedulerKind::LateBatchBitmap,
+        SchedulerKind::Early,
+    ];
+
+    /// The scheduler's name, as accepted by `FromStr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedulerKind::Sequential => "sequential",
+            SchedulerKind::LateCbase => "late-cbase",
+            SchedulerKind::LateBatchKeys => "late-batch-keys",
+            SchedulerKind::LateBatchBitmap => "late-batch-bitmap",
+            SchedulerKind::Early => "early",
+        }
+    }
+
+    /// True for schedulers that need a class-to-threads mapping.
+    pub fn needs_mapping(self) -> bool {
+        matches!(self, SchedulerKind::Early)
+    }
+}
+
+impl fmt::Display for SchedulerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SchedulerKind {
+    type Err = SchedError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SchedulerKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| SchedError::UnknownScheduler(s.to_string()))
+    }
+}
+
+/// How to build a scheduler.
+#[derive(Clone, Debug)]
+pub struct SchedConfig {
+    /// Which scheduler.
+    pub kind: SchedulerKind,
+    /// Worker threads (ignored by `sequential`, which uses the caller's).
+    pub workers: usize,
+    /// Late schedulers: most nodes in the dependency graph.
+    pub graph_max: usize,
+    /// Early: most dispatched batches waiting in one worker's queue.
+    pub queue_depth: usize,
+    /// Early: the class-to-threads mapping (its worker count must equal
+    /// `workers`).
+    pub mapping: Option<Mapping>,
+}
+
+impl SchedConfig {
+    /// A configuration with default bounds and no mapping.
+    pub fn new(kind: SchedulerKind, workers: usize) -> Self {
+        Self { kind, workers, graph_max: GRAPH_MAX_DEFAULT, queue_depth: QUEUE_DEPTH_DEFAULT, mapping: None }
+    }
+
+    /// Sets the mapping used by `early`.
+    pub fn with_mapping(mut self, mapping: Mapping) -> Self {
+        self.mapping = Some(mapping);
+        self
+    }
+}
+
+/// Most worker threads a scheduler accepts.
+pub const WORKERS_MAX: usize = psmr_model::WORKERS_MAX;
+
+/// Errors of the schedulers.
+#[derive(Debug, Error)]
+pub enum SchedError {
+    /// No scheduler has this name.
+    #[error("unknown scheduler {0:?} (known: sequential, late-cbase, late-batch-keys, late-batch-bitmap, early)")]
+    UnknownScheduler(String),
+    /// Invalid configuration value.
+    #[error("invalid scheduler configuration: {0}")]
+    Config(String),
+    /// The mapping breaks a rule or does not fit the class model.
+    #[error("invalid mapping: {0}")]
+    Mapping(#[from] MappingError),
+    /// A command names a class the model does not have.
+    #[error("command (client {client}, seq {seq}) has class #{class} but the class model has {classes} classes")]
+    UnknownClass {
+        /// Client of the command.
+        client: u64,
+        /// Sequence number of the command.
+        seq: u64,
+        /// Its class id.
+        class: u16,
+        /// Number of classes of the model.
+        classes: usize,
+    },
+    /// The service panicked while executing a command. Later commands were
+    /// not executed.
+    #[error("service panicked executing command (client {client}, seq {seq}, class #{class}): {message}")]
+    ServicePanicked {
+        /// Client of the command.
+        client: u64,
+        /// Sequence number of the command.
+        seq: u64,
+        /// Class of the command.
+        class: u16,
+        /// The panic message.
+        message: String,
+    },
+    /// A worker thread died outside the service (a bug in psmr).
+    #[error("worker thread {0} panicked")]
+    WorkerPanicked(usize),
+    /// The operating system refused a thread.
+    #[error("cannot spawn worker thread: {0}")]
+    Spawn(String),
+}
+
+/// What a finished scheduler reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Commands executed by each worker (index = worker id).
+    pub executed_per_worker: Vec<u64>,
+}
+
+impl SchedStats {
+    /// Commands executed in total.
+    pub fn executed(&self) -> u64 {
+        self.executed_per_worker.iter().sum()
+    }
+}
+
+/// An execution scheduler. See the crate documentation.
+pub trait Scheduler<S: Service>: Send {
+    /// The scheduler's kind.
+    fn kind(&self) -> SchedulerKind;
+
+    /// Hands over the next batch in log order. Blocks while the scheduler's
+    /// bounded queues are full. Fails once a command has panicked.
+    fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError>;
+
+    /// Waits until every submitted command has executed, stops and joins
+    /// every thread, and reports. Fails if a command panicked.
+    fn finish(self: Box<Self>) -> Result<SchedStats, SchedError>;
+}
+
+/// Builds the scheduler `config.kind` over `service`.
+///
+/// `model` is the service's class model: `early` routes by it, and every
+/// scheduler uses it to reject commands whose class id is out of range.
+pub fn build<S: Service>(
+    config: &SchedConfig,
+    service: Arc<S>,
+    model: &ClassModel,
+    sink: Arc<dyn ReplySink<S::Reply>>,
+) -> Result<Box<dyn Scheduler<S>>, SchedError> {
+    if config.kind != SchedulerKind::Sequential && (config.workers == 0 || config.workers > WORKERS_MAX) {
+        return Err(SchedError::Config(format!("workers must be between 1 and {WORKERS_MAX}, got {}", config.workers)));
+    }
+    if config.graph_max == 0 {
+        return Err(SchedError::Config("graph size must be at least 1".into()));
+    }
+    if config.queue_depth == 0 {
+        return Err(SchedError::Config("queue depth must be at least 1".into()));
+    }
+    let classes = model.len();
+    Ok(match config.kind {
+        SchedulerKind::Sequential => Box::new(sequential::Sequential::new(service, sink, classes)),
+        SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
+            Box::new(late::Late::new(config, service, sink, classes)?)
+        }
+        SchedulerKind::Early => {
+            let mapping = config
+                .mapping
+                .as_ref()
+                .ok_or_else(|| SchedError::Config("the early scheduler needs a class-to-threads mapping".into()))?;
+            if mapping.workers() != config.workers {
+                return Err(SchedError::Config(format!(
+                    "mapping is for {} workers but the scheduler has {}",
+                    mapping.workers(),
+                    config.workers
+                )));
+            }
+            mapping.validate(model)?;
+            Box::new(early::Early::new(config, mapping.clone(), service, sink)?)
+        }
+    })
+}
+
+/// Checks that every command's class is in the model, before any of the
+/// batch is scheduled: a bad command must not leave a half-scheduled batch.
+pub(crate) fn check_classes<O>(batch: &Batch<O>, classes: usize) -> Result<(), SchedError> {
+    match batch.commands().iter().find(|c| c.class.index() >= classes) {
+        Some(c) => Err(SchedError::UnknownClass { client: c.client.0, seq: c.seq, class: c.class.0, classes }),
+        None => Ok(()),
+    }
+}

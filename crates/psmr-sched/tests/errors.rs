@@ -1,0 +1,161 @@
+//! Failure paths of every scheduler: a panicking service, bad commands, bad
+//! configurations. None of them may hang or leave a thread behind.
+
+use psmr_model::{Batch, ClassId, ClassModel, ClientId, Command, Digest, Mapping, Service, SnapshotError};
+use psmr_sched::{build, CollectSink, SchedConfig, SchedError, SchedulerKind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counts commands; panics on the command whose sequence number is `boom`.
+struct Fragile {
+    boom: u64,
+    executed: AtomicU64,
+}
+
+impl Service for Fragile {
+    type Op = ();
+    type Reply = u64;
+    fn execute(&self, c: &Command<()>) -> u64 {
+        if c.seq == self.boom {
+            panic!("boom at {}", c.seq);
+        }
+        self.executed.fetch_add(1, Ordering::Relaxed);
+        c.seq
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn restore(&self, _: &[u8]) -> Result<(), SnapshotError> {
+        Ok(())
+    }
+    fn digest(&self) -> Digest {
+        Digest::default()
+    }
+}
+
+fn model() -> ClassModel {
+    ClassModel::builder("readers-writers").class("R").class("W").conflict("R", "W").conflict("W", "W").build().unwrap()
+}
+
+fn mapping(workers: usize) -> Mapping {
+    let w = workers - 1;
+    Mapping::from_spec(&model(), workers, &format!("R=conc:0-{w};W=seq:0-{w}")).unwrap()
+}
+
+/// Commands alternating between reads and writes of key 0.
+fn batches(n: u64, per_batch: usize, class_of: impl Fn(u64) -> u16) -> Vec<Batch<()>> {
+    let cmds: Vec<Command<()>> = (0..n)
+        .map(|i| {
+            let class = class_of(i);
+            let keys: psmr_model::KeySet = [0].into_iter().collect();
+            Command {
+                client: ClientId(7),
+                seq: i,
+                class: ClassId(class),
+                reads: if class == 0 { keys.clone() } else { Default::default() },
+                writes: if class == 1 { keys } else { Default::default() },
+                op: (),
+            }
+        })
+        .collect();
+    cmds.chunks(per_batch).map(|c| Batch::new(c.to_vec(), 256)).collect()
+}
+
+fn config(kind: SchedulerKind, workers: usize) -> SchedConfig {
+    SchedConfig::new(kind, workers).with_mapping(mapping(workers))
+}
+
+#[test]
+fn a_service_panic_is_reported_with_its_command_and_nothing_hangs() {
+    for kind in SchedulerKind::ALL {
+        for workers in [1, 2, 4] {
+            let service = Arc::new(Fragile { boom: 1234, executed: AtomicU64::new(0) });
+            let sink = Arc::new(CollectSink::new(workers));
+            let mut s = build(&config(kind, workers), service.clone(), &model(), sink.clone()).unwrap();
+            let mut submit_err = None;
+            for b in batches(5000, 10, |i| (i % 3 == 0) as u16) {
+                if let Err(e) = s.submit(b) {
+                    submit_err = Some(e);
+                    break;
+                }
+            }
+            let err = s.finish().expect_err("finish must report the panic");
+            match &err {
+                SchedError::ServicePanicked { client, seq, message, .. } => {
+                    assert_eq!((*client, *seq), (7, 1234), "{kind}/{workers}");
+                    assert!(message.contains("boom at 1234"), "{message}");
+                }
+                other => panic!("{kind}/{workers}: unexpected error {other}"),
+            }
+            if let Some(e) = submit_err {
+                assert!(matches!(e, SchedError::ServicePanicked { seq: 1234, .. }), "{e}");
+            }
+            // The panicking command produced no reply.
+            let (replies, dups) = sink.take();
+            assert!(!replies.contains_key(&(ClientId(7), 1234)));
+            assert!(dups.is_empty());
+            assert!(service.executed.load(Ordering::Relaxed) < 5000);
+        }
+    }
+}
+
+#[test]
+fn commands_of_unknown_classes_are_rejected_before_scheduling() {
+    for kind in SchedulerKind::ALL {
+        let service = Arc::new(Fragile { boom: u64::MAX, executed: AtomicU64::new(0) });
+        let mut s = build(&config(kind, 2), service.clone(), &model(), Arc::new(CollectSink::new(2))).unwrap();
+        let bad = batches(10, 10, |i| if i == 5 { 9 } else { 0 }).remove(0);
+        let err = s.submit(bad).unwrap_err();
+        assert!(matches!(err, SchedError::UnknownClass { seq: 5, class: 9, .. }), "{kind}: {err}");
+        // Nothing of the bad batch ran, and the scheduler still works.
+        for b in batches(100, 10, |_| 0) {
+            s.submit(b).unwrap();
+        }
+        assert_eq!(s.finish().unwrap().executed(), 100);
+        assert_eq!(service.executed.load(Ordering::Relaxed), 100, "{kind}");
+    }
+}
+
+#[test]
+fn bad_configurations_are_clear_errors() {
+    let service = Arc::new(Fragile { boom: u64::MAX, executed: AtomicU64::new(0) });
+    let sink = Arc::new(CollectSink::<u64>::new(1));
+    let err = |c: SchedConfig| build(&c, service.clone(), &model(), sink.clone()).err().expect("must fail").to_string();
+    assert!(err(SchedConfig::new(SchedulerKind::Early, 0)).contains("workers must be between 1 and 64"));
+    assert!(err(SchedConfig::new(SchedulerKind::LateCbase, 65)).contains("workers must be between 1 and 64"));
+    assert!(err(SchedConfig::new(SchedulerKind::Early, 2)).contains("needs a class-to-threads mapping"));
+    assert!(
+        err(SchedConfig::new(SchedulerKind::Early, 4).with_mapping(mapping(2))).contains("mapping is for 2 workers")
+    );
+    let mut c = SchedConfig::new(SchedulerKind::LateCbase, 2);
+    c.graph_max = 0;
+    assert!(err(c).contains("graph size"));
+    let bad = Mapping::new(
+        2,
+        vec![
+            psmr_model::ClassMapping::new(psmr_model::Mode::Concurrent, [0, 1]),
+            psmr_model::ClassMapping::new(psmr_model::Mode::Concurrent, [0, 1]),
+        ],
+    );
+    assert!(err(SchedConfig::new(SchedulerKind::Early, 2).with_mapping(bad)).contains("rule R.2 broken: class W"));
+    assert!("late-fast".parse::<SchedulerKind>().unwrap_err().to_string().contains("unknown scheduler \"late-fast\""));
+    for k in SchedulerKind::ALL {
+        assert_eq!(k.name().parse::<SchedulerKind>().unwrap(), k);
+    }
+}
+
+#[test]
+fn dropping_an_unfinished_scheduler_joins_its_workers() {
+    for kind in SchedulerKind::ALL {
+        let service = Arc::new(Fragile { boom: u64::MAX, executed: AtomicU64::new(0) });
+        let mut s = build(&config(kind, 3), service.clone(), &model(), Arc::new(CollectSink::new(3))).unwrap();
+        for b in batches(1000, 10, |i| (i % 5 == 0) as u16) {
+            s.submit(b).unwrap();
+        }
+        drop(s);
+        // Drop drained the queues and joined: every command ran.
+        assert_eq!(service.executed.load(Ordering::Relaxed), 1000, "{kind}");
+        // Only the service handle of this test is left.
+        assert_eq!(Arc::strong_count(&service), 1, "{kind}: a worker still holds the service");
+    }
+}
