@@ -15,8 +15,12 @@ pub(crate) fn mix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// A deterministic 64-bit hasher (FNV-1a over the bytes, mixed at the end):
-/// the same input gives the same hash in every process on every run.
+/// A deterministic 64-bit hasher: the same input gives the same hash in
+/// every process, on every run and on every platform (integers are widened
+/// to 64 bits, byte strings are read as little-endian words).
+///
+/// Each 64-bit word costs one round of the SplitMix64 finalizer, so hashing
+/// replies and states stays cheap next to the commands that produce them.
 #[derive(Clone, Debug)]
 pub struct StableHasher {
     state: u64,
@@ -41,16 +45,49 @@ impl Hasher for StableHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.state ^= u64::from(b);
-            self.state = self.state.wrapping_mul(0x0000_0100_0000_01B3);
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().expect("chunks of 8")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            // The tail's length is mixed in so that "ab" and "ab\0" differ.
+            self.write_u64(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 56));
         }
     }
 
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
     fn write_u64(&mut self, i: u64) {
-        // One mixing step per word keeps integer-heavy hashing fast while
-        // staying deterministic.
         self.state = mix64(self.state ^ i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+
+    fn write_isize(&mut self, i: isize) {
+        self.write_u64(i as u64);
+    }
+
+    fn write_i64(&mut self, i: i64) {
+        self.write_u64(i as u64);
+    }
+
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(i as u64);
     }
 }
 
@@ -136,6 +173,11 @@ mod tests {
         assert_eq!(h((1u64, "x")), h((1u64, "x")));
         assert_ne!(h((1u64, "x")), h((2u64, "x")));
         assert_ne!(h(1u64), h(2u64));
+        assert_ne!(h("ab"), h("ab\0"));
+        assert_ne!(h([1u8, 2].as_slice()), h([2u8, 1].as_slice()));
+        assert_ne!(h("abcdefgh1"), h("abcdefgh2"));
+        // Widening makes the hash independent of the integer's width.
+        assert_eq!(h(7usize), h(7u64));
     }
 
     #[test]

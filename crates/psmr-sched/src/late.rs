@@ -23,16 +23,19 @@
 //!
 //! The graph holds at most `graph_max` nodes; the scheduler blocks in
 //! `insert` while it is full, which bounds memory and slows the log down to
-//! the speed of execution.
+//! the speed of execution. A blocked scheduler is woken when the graph has
+//! drained to half its bound, not at every removal (see `worker`).
 
 use crate::exec::Executor;
 use crate::sink::ReplySink;
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
+use crossbeam::utils::Backoff;
 use parking_lot::{Condvar, Mutex};
 use psmr_model::{Batch, Service};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -169,6 +172,9 @@ struct Shared<O> {
     room: Condvar,
     graph_max: usize,
     test: ConflictTest,
+    /// Number of free nodes, written under the lock, read without it by
+    /// workers deciding whether to keep spinning.
+    ready_hint: AtomicUsize,
 }
 
 /// The three late schedulers.
@@ -199,6 +205,7 @@ impl<S: Service> Late<S> {
             room: Condvar::new(),
             graph_max: config.graph_max,
             test,
+            ready_hint: AtomicUsize::new(0),
         });
         let exec = Executor::new(service, sink);
         let mut late = Self { kind: config.kind, shared, exec, workers: Vec::new(), classes };
@@ -225,6 +232,7 @@ impl<S: Service> Late<S> {
             self.shared.room.wait(&mut g);
         }
         if g.insert(item, self.shared.test) {
+            self.shared.ready_hint.store(g.ready.len(), Ordering::Relaxed);
             drop(g);
             self.shared.work.notify_one();
         }
@@ -245,9 +253,24 @@ fn worker<S: Service>(id: usize, shared: &Shared<S::Op>, exec: &Executor<S>) -> 
             if g.closed && g.len() == 0 {
                 return executed;
             }
-            shared.work.wait(&mut g);
+            // Before sleeping on the condition variable, back off for a few
+            // rounds (spin, then yield) watching the lock-free hint: when
+            // commands are light the next node is usually microseconds away,
+            // and a futex sleep and wake per node would cost more than
+            // executing it. The hint is only a hint; `take` under the lock
+            // decides.
+            drop(g);
+            let backoff = Backoff::new();
+            while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
+                backoff.snooze();
+            }
+            g = shared.graph.lock();
+            if g.ready.is_empty() && !(g.closed && g.len() == 0) {
+                shared.work.wait(&mut g);
+            }
             continue;
         };
+        shared.ready_hint.store(g.ready.len(), Ordering::Relaxed);
         drop(g);
         for cmd in &item.batch.commands()[item.range.start as usize..item.range.end as usize] {
             if exec.run(id, cmd) {
@@ -257,12 +280,18 @@ fn worker<S: Service>(id: usize, shared: &Shared<S::Op>, exec: &Executor<S>) -> 
         drop(item);
         g = shared.graph.lock();
         let freed = g.remove(slot);
+        shared.ready_hint.store(g.ready.len(), Ordering::Relaxed);
         // One freed node per waiting worker; this worker loops and takes
         // one itself, so wake the others only for the rest.
         for _ in 1..freed {
             shared.work.notify_one();
         }
-        shared.room.notify_one();
+        // Wake a scheduler blocked on a full graph only once the graph has
+        // drained to half: it then inserts many nodes in one go instead of
+        // being woken (a context switch on each side) for every removal.
+        if g.len() <= shared.graph_max / 2 {
+            shared.room.notify_one();
+        }
         if g.closed && g.len() == 0 {
             // Everyone else may be waiting for work that will never come.
             shared.work.notify_all();

@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 const WORKERS: [usize; 5] = [1, 2, 3, 4, 8];
 const PARALLEL: [SchedulerKind; 4] =
@@ -25,10 +25,18 @@ const PARALLEL: [SchedulerKind; 4] =
 /// Commands executed per scheduler over the whole test binary.
 static EXECUTED: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
+/// The base seed: `PSMR_TEST_SEED` if set, else a fresh one per run (so
+/// that CI keeps exploring new workloads), printed once either way.
 fn base_seed() -> u64 {
-    let seed = std::env::var("PSMR_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_2026);
-    eprintln!("differential tests: base seed {seed} (replay with PSMR_TEST_SEED={seed})");
-    seed
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let seed = std::env::var("PSMR_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            now.as_nanos() as u64 % 1_000_000_007
+        });
+        eprintln!("differential tests: base seed {seed} (replay with PSMR_TEST_SEED={seed})");
+        seed
+    })
 }
 
 /// The outcome of one run: replies by command, duplicates, final digest.
@@ -96,7 +104,10 @@ fn differential<S: Service>(
     let bits = [8u32, 64, 1024, 16384][rng.gen_range(0..4)];
     let graph_max = [1usize, 7, 50, 150][rng.gen_range(0..4)];
     let batches: Vec<Batch<S::Op>> = commands.chunks(batch).map(|c| Batch::new(c.to_vec(), bits)).collect();
-    let ctx = format!("{label} seed {seed} (batch {batch}, bitmap {bits} bits, graph {graph_max})");
+    let ctx = format!(
+        "{label} case seed {seed} (batch {batch}, bitmap {bits} bits, graph {graph_max}; replay with PSMR_TEST_SEED={})",
+        base_seed()
+    );
     let reference = execute(SchedulerKind::Sequential, 1, None, make(), model, &batches, graph_max)
         .unwrap_or_else(|e| panic!("{ctx}: sequential failed: {e}"));
     assert_eq!(reference.replies.len(), n, "{ctx}: sequential lost replies");
@@ -171,7 +182,7 @@ fn mix(s: &str) -> Mix {
 }
 
 /// Every case, then the coverage check: at least 100k commands per parallel
-/// scheduler (14 cases x 4000 commands x 5 worker counts = 280k).
+/// scheduler (22 cases x 4000 commands x 5 worker counts = 440k).
 #[test]
 fn every_scheduler_matches_sequential() {
     use kv::KvModel::{ReadersWriters as KvRw, Sharded as KvSharded};
@@ -188,7 +199,7 @@ fn every_scheduler_matches_sequential() {
     kv_case(KvSharded, 5, 60.0, 10);
     // More cases from the seed alone: model, shards and mix drawn at random.
     let mut rng = ChaCha8Rng::seed_from_u64(base_seed() ^ 0xD1FF);
-    for case in 0..4u64 {
+    for case in 0..12u64 {
         let shards = rng.gen_range(1..=4);
         let a = rng.gen_range(0..=100u32);
         let b = rng.gen_range(0..=100 - a);

@@ -9,13 +9,22 @@ use loom::sync::Arc;
 use loom::thread;
 use psmr_sched::Barrier;
 
+/// Explores every interleaving with at most four preemptions, which covers
+/// the barrier's races (arrive while the last party advances the round,
+/// leave while the next round starts) at a cost CI can afford.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(4);
+    builder.check(f);
+}
+
 /// The early worker protocol for one sequential command, twice in a row on
 /// the same barrier: the executor's write before the second wait is seen by
 /// the other party after it, and a fast thread re-entering the barrier for
 /// the next round never releases a slow thread of the previous round early.
 #[test]
 fn executor_effects_are_visible_and_rounds_do_not_mix() {
-    loom::model(|| {
+    model(|| {
         let barrier = Arc::new(Barrier::new(2));
         let state = Arc::new(AtomicUsize::new(0));
         let (b, s) = (barrier.clone(), state.clone());
@@ -39,7 +48,7 @@ fn executor_effects_are_visible_and_rounds_do_not_mix() {
 /// Three parties: nobody leaves round one before all three arrived.
 #[test]
 fn three_parties_leave_only_together() {
-    loom::model(|| {
+    model(|| {
         let barrier = Arc::new(Barrier::new(3));
         let arrived = Arc::new(AtomicUsize::new(0));
         let handles: Vec<_> = (0..2)

@@ -1,0 +1,14 @@
+//! # psmr-bench: measuring psmr
+//!
+//! This crate turns psmr's parts into numbers people can compare. For now it
+//! holds the scheduler benchmark behind `psmr sched-bench`: it generates a
+//! workload for a service and class model, cuts it into ordered batches
+//! before the clock starts, and feeds the same batches to each scheduler in
+//! turn, with no network and no consensus in the way. Every run starts from
+//! a fresh service and ends with the service's state digest and a digest of
+//! all replies; a parallel scheduler that disagrees with `sequential` is an
+//! error, not a number.
+
+pub mod sched_bench;
+
+pub use sched_bench::{format_table, run, BenchError, MappingSource, RunReport, SchedBenchConfig, ServiceKind};

@@ -1,0 +1,449 @@
+//! The scheduler benchmark (`psmr sched-bench`).
+
+use psmr_model::{Batch, ClassModel, Command, Mapping, MappingError, Service, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
+use psmr_sched::{DigestSink, SchedConfig, SchedError, SchedulerKind, GRAPH_MAX_DEFAULT, QUEUE_DEPTH_DEFAULT};
+use psmr_services::{kv, list, Cost, WorkloadConfig, WorkloadError};
+use serde::Serialize;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
+use thiserror::Error;
+
+/// Most commands one batch may hold.
+pub const BATCH_MAX: usize = 100_000;
+
+/// Most commands one benchmark run may generate (they are all in memory).
+pub const COMMANDS_MAX: usize = 50_000_000;
+
+/// Which service to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// The key-value store.
+    Kv,
+    /// The sharded linked list.
+    List,
+}
+
+impl fmt::Display for ServiceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServiceKind::Kv => "kv",
+            ServiceKind::List => "list",
+        })
+    }
+}
+
+impl FromStr for ServiceKind {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "kv" => Ok(ServiceKind::Kv),
+            "list" => Ok(ServiceKind::List),
+            other => Err(BenchError::Config(format!("unknown service {other:?} (known: kv, list)"))),
+        }
+    }
+}
+
+/// Where the early scheduler's mapping comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum MappingSource {
+    /// The documented default of the class model.
+    #[default]
+    Default,
+    /// A JSON file (`{"classes":[{"name":..,"mode":..,"threads":[..]}]}`).
+    File(PathBuf),
+    /// The compact form `R=conc:0,1;W=seq:0-1`.
+    Spec(String),
+}
+
+impl FromStr for MappingSource {
+    type Err = std::convert::Infallible;
+    /// `default`, a spec containing `=`, or else a file path.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(if s == "default" {
+            MappingSource::Default
+        } else if s.contains('=') {
+            MappingSource::Spec(s.to_string())
+        } else {
+            MappingSource::File(PathBuf::from(s))
+        })
+    }
+}
+
+/// Everything a benchmark invocation needs.
+#[derive(Clone, Debug)]
+pub struct SchedBenchConfig {
+    /// Service to run.
+    pub service: ServiceKind,
+    /// Class model name (see `psmr_services::list::ListModel` and `kv::KvModel`).
+    pub model: String,
+    /// Schedulers to compare, in order.
+    pub schedulers: Vec<SchedulerKind>,
+    /// Worker counts to run each parallel scheduler with.
+    pub workers: Vec<usize>,
+    /// Commands per batch.
+    pub batch: usize,
+    /// Execution cost of a command.
+    pub cost: Cost,
+    /// List service: entries per shard, overriding the cost's default.
+    pub list_size: Option<usize>,
+    /// The workload (commands, seed, mix, shards, skew, spread, keys).
+    pub workload: WorkloadConfig,
+    /// Bits of each batch bitmap.
+    pub bitmap_bits: u32,
+    /// Late schedulers: dependency graph bound, in nodes.
+    pub graph_max: usize,
+    /// Early: per-worker queue bound, in batches.
+    pub queue_depth: usize,
+    /// Early: mapping source.
+    pub mapping: MappingSource,
+}
+
+impl Default for SchedBenchConfig {
+    fn default() -> Self {
+        Self {
+            service: ServiceKind::Kv,
+            model: "readers-writers".into(),
+            schedulers: SchedulerKind::ALL.to_vec(),
+            workers: vec![1, 2],
+            batch: 50,
+            cost: Cost::Light,
+            list_size: None,
+            workload: WorkloadConfig { commands: 1_000_000, ..WorkloadConfig::default() },
+            bitmap_bits: BITMAP_BITS_DEFAULT,
+            graph_max: GRAPH_MAX_DEFAULT,
+            queue_depth: QUEUE_DEPTH_DEFAULT,
+            mapping: MappingSource::Default,
+        }
+    }
+}
+
+/// Benchmark failures.
+#[derive(Debug, Error)]
+pub enum BenchError {
+    /// A parameter is out of range or unknown.
+    #[error("{0}")]
+    Config(String),
+    /// The workload parameters are invalid.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The mapping is invalid.
+    #[error("invalid mapping: {0}")]
+    Mapping(#[from] MappingError),
+    /// The mapping file cannot be read.
+    #[error("cannot read mapping file {path}: {source}")]
+    MappingFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A scheduler failed.
+    #[error("{scheduler} with {workers} workers failed: {source}")]
+    Scheduler {
+        /// Which scheduler.
+        scheduler: SchedulerKind,
+        /// With how many workers.
+        workers: usize,
+        /// Why.
+        source: SchedError,
+    },
+    /// A scheduler produced other replies or another state than the first
+    /// run. This is a correctness bug, never noise.
+    #[error(
+        "{scheduler} with {workers} workers diverged from {reference}: state {digest} vs {ref_digest}, replies {reply_digest} vs {ref_reply_digest}"
+    )]
+    Diverged {
+        /// Diverging scheduler.
+        scheduler: SchedulerKind,
+        /// Its workers.
+        workers: usize,
+        /// The reference run's scheduler.
+        reference: SchedulerKind,
+        /// Its state digest.
+        digest: String,
+        /// The reference state digest.
+        ref_digest: String,
+        /// Its reply digest.
+        reply_digest: String,
+        /// The reference reply digest.
+        ref_reply_digest: String,
+    },
+}
+
+/// One scheduler run: the JSON line of `psmr sched-bench --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// Scheduler name.
+    pub scheduler: String,
+    /// Worker threads (1 for `sequential`).
+    pub workers: usize,
+    /// Commands executed.
+    pub commands: usize,
+    /// Wall-clock time from the first submit to the last reply, seconds.
+    pub elapsed_s: f64,
+    /// Commands per second.
+    pub throughput_cps: f64,
+    /// Service state digest after the run (hex).
+    pub digest: String,
+    /// Digest of all (client, seq, reply) triples (hex).
+    pub reply_digest: String,
+    /// Throughput relative to `sequential` in the same invocation, if it ran.
+    pub vs_sequential: Option<f64>,
+    /// Service name.
+    pub service: String,
+    /// Class model name.
+    pub model: String,
+    /// Cost name.
+    pub cost: String,
+    /// Workload as α-β-γ.
+    pub workload: String,
+    /// Shards.
+    pub shards: usize,
+    /// Skew.
+    pub skew: f64,
+    /// Commands per batch.
+    pub batch: usize,
+    /// Workload seed.
+    pub seed: u64,
+    /// Commands executed by each worker.
+    pub executed_per_worker: Vec<u64>,
+}
+
+impl SchedBenchConfig {
+    /// Checks every parameter; the error is one line naming the bad one.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        self.workload.validate()?;
+        if self.schedulers.is_empty() {
+            return Err(BenchError::Config("no scheduler given".into()));
+        }
+        if let Some(&w) = self.workers.iter().find(|&&w| w == 0 || w > psmr_sched::WORKERS_MAX) {
+            return Err(BenchError::Config(format!(
+                "--workers must be between 1 and {}, got {w}",
+                psmr_sched::WORKERS_MAX
+            )));
+        }
+        if self.workers.is_empty() {
+            return Err(BenchError::Config("no worker count given".into()));
+        }
+        if self.batch == 0 || self.batch > BATCH_MAX {
+            return Err(BenchError::Config(format!("--batch must be between 1 and {BATCH_MAX}, got {}", self.batch)));
+        }
+        if self.workload.commands == 0 || self.workload.commands > COMMANDS_MAX {
+            return Err(BenchError::Config(format!(
+                "--commands must be between 1 and {COMMANDS_MAX}, got {}",
+                self.workload.commands
+            )));
+        }
+        if self.bitmap_bits == 0 || self.bitmap_bits > BITMAP_BITS_MAX {
+            return Err(BenchError::Config(format!(
+                "--bitmap-bits must be between 1 and {BITMAP_BITS_MAX}, got {}",
+                self.bitmap_bits
+            )));
+        }
+        if self.graph_max == 0 || self.queue_depth == 0 {
+            return Err(BenchError::Config("--graph-max and --queue-depth must be at least 1".into()));
+        }
+        if self.list_size == Some(0) {
+            return Err(BenchError::Config("--list-size must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Entries per list shard.
+    pub fn list_size(&self) -> usize {
+        self.list_size.unwrap_or_else(|| self.cost.list_size())
+    }
+}
+
+/// Runs every (scheduler, workers) pair of `config` over the same batches,
+/// calling `on_run` after each run, and checks that all runs agree.
+pub fn run(config: &SchedBenchConfig, mut on_run: impl FnMut(&RunReport)) -> Result<Vec<RunReport>, BenchError> {
+    config.validate()?;
+    match config.service {
+        ServiceKind::List => {
+            let model: list::ListModel = config.model.parse()?;
+            let shards = config.workload.shards;
+            let size = config.list_size();
+            let commands = list::generate(model, &config.workload, size)?;
+            let setup = Setup {
+                model: list::class_model(model, shards),
+                default_mapping: &|w| list::default_mapping(model, shards, w),
+                make: &|| list::ListService::new(shards, size),
+            };
+            run_service(config, setup, commands, &mut on_run)
+        }
+        ServiceKind::Kv => {
+            let model: kv::KvModel = config.model.parse()?;
+            let shards = config.workload.shards;
+            let (keys, cost) = (config.workload.keys, config.cost);
+            let commands = kv::generate(model, &config.workload)?;
+            let setup = Setup {
+                model: kv::class_model(model, shards),
+                default_mapping: &|w| kv::default_mapping(model, shards, w),
+                make: &|| kv::KvService::new(keys, cost),
+            };
+            run_service(config, setup, commands, &mut on_run)
+        }
+    }
+}
+
+struct Setup<'a, S> {
+    model: ClassModel,
+    default_mapping: &'a dyn Fn(usize) -> Mapping,
+    make: &'a dyn Fn() -> S,
+}
+
+fn mapping_for(
+    config: &SchedBenchConfig,
+    setup_model: &ClassModel,
+    default: &dyn Fn(usize) -> Mapping,
+    workers: usize,
+) -> Result<Mapping, BenchError> {
+    let mapping = match &config.mapping {
+        MappingSource::Default => default(workers),
+        MappingSource::Spec(spec) => Mapping::from_spec(setup_model, workers, spec)?,
+        MappingSource::File(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| BenchError::MappingFile { path: path.clone(), source })?;
+            Mapping::from_json(setup_model, workers, &text)?
+        }
+    };
+    mapping.validate(setup_model)?;
+    Ok(mapping)
+}
+
+fn run_service<S: Service>(
+    config: &SchedBenchConfig,
+    setup: Setup<'_, S>,
+    commands: Vec<Command<S::Op>>,
+    on_run: &mut dyn FnMut(&RunReport),
+) -> Result<Vec<RunReport>, BenchError>
+where
+    S::Op: Clone,
+{
+    let n = commands.len();
+    let batches: Vec<Batch<S::Op>> =
+        commands.chunks(config.batch).map(|c| Batch::new(c.to_vec(), config.bitmap_bits)).collect();
+    drop(commands);
+    let mut plan: Vec<(SchedulerKind, usize)> = Vec::new();
+    for &kind in &config.schedulers {
+        if kind == SchedulerKind::Sequential {
+            if !plan.contains(&(kind, 1)) {
+                plan.push((kind, 1));
+            }
+        } else {
+            for &w in &config.workers {
+                if !plan.contains(&(kind, w)) {
+                    plan.push((kind, w));
+                }
+            }
+        }
+    }
+    // Mappings are checked before anything runs: a bad mapping file must not
+    // cost a long sequential run first.
+    let mut mappings = Vec::with_capacity(plan.len());
+    for &(kind, w) in &plan {
+        mappings.push(if kind.needs_mapping() {
+            Some(mapping_for(config, &setup.model, setup.default_mapping, w)?)
+        } else {
+            None
+        });
+    }
+    let mut reports: Vec<RunReport> = Vec::new();
+    let mut sequential_cps = None;
+    for ((kind, workers), mapping) in plan.into_iter().zip(mappings) {
+        let service = Arc::new((setup.make)());
+        let sink = Arc::new(DigestSink::new(workers));
+        let mut sched_config = SchedConfig::new(kind, workers);
+        sched_config.graph_max = config.graph_max;
+        sched_config.queue_depth = config.queue_depth;
+        sched_config.mapping = mapping;
+        let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
+        let input = batches.clone();
+        tracing::debug!(%kind, workers, "run starts");
+        let start = Instant::now();
+        let mut scheduler =
+            psmr_sched::build(&sched_config, service.clone(), &setup.model, sink.clone()).map_err(fail)?;
+        for batch in input {
+            scheduler.submit(batch).map_err(fail)?;
+        }
+        let stats = scheduler.finish().map_err(fail)?;
+        let elapsed_s = start.elapsed().as_secs_f64();
+        let (reply_digest, replies) = sink.digest();
+        if replies != n as u64 {
+            return Err(BenchError::Config(format!(
+                "{kind} with {workers} workers produced {replies} replies for {n} commands"
+            )));
+        }
+        let throughput_cps = n as f64 / elapsed_s.max(1e-9);
+        if kind == SchedulerKind::Sequential {
+            sequential_cps = Some(throughput_cps);
+        }
+        let report = RunReport {
+            scheduler: kind.name().to_string(),
+            workers,
+            commands: n,
+            elapsed_s,
+            throughput_cps,
+            digest: service.digest().to_string(),
+            reply_digest: reply_digest.to_string(),
+            vs_sequential: sequential_cps.map(|s| throughput_cps / s),
+            service: config.service.to_string(),
+            model: config.model.clone(),
+            cost: config.cost.to_string(),
+            workload: format!(
+                "{}-{}-{}",
+                config.workload.mix.local_write_pct,
+                config.workload.mix.global_pct,
+                config.workload.mix.global_write_pct
+            ),
+            shards: config.workload.shards,
+            skew: config.workload.skew,
+            batch: config.batch,
+            seed: config.workload.seed,
+            executed_per_worker: stats.executed_per_worker,
+        };
+        if let Some(first) = reports.first() {
+            if first.digest != report.digest || first.reply_digest != report.reply_digest {
+                return Err(BenchError::Diverged {
+                    scheduler: kind,
+                    workers,
+                    reference: first.scheduler.parse().expect("reports name known schedulers"),
+                    digest: report.digest,
+                    ref_digest: first.digest.clone(),
+                    reply_digest: report.reply_digest,
+                    ref_reply_digest: first.reply_digest.clone(),
+                });
+            }
+        }
+        on_run(&report);
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// A readable table of runs, one line each.
+pub fn format_table(reports: &[RunReport]) -> String {
+    let mut out = String::new();
+    if let Some(r) = reports.first() {
+        out.push_str(&format!(
+            "service {} model {} cost {} workload {} shards {} skew {} batch {} commands {} seed {}\n",
+            r.service, r.model, r.cost, r.workload, r.shards, r.skew, r.batch, r.commands, r.seed
+        ));
+    }
+    out.push_str(&format!(
+        "{:<18} {:>7} {:>10} {:>14} {:>8}  {}\n",
+        "scheduler", "workers", "elapsed_s", "throughput_cps", "vs_seq", "digest"
+    ));
+    for r in reports {
+        let vs = r.vs_sequential.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{:<18} {:>7} {:>10.3} {:>14.0} {:>8}  {}\n",
+            r.scheduler, r.workers, r.elapsed_s, r.throughput_cps, vs, r.digest
+        ));
+    }
+    out
+}

@@ -1,0 +1,218 @@
+//! `psmr`: the command line of psmr, parallel state machine replication.
+//!
+//! A thin layer over the library crates: it parses flags, turns them into
+//! the crates' configurations, and prints what they return. Every error ends
+//! up as one `psmr: error: ...` line on stderr and a non-zero exit code.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use psmr_bench::{format_table, MappingSource, SchedBenchConfig, ServiceKind};
+use psmr_sched::SchedulerKind;
+use psmr_services::{Cost, Mix, Spread, WorkloadConfig};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// Parallel state machine replication: replicas agree on an order of
+/// commands and execute them on many cores, deterministically.
+#[derive(Parser, Debug)]
+#[command(name = "psmr", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Compare execution schedulers on pre-built ordered batches (no network).
+    ///
+    /// Generates one workload, cuts it into batches, and runs it through each
+    /// scheduler and worker count from a fresh service. Every run must end
+    /// with the same state digest and reply digest as the first; a mismatch
+    /// is an error.
+    SchedBench(SchedBenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct SchedBenchArgs {
+    /// Service: kv (key-value store) or list (sharded linked list).
+    #[arg(long, default_value = "kv", value_parser = parse_service)]
+    service: ServiceKind,
+    /// Class model. list: readers-writers, sharded-snapshot, sharded-global;
+    /// kv: readers-writers, sharded.
+    #[arg(long, default_value = "readers-writers")]
+    model: String,
+    /// Scheduler to run (repeatable or comma-separated): sequential,
+    /// late-cbase, late-batch-keys, late-batch-bitmap, early, or all.
+    #[arg(long = "scheduler", value_delimiter = ',', default_value = "all")]
+    schedulers: Vec<String>,
+    /// Worker threads (comma-separated list: each parallel scheduler runs with each).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    workers: Vec<usize>,
+    /// Commands to generate.
+    #[arg(long, default_value_t = 1_000_000)]
+    commands: usize,
+    /// Commands per batch (one batch is one log entry).
+    #[arg(long, default_value_t = 50)]
+    batch: usize,
+    /// Execution cost: light, moderate or heavy (list: 1, 1k, 10k entries per shard).
+    #[arg(long, default_value = "light", value_parser = parse_cost)]
+    cost: Cost,
+    /// List service: entries per shard, overriding --cost.
+    #[arg(long)]
+    list_size: Option<usize>,
+    /// Percentage of writes (shorthand for --workload P-0-0).
+    #[arg(long, conflicts_with = "workload")]
+    write_pct: Option<f64>,
+    /// Workload α-β-γ: α% local writes, β% global operations, γ% of which write (e.g. 25-5-25).
+    #[arg(long, value_parser = parse_mix)]
+    workload: Option<Mix>,
+    /// Shards of the list, or of the kv key space for the sharded model.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// Share of local operations sent to shard 1 (0 = balanced).
+    #[arg(long, default_value_t = 0.0)]
+    skew: f64,
+    /// How conflicting commands are spread among the others: uniform or exponential.
+    #[arg(long, default_value = "uniform", value_parser = parse_spread)]
+    spread: Spread,
+    /// kv: size of the key space.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Distinct client ids the commands are spread over.
+    #[arg(long, default_value_t = 64)]
+    clients: u64,
+    /// Workload seed (printed with the results; pass it back to replay).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bits of each batch bitmap (late-batch-bitmap).
+    #[arg(long, default_value_t = psmr_model::BITMAP_BITS_DEFAULT)]
+    bitmap_bits: u32,
+    /// Late schedulers: most nodes in the dependency graph.
+    #[arg(long, default_value_t = psmr_sched::GRAPH_MAX_DEFAULT)]
+    graph_max: usize,
+    /// Early: most batches waiting in one worker's queue.
+    #[arg(long, default_value_t = psmr_sched::QUEUE_DEPTH_DEFAULT)]
+    queue_depth: usize,
+    /// Early: `default`, a JSON mapping file, or a spec like `R=conc:0,1;W=seq:0-1`.
+    #[arg(long, default_value = "default")]
+    mapping: String,
+    /// Print one JSON object per run instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_service(s: &str) -> Result<ServiceKind, String> {
+    s.parse().map_err(|e: psmr_bench::BenchError| e.to_string())
+}
+
+fn parse_cost(s: &str) -> Result<Cost, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_spread(s: &str) -> Result<Spread, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_mix(s: &str) -> Result<Mix, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn sched_bench(args: SchedBenchArgs) -> Result<()> {
+    let mut schedulers = Vec::new();
+    for name in &args.schedulers {
+        if name == "all" {
+            schedulers.extend(SchedulerKind::ALL);
+        } else {
+            schedulers.push(name.parse::<SchedulerKind>()?);
+        }
+    }
+    let mix = match (args.write_pct, args.workload) {
+        (Some(p), _) => Mix::writes(p),
+        (None, Some(m)) => m,
+        (None, None) => Mix::writes(0.0),
+    };
+    let config = SchedBenchConfig {
+        service: args.service,
+        model: args.model,
+        schedulers,
+        workers: args.workers,
+        batch: args.batch,
+        cost: args.cost,
+        list_size: args.list_size,
+        workload: WorkloadConfig {
+            commands: args.commands,
+            seed: args.seed,
+            shards: args.shards,
+            skew: args.skew,
+            spread: args.spread,
+            mix,
+            keys: args.keys,
+            clients: args.clients,
+        },
+        bitmap_bits: args.bitmap_bits,
+        graph_max: args.graph_max,
+        queue_depth: args.queue_depth,
+        mapping: args.mapping.parse::<MappingSource>().expect("infallible"),
+    };
+    config.validate()?;
+    let json = args.json;
+    let stdout = std::io::stdout();
+    if !json {
+        eprintln!("running {} with seed {} (pass --seed to replay)", config.service, config.workload.seed);
+    }
+    let reports = psmr_bench::run(&config, |r| {
+        if json {
+            let mut out = stdout.lock();
+            // A closed stdout (e.g. piped into `head`) is not worth a panic.
+            let _ = writeln!(out, "{}", serde_json::to_string(r).expect("report serializes"));
+        } else {
+            eprintln!("  {} with {} workers: {:.0} commands/s", r.scheduler, r.workers, r.throughput_cps);
+        }
+    })
+    .context("sched-bench failed")?;
+    if !json {
+        print!("{}", format_table(&reports));
+        println!("all {} runs agree on state and replies", reports.len());
+    }
+    if reports.is_empty() {
+        bail!("nothing ran");
+    }
+    Ok(())
+}
+
+/// The error and its causes on one line. Library errors often repeat their
+/// source in their own message; a cause already said is not said twice.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if !line.ends_with(&msg) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&msg);
+        }
+    }
+    line
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::SchedBench(args) => sched_bench(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("psmr: error: {}", error_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The `psmr` binary end to end: results agree across schedulers, JSON lines
+//! have the promised fields, and bad input gives one clear error line and a
+//! non-zero exit code, never a panic.
+
+use std::process::{Command, Output};
+
+fn psmr(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_psmr")).args(args).output().expect("psmr runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails with a clear message on stderr, no panic, no backtrace.
+fn fails_with(args: &[&str], needle: &str) {
+    let o = psmr(args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{args:?} should fail");
+    assert!(err.contains(needle), "{args:?}: stderr should mention {needle:?}, got:\n{err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked:\n{err}");
+    assert!(!err.contains("RUST_BACKTRACE"), "{args:?} panicked:\n{err}");
+    let line = err.lines().find(|l| l.contains(needle)).expect("needle line");
+    let parts: Vec<&str> = line.split(": ").filter(|p| p.len() > 10).collect();
+    for (i, p) in parts.iter().enumerate() {
+        assert!(!parts[i + 1..].contains(p), "{args:?}: the error repeats itself: {line}");
+    }
+}
+
+#[test]
+fn json_lines_have_the_fields_and_digests_agree() {
+    let o = psmr(&[
+        "sched-bench",
+        "--service",
+        "list",
+        "--model",
+        "sharded-global",
+        "--shards",
+        "2",
+        "--workload",
+        "25-5-25",
+        "--commands",
+        "20000",
+        "--scheduler",
+        "all",
+        "--workers",
+        "1,2",
+        "--json",
+        "--seed",
+        "7",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is a JSON object"))
+        .collect();
+    // sequential once, four parallel schedulers at two worker counts.
+    assert_eq!(lines.len(), 9);
+    for l in &lines {
+        for field in ["scheduler", "workers", "commands", "elapsed_s", "throughput_cps", "digest"] {
+            assert!(l.get(field).is_some(), "missing {field} in {l}");
+        }
+        assert_eq!(l["commands"], 20000);
+        assert_eq!(l["digest"], lines[0]["digest"], "digests differ: {l}");
+        assert_eq!(l["reply_digest"], lines[0]["reply_digest"]);
+    }
+    assert_eq!(lines[0]["scheduler"], "sequential");
+}
+
+#[test]
+fn same_seed_same_digest_other_seed_other_digest() {
+    let digest = |seed: &str| {
+        let o = psmr(&[
+            "sched-bench",
+            "--scheduler",
+            "early",
+            "--workers",
+            "2",
+            "--write-pct",
+            "50",
+            "--commands",
+            "5000",
+            "--json",
+            "--seed",
+            seed,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(o.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+        v["digest"].as_str().unwrap().to_string()
+    };
+    assert_eq!(digest("3"), digest("3"));
+    assert_ne!(digest("3"), digest("4"));
+}
+
+#[test]
+fn table_output_names_every_run() {
+    let o =
+        psmr(&["sched-bench", "--commands", "5000", "--scheduler", "sequential,late-batch-bitmap", "--workers", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("sequential") && out.contains("late-batch-bitmap"), "{out}");
+    assert!(out.contains("all 2 runs agree"), "{out}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    fails_with(&["sched-bench", "--scheduler", "fastest"], "unknown scheduler \"fastest\"");
+    fails_with(&["sched-bench", "--model", "nope"], "nope");
+    fails_with(&["sched-bench", "--service", "queue"], "unknown service");
+    fails_with(&["sched-bench", "--workers", "0"], "--workers must be between 1 and 64");
+    fails_with(&["sched-bench", "--workers", "two"], "invalid value");
+    fails_with(&["sched-bench", "--write-pct", "150"], "150");
+    fails_with(&["sched-bench", "--workload", "25-5"], "25-5");
+    fails_with(&["sched-bench", "--workload", "a-b-c"], "a-b-c");
+    fails_with(&["sched-bench", "--batch", "0"], "--batch must be between");
+    fails_with(&["sched-bench", "--commands", "0"], "--commands must be between");
+    fails_with(&["sched-bench", "--cost", "huge"], "huge");
+    fails_with(&["sched-bench", "--shards", "0"], "shards");
+    fails_with(&["sched-bench", "--skew", "2"], "skew");
+    fails_with(&["sched-bench", "--write-pct", "10", "--workload", "1-1-1"], "cannot be used with");
+    fails_with(
+        &["sched-bench", "--scheduler", "early", "--workers", "2", "--mapping", "R=conc:0,1;W=conc:0,1"],
+        "rule R.2 broken: class W",
+    );
+    fails_with(
+        &["sched-bench", "--scheduler", "early", "--mapping", "/nonexistent/map.json"],
+        "cannot read mapping file",
+    );
+    fails_with(&["sched-bench", "--service", "kv", "--workload", "10-5-0"], "global");
+    fails_with(
+        &["sched-bench", "--service", "list", "--model", "sharded-snapshot", "--shards", "2", "--workload", "10-5-50"],
+        "global writes",
+    );
+    fails_with(&["sched-bench", "--bitmap-bits", "0"], "--bitmap-bits must be between");
+    fails_with(&["frobnicate"], "unrecognized subcommand");
+}
