@@ -17,6 +17,9 @@ pub const BATCH_MAX: usize = 100_000;
 /// Most commands one benchmark run may generate (they are all in memory).
 pub const COMMANDS_MAX: usize = 50_000_000;
 
+/// Most repetitions of each variant.
+pub const REPEAT_MAX: usize = 100;
+
 /// Which service to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceKind {
@@ -99,6 +102,8 @@ pub struct SchedBenchConfig {
     pub queue_depth: usize,
     /// Early: mapping source.
     pub mapping: MappingSource,
+    /// Runs of each variant; the report gives the median.
+    pub repeat: usize,
 }
 
 impl Default for SchedBenchConfig {
@@ -116,6 +121,7 @@ impl Default for SchedBenchConfig {
             graph_max: GRAPH_MAX_DEFAULT,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mapping: MappingSource::Default,
+            repeat: 1,
         }
     }
 }
@@ -182,8 +188,15 @@ pub struct RunReport {
     pub workers: usize,
     /// Commands executed.
     pub commands: usize,
-    /// Wall-clock time from the first submit to the last reply, seconds.
+    /// Wall-clock time from the scheduler's creation to its last reply, in
+    /// seconds: the median over `runs` runs.
     pub elapsed_s: f64,
+    /// Runs behind `elapsed_s` (`--repeat`).
+    pub runs: usize,
+    /// Fastest run, seconds.
+    pub elapsed_min_s: f64,
+    /// Slowest run, seconds.
+    pub elapsed_max_s: f64,
     /// Commands per second.
     pub throughput_cps: f64,
     /// Service state digest after the run (hex).
@@ -245,6 +258,12 @@ impl SchedBenchConfig {
         }
         if self.graph_max == 0 || self.queue_depth == 0 {
             return Err(BenchError::Config("--graph-max and --queue-depth must be at least 1".into()));
+        }
+        if self.repeat == 0 || self.repeat > REPEAT_MAX {
+            return Err(BenchError::Config(format!(
+                "--repeat must be between 1 and {REPEAT_MAX}, got {}",
+                self.repeat
+            )));
         }
         if self.list_size == Some(0) {
             return Err(BenchError::Config("--list-size must be at least 1".into()));
@@ -352,32 +371,40 @@ where
             None
         });
     }
+    // Rounds run the whole plan in turn, so that drift in the machine's
+    // speed spreads over every variant instead of favoring the first.
+    let mut elapsed: Vec<Vec<f64>> = vec![Vec::new(); plan.len()];
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; plan.len()];
+    let mut reference: Option<(SchedulerKind, Outcome)> = None;
+    for _round in 0..config.repeat {
+        for (i, (&(kind, workers), mapping)) in plan.iter().zip(&mappings).enumerate() {
+            let (secs, outcome) = run_once(config, &setup, &batches, kind, workers, mapping.clone())?;
+            if let Some((ref_kind, r)) = &reference {
+                if r.digest != outcome.digest || r.reply_digest != outcome.reply_digest {
+                    return Err(BenchError::Diverged {
+                        scheduler: kind,
+                        workers,
+                        reference: *ref_kind,
+                        digest: outcome.digest,
+                        ref_digest: r.digest.clone(),
+                        reply_digest: outcome.reply_digest,
+                        ref_reply_digest: r.reply_digest.clone(),
+                    });
+                }
+            } else {
+                reference = Some((kind, outcome.clone()));
+            }
+            elapsed[i].push(secs);
+            outcomes[i] = Some(outcome);
+        }
+    }
     let mut reports: Vec<RunReport> = Vec::new();
     let mut sequential_cps = None;
-    for ((kind, workers), mapping) in plan.into_iter().zip(mappings) {
-        let service = Arc::new((setup.make)());
-        let sink = Arc::new(DigestSink::new(workers));
-        let mut sched_config = SchedConfig::new(kind, workers);
-        sched_config.graph_max = config.graph_max;
-        sched_config.queue_depth = config.queue_depth;
-        sched_config.mapping = mapping;
-        let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
-        let input = batches.clone();
-        tracing::debug!(%kind, workers, "run starts");
-        let start = Instant::now();
-        let mut scheduler =
-            psmr_sched::build(&sched_config, service.clone(), &setup.model, sink.clone()).map_err(fail)?;
-        for batch in input {
-            scheduler.submit(batch).map_err(fail)?;
-        }
-        let stats = scheduler.finish().map_err(fail)?;
-        let elapsed_s = start.elapsed().as_secs_f64();
-        let (reply_digest, replies) = sink.digest();
-        if replies != n as u64 {
-            return Err(BenchError::Config(format!(
-                "{kind} with {workers} workers produced {replies} replies for {n} commands"
-            )));
-        }
+    for (i, &(kind, workers)) in plan.iter().enumerate() {
+        let times = &mut elapsed[i];
+        times.sort_by(f64::total_cmp);
+        let elapsed_s = times[times.len() / 2];
+        let outcome = outcomes[i].take().expect("every variant ran");
         let throughput_cps = n as f64 / elapsed_s.max(1e-9);
         if kind == SchedulerKind::Sequential {
             sequential_cps = Some(throughput_cps);
@@ -388,41 +415,78 @@ where
             commands: n,
             elapsed_s,
             throughput_cps,
-            digest: service.digest().to_string(),
-            reply_digest: reply_digest.to_string(),
+            runs: times.len(),
+            elapsed_min_s: times[0],
+            elapsed_max_s: times[times.len() - 1],
+            digest: outcome.digest,
+            reply_digest: outcome.reply_digest,
             vs_sequential: sequential_cps.map(|s| throughput_cps / s),
             service: config.service.to_string(),
             model: config.model.clone(),
             cost: config.cost.to_string(),
-            workload: format!(
-                "{}-{}-{}",
-                config.workload.mix.local_write_pct,
-                config.workload.mix.global_pct,
-                config.workload.mix.global_write_pct
-            ),
+            workload: config.workload.mix.to_string(),
             shards: config.workload.shards,
             skew: config.workload.skew,
             batch: config.batch,
             seed: config.workload.seed,
-            executed_per_worker: stats.executed_per_worker,
+            executed_per_worker: outcome.executed_per_worker,
         };
-        if let Some(first) = reports.first() {
-            if first.digest != report.digest || first.reply_digest != report.reply_digest {
-                return Err(BenchError::Diverged {
-                    scheduler: kind,
-                    workers,
-                    reference: first.scheduler.parse().expect("reports name known schedulers"),
-                    digest: report.digest,
-                    ref_digest: first.digest.clone(),
-                    reply_digest: report.reply_digest,
-                    ref_reply_digest: first.reply_digest.clone(),
-                });
-            }
-        }
         on_run(&report);
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// What one run leaves behind besides its time.
+#[derive(Clone, Debug)]
+struct Outcome {
+    digest: String,
+    reply_digest: String,
+    executed_per_worker: Vec<u64>,
+}
+
+/// Runs the batches once through a fresh service; returns the seconds from
+/// the scheduler's creation to its last reply.
+fn run_once<S: Service>(
+    config: &SchedBenchConfig,
+    setup: &Setup<'_, S>,
+    batches: &[Batch<S::Op>],
+    kind: SchedulerKind,
+    workers: usize,
+    mapping: Option<Mapping>,
+) -> Result<(f64, Outcome), BenchError>
+where
+    S::Op: Clone,
+{
+    let n: usize = batches.iter().map(Batch::len).sum();
+    let service = Arc::new((setup.make)());
+    let sink = Arc::new(DigestSink::new(workers));
+    let mut sched_config = SchedConfig::new(kind, workers);
+    sched_config.graph_max = config.graph_max;
+    sched_config.queue_depth = config.queue_depth;
+    sched_config.mapping = mapping;
+    let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
+    let input = batches.to_vec();
+    tracing::debug!(%kind, workers, "run starts");
+    let start = Instant::now();
+    let mut scheduler = psmr_sched::build(&sched_config, service.clone(), &setup.model, sink.clone()).map_err(fail)?;
+    for batch in input {
+        scheduler.submit(batch).map_err(fail)?;
+    }
+    let stats = scheduler.finish().map_err(fail)?;
+    let secs = start.elapsed().as_secs_f64();
+    let (reply_digest, replies) = sink.digest();
+    if replies != n as u64 {
+        return Err(BenchError::Config(format!(
+            "{kind} with {workers} workers produced {replies} replies for {n} commands"
+        )));
+    }
+    let outcome = Outcome {
+        digest: service.digest().to_string(),
+        reply_digest: reply_digest.to_string(),
+        executed_per_worker: stats.executed_per_worker,
+    };
+    Ok((secs, outcome))
 }
 
 /// A readable table of runs, one line each.

@@ -19,11 +19,15 @@
 //! worker instead of one per command.
 
 use crate::barrier::Barrier;
-use crate::exec::Executor;
+use crate::exec::{stats_of, Executor};
 use crate::sink::ReplySink;
+use crate::sync::backoff_until;
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
-use crossbeam::channel::{bounded, Receiver, Sender};
+use crossbeam::channel::{unbounded, Receiver, Sender};
+use crossbeam::utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
 use psmr_model::{Batch, Mapping, Mode, Service};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -41,8 +45,55 @@ struct ClassPlan {
     barrier: Option<Barrier>,
 }
 
+/// Bounds each worker's queue, with hysteresis.
+///
+/// A worker's queue holds at most `depth` dispatched batches. When it is
+/// full the scheduler waits until the worker has drained it to half, and
+/// the worker wakes it only on that crossing. A plain bounded channel would
+/// wake the scheduler at every batch the worker takes, a context switch on
+/// each side per batch, which on a machine with few cores costs more than
+/// scheduling the batch.
+struct Credits {
+    /// Batches sent to each worker and not yet finished by it.
+    pending: Vec<CachePadded<AtomicUsize>>,
+    depth: usize,
+    lock: Mutex<()>,
+    room: Condvar,
+}
+
+impl Credits {
+    fn low(&self) -> usize {
+        self.depth / 2
+    }
+
+    /// Scheduler side: waits for room in worker `w`'s queue, takes a slot.
+    fn acquire(&self, w: usize) {
+        let pending = &self.pending[w];
+        if pending.load(Ordering::Acquire) >= self.depth
+            && !backoff_until(|| pending.load(Ordering::Acquire) <= self.low())
+        {
+            let mut guard = self.lock.lock();
+            while pending.load(Ordering::Acquire) > self.low() {
+                self.room.wait(&mut guard);
+            }
+        }
+        pending.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Worker side: one batch of worker `w` is done.
+    fn release(&self, w: usize) {
+        if self.pending[w].fetch_sub(1, Ordering::AcqRel) - 1 == self.low() {
+            // Taking the lock orders this wake-up after a scheduler's check
+            // of the counter, so the wake-up cannot be lost.
+            let _guard = self.lock.lock();
+            self.room.notify_one();
+        }
+    }
+}
+
 pub(crate) struct Early<S: Service> {
     exec: Executor<S>,
+    credits: Arc<Credits>,
     senders: Vec<Sender<Arc<Dispatch<S::Op>>>>,
     workers: Vec<JoinHandle<u64>>,
     /// Per class: its mode and thread list, for dispatch.
@@ -84,13 +135,21 @@ impl<S: Service> Early<S> {
                 next: 0,
             })
             .collect();
-        let mut early = Self { exec: Executor::new(service, sink), senders: Vec::new(), workers: Vec::new(), routes };
+        let credits = Arc::new(Credits {
+            pending: (0..config.workers).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
+            depth: config.queue_depth,
+            lock: Mutex::new(()),
+            room: Condvar::new(),
+        });
+        let mut early =
+            Self { exec: Executor::new(service, sink), credits, senders: Vec::new(), workers: Vec::new(), routes };
         for id in 0..config.workers {
-            let (tx, rx) = bounded(config.queue_depth);
-            let (exec, plans) = (early.exec.clone(), plans.clone());
+            // Unbounded channel, bounded by `Credits`.
+            let (tx, rx) = unbounded();
+            let (exec, plans, credits) = (early.exec.clone(), plans.clone(), early.credits.clone());
             match std::thread::Builder::new()
                 .name(format!("psmr-early-{id}"))
-                .spawn(move || worker(id, &rx, &plans, &exec))
+                .spawn(move || worker(id, &rx, &plans, &exec, &credits))
             {
                 Ok(h) => {
                     early.senders.push(tx);
@@ -112,7 +171,13 @@ impl<S: Service> Early<S> {
     }
 }
 
-fn worker<S: Service>(id: usize, rx: &Receiver<Arc<Dispatch<S::Op>>>, plans: &[ClassPlan], exec: &Executor<S>) -> u64 {
+fn worker<S: Service>(
+    id: usize,
+    rx: &Receiver<Arc<Dispatch<S::Op>>>,
+    plans: &[ClassPlan],
+    exec: &Executor<S>,
+    credits: &Credits,
+) -> u64 {
     let bit = 1u64 << id;
     let mut executed = 0u64;
     while let Ok(d) = rx.recv() {
@@ -136,6 +201,8 @@ fn worker<S: Service>(id: usize, rx: &Receiver<Arc<Dispatch<S::Op>>>, plans: &[C
                 }
             }
         }
+        drop(d);
+        credits.release(id);
     }
     executed
 }
@@ -164,9 +231,12 @@ impl<S: Service> Scheduler<S> for Early<S> {
         }
         let dispatch = Arc::new(Dispatch { batch, targets });
         for (id, tx) in self.senders.iter().enumerate() {
-            if any & (1u64 << id) != 0 && tx.send(dispatch.clone()).is_err() {
-                // A receiver only goes away if its worker died.
-                return Err(SchedError::WorkerPanicked(id));
+            if any & (1u64 << id) != 0 {
+                self.credits.acquire(id);
+                if tx.send(dispatch.clone()).is_err() {
+                    // A receiver only goes away if its worker died.
+                    return Err(SchedError::WorkerPanicked(id));
+                }
             }
         }
         Ok(())
@@ -174,12 +244,7 @@ impl<S: Service> Scheduler<S> for Early<S> {
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
         let results = self.close_and_join();
-        let mut executed_per_worker = Vec::with_capacity(results.len());
-        for r in results {
-            executed_per_worker.push(r.map_err(SchedError::WorkerPanicked)?);
-        }
-        self.exec.failure.check()?;
-        Ok(SchedStats { executed_per_worker })
+        stats_of(results, &self.exec.failure)
     }
 }
 

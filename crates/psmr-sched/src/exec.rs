@@ -1,7 +1,7 @@
 //! Executing one command: catching service panics, emitting the reply.
 
 use crate::sink::{Reply, ReplySink};
-use crate::SchedError;
+use crate::{SchedError, SchedStats};
 use parking_lot::Mutex;
 use psmr_model::{Command, Service};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -96,4 +96,14 @@ impl<S: Service> Executor<S> {
             }
         }
     }
+}
+
+/// What a pool of workers reports once joined: each worker's count of
+/// executed commands, or the id of a worker that died; then the first
+/// service panic, if any.
+pub(crate) fn stats_of(joined: Vec<Result<u64, usize>>, failure: &Failure) -> Result<SchedStats, SchedError> {
+    let executed_per_worker =
+        joined.into_iter().map(|r| r.map_err(SchedError::WorkerPanicked)).collect::<Result<_, _>>()?;
+    failure.check()?;
+    Ok(SchedStats { executed_per_worker })
 }

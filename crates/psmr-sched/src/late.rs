@@ -26,7 +26,7 @@
 //! the speed of execution. A blocked scheduler is woken when the graph has
 //! drained to half its bound, not at every removal (see `worker`).
 
-use crate::exec::Executor;
+use crate::exec::{stats_of, Executor};
 use crate::sink::ReplySink;
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
 use crossbeam::utils::Backoff;
@@ -324,12 +324,7 @@ impl<S: Service> Scheduler<S> for Late<S> {
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
         let results = self.close_and_join();
-        let mut executed_per_worker = Vec::with_capacity(results.len());
-        for r in results {
-            executed_per_worker.push(r.map_err(SchedError::WorkerPanicked)?);
-        }
-        self.exec.failure.check()?;
-        Ok(SchedStats { executed_per_worker })
+        stats_of(results, &self.exec.failure)
     }
 }
 

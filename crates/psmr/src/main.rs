@@ -96,6 +96,9 @@ struct SchedBenchArgs {
     /// Early: `default`, a JSON mapping file, or a spec like `R=conc:0,1;W=seq:0-1`.
     #[arg(long, default_value = "default")]
     mapping: String,
+    /// Run each variant N times (in rounds over all variants) and report the median.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Print one JSON object per run instead of a table.
     #[arg(long)]
     json: bool,
@@ -153,6 +156,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         graph_max: args.graph_max,
         queue_depth: args.queue_depth,
         mapping: args.mapping.parse::<MappingSource>().expect("infallible"),
+        repeat: args.repeat,
     };
     config.validate()?;
     let json = args.json;

@@ -69,6 +69,33 @@ fn json_lines_have_the_fields_and_digests_agree() {
 }
 
 #[test]
+fn repeat_reports_the_median_of_its_runs() {
+    let o = psmr(&[
+        "sched-bench",
+        "--scheduler",
+        "sequential,early",
+        "--workers",
+        "2",
+        "--commands",
+        "3000",
+        "--repeat",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for line in String::from_utf8(o.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["runs"], 3);
+        let (min, med, max) = (
+            v["elapsed_min_s"].as_f64().unwrap(),
+            v["elapsed_s"].as_f64().unwrap(),
+            v["elapsed_max_s"].as_f64().unwrap(),
+        );
+        assert!(min <= med && med <= max, "{v}");
+    }
+}
+
+#[test]
 fn same_seed_same_digest_other_seed_other_digest() {
     let digest = |seed: &str| {
         let o = psmr(&[
@@ -133,5 +160,6 @@ fn bad_input_is_a_clear_error() {
         "global writes",
     );
     fails_with(&["sched-bench", "--bitmap-bits", "0"], "--bitmap-bits must be between");
+    fails_with(&["sched-bench", "--repeat", "0"], "--repeat must be between");
     fails_with(&["frobnicate"], "unrecognized subcommand");
 }
