@@ -104,6 +104,8 @@ pub struct SchedBenchConfig {
     pub mapping: MappingSource,
     /// Runs of each variant; the report gives the median.
     pub repeat: usize,
+    /// `early-busywait`: spin budget of a waiting thread.
+    pub spin: u32,
 }
 
 impl Default for SchedBenchConfig {
@@ -122,6 +124,7 @@ impl Default for SchedBenchConfig {
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mapping: MappingSource::Default,
             repeat: 1,
+            spin: psmr_sched::SPIN_DEFAULT,
         }
     }
 }
@@ -258,6 +261,13 @@ impl SchedBenchConfig {
         }
         if self.graph_max == 0 || self.queue_depth == 0 {
             return Err(BenchError::Config("--graph-max and --queue-depth must be at least 1".into()));
+        }
+        if self.spin > psmr_sched::SPIN_MAX {
+            return Err(BenchError::Config(format!(
+                "--spin must be between 0 and {}, got {}",
+                psmr_sched::SPIN_MAX,
+                self.spin
+            )));
         }
         if self.repeat == 0 || self.repeat > REPEAT_MAX {
             return Err(BenchError::Config(format!(
@@ -465,6 +475,7 @@ where
     sched_config.graph_max = config.graph_max;
     sched_config.queue_depth = config.queue_depth;
     sched_config.mapping = mapping;
+    sched_config.spin = config.spin;
     let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
     let input = batches.to_vec();
     tracing::debug!(%kind, workers, "run starts");

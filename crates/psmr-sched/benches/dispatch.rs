@@ -76,10 +76,11 @@ fn per_command_cost(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
-    let variants: [(SchedulerKind, usize); 5] = [
+    let variants: [(SchedulerKind, usize); 6] = [
         (SchedulerKind::Sequential, 1),
         (SchedulerKind::Early, 1),
         (SchedulerKind::Early, 2),
+        (SchedulerKind::EarlyBusyWait, 2),
         (SchedulerKind::LateBatchBitmap, 1),
         (SchedulerKind::LateCbase, 1),
     ];

@@ -11,6 +11,12 @@
 //! classes share threads (rules R.1-R.5), conflicting commands execute in
 //! log order (003 Appendix A).
 //!
+//! `early-busywait` (000 Alg. 4-5) replaces each class barrier by a pair of
+//! atomic counters used in alternating cycles ([`crate::CycleCounters`]):
+//! the last thread to arrive executes, the others wait for its reset,
+//! spinning for `spin` rounds, then yielding, then napping, so that a
+//! machine with fewer cores than workers still makes progress.
+//!
 //! Commands travel per batch: for each batch the scheduler computes one
 //! 64-bit target mask per command and sends the batch, with its masks, once
 //! to each worker that has something in it. A worker walks the batch and
@@ -19,9 +25,10 @@
 //! worker instead of one per command.
 
 use crate::barrier::Barrier;
+use crate::cycles::{CycleCounters, Role};
 use crate::exec::{stats_of, Executor};
 use crate::sink::ReplySink;
-use crate::sync::backoff_until;
+use crate::sync::{backoff_until, wait_until};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
 use crossbeam::channel::{unbounded, Receiver, Sender};
 use crossbeam::utils::CachePadded;
@@ -38,11 +45,13 @@ struct Dispatch<O> {
 }
 
 /// What a worker needs to know about a class.
-struct ClassPlan {
-    /// Executes the class's sequential commands.
-    executor: usize,
-    /// `Some` for sequential classes with more than one thread.
-    barrier: Option<Barrier>,
+enum ClassPlan {
+    /// Concurrent class, or sequential class on one thread: just execute.
+    Alone,
+    /// `early`: the class barrier; `executor` (the lowest thread) executes.
+    Barrier { barrier: Barrier, executor: usize },
+    /// `early-busywait`: two-cycle counters; the last to arrive executes.
+    Cycles(Box<CycleCounters>),
 }
 
 /// Bounds each worker's queue, with hysteresis.
@@ -92,6 +101,7 @@ impl Credits {
 }
 
 pub(crate) struct Early<S: Service> {
+    kind: SchedulerKind,
     exec: Executor<S>,
     credits: Arc<Credits>,
     senders: Vec<Sender<Arc<Dispatch<S::Op>>>>,
@@ -115,13 +125,16 @@ impl<S: Service> Early<S> {
         service: Arc<S>,
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
+        let busy_wait = config.kind == SchedulerKind::EarlyBusyWait;
+        let spin = config.spin;
         let plans: Arc<Vec<ClassPlan>> = Arc::new(
             mapping
                 .classes()
                 .iter()
-                .map(|c| ClassPlan {
-                    executor: c.threads[0],
-                    barrier: (c.mode == Mode::Sequential && c.threads.len() > 1).then(|| Barrier::new(c.threads.len())),
+                .map(|c| match (c.mode, c.threads.len()) {
+                    (Mode::Concurrent, _) | (_, 1) => ClassPlan::Alone,
+                    (Mode::Sequential, n) if busy_wait => ClassPlan::Cycles(Box::new(CycleCounters::new(n))),
+                    (Mode::Sequential, n) => ClassPlan::Barrier { barrier: Barrier::new(n), executor: c.threads[0] },
                 })
                 .collect(),
         );
@@ -141,15 +154,21 @@ impl<S: Service> Early<S> {
             lock: Mutex::new(()),
             room: Condvar::new(),
         });
-        let mut early =
-            Self { exec: Executor::new(service, sink), credits, senders: Vec::new(), workers: Vec::new(), routes };
+        let mut early = Self {
+            kind: config.kind,
+            exec: Executor::new(service, sink),
+            credits,
+            senders: Vec::new(),
+            workers: Vec::new(),
+            routes,
+        };
         for id in 0..config.workers {
             // Unbounded channel, bounded by `Credits`.
             let (tx, rx) = unbounded();
             let (exec, plans, credits) = (early.exec.clone(), plans.clone(), early.credits.clone());
             match std::thread::Builder::new()
                 .name(format!("psmr-early-{id}"))
-                .spawn(move || worker(id, &rx, &plans, &exec, &credits))
+                .spawn(move || worker(id, &rx, &plans, &exec, &credits, spin))
             {
                 Ok(h) => {
                     early.senders.push(tx);
@@ -177,26 +196,40 @@ fn worker<S: Service>(
     plans: &[ClassPlan],
     exec: &Executor<S>,
     credits: &Credits,
+    spin: u32,
 ) -> u64 {
     let bit = 1u64 << id;
     let mut executed = 0u64;
+    // This worker's cycle bit per class (000 Alg. 5, `cycles`).
+    let mut cycles = vec![0usize; plans.len()];
     while let Ok(d) = rx.recv() {
         for (cmd, &targets) in d.batch.commands().iter().zip(&d.targets) {
             if targets & bit == 0 {
                 continue;
             }
-            let plan = &plans[cmd.class.index()];
-            match &plan.barrier {
-                // Concurrent class, or sequential class on one thread.
-                None => executed += u64::from(exec.run(id, cmd)),
-                Some(barrier) => {
-                    if plan.executor == id {
+            match &plans[cmd.class.index()] {
+                ClassPlan::Alone => executed += u64::from(exec.run(id, cmd)),
+                ClassPlan::Barrier { barrier, executor } => {
+                    if *executor == id {
                         barrier.wait(); // every thread of the class is here
                         executed += u64::from(exec.run(id, cmd));
                         barrier.wait(); // release them
                     } else {
                         barrier.wait(); // signal the executor
                         barrier.wait(); // wait for the execution
+                    }
+                }
+                ClassPlan::Cycles(counters) => {
+                    let cycle = &mut cycles[cmd.class.index()];
+                    match counters.arrive(cycle) {
+                        Role::Execute => {
+                            executed += u64::from(exec.run(id, cmd));
+                            counters.done(*cycle);
+                        }
+                        Role::Wait => {
+                            let c = *cycle;
+                            wait_until(spin, || counters.released(c));
+                        }
                     }
                 }
             }
@@ -209,7 +242,7 @@ fn worker<S: Service>(
 
 impl<S: Service> Scheduler<S> for Early<S> {
     fn kind(&self) -> SchedulerKind {
-        SchedulerKind::Early
+        self.kind
     }
 
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {

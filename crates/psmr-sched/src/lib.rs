@@ -13,6 +13,7 @@
 //! | `late-batch-keys` | a graph of whole batches; conflicts found key by key (004 Alg. 1) |
 //! | `late-batch-bitmap` | a graph of whole batches; conflicts found by intersecting one-hash bitmaps (004 Alg. 1) |
 //! | `early` | classes mapped to threads before ordering (003 Alg. 1-2): per-worker FIFO queues, one barrier per sequential class |
+//! | `early-busywait` | `early` with the barriers replaced by two-cycle atomic counters (000 Alg. 4-5) |
 //!
 //! All of them implement [`Scheduler`]: [`Scheduler::submit`] one batch at a
 //! time (blocking when the scheduler's bounded queues are full, which is how
@@ -30,6 +31,7 @@
 //! their synchronization so that every thread drains and exits.
 
 mod barrier;
+mod cycles;
 mod early;
 mod exec;
 mod late;
@@ -38,6 +40,7 @@ mod sink;
 mod sync;
 
 pub use barrier::Barrier;
+pub use cycles::{CycleCounters, Role};
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
@@ -54,6 +57,16 @@ pub const GRAPH_MAX_DEFAULT: usize = 150;
 /// Default bound on each early worker's input queue, in dispatched batches.
 pub const QUEUE_DEPTH_DEFAULT: usize = 64;
 
+/// Default spin budget of `early-busywait`: rounds of busy spinning (a few
+/// microseconds) before a waiting thread yields. Busy waiting pays off when
+/// every worker has a core; on a machine with fewer cores the yields and
+/// naps that follow keep the waiting thread from starving the one it waits
+/// for.
+pub const SPIN_DEFAULT: u32 = 2_000;
+
+/// Largest accepted spin budget.
+pub const SPIN_MAX: u32 = 10_000_000;
+
 /// The execution schedulers, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SchedulerKind {
@@ -67,16 +80,19 @@ pub enum SchedulerKind {
     LateBatchBitmap,
     /// Early scheduling with a class-to-threads mapping.
     Early,
+    /// Early scheduling, busy-wait synchronization with two cycles.
+    EarlyBusyWait,
 }
 
 impl SchedulerKind {
     /// Every scheduler, in the order tables print them.
-    pub const ALL: [SchedulerKind; 5] = [
+    pub const ALL: [SchedulerKind; 6] = [
         SchedulerKind::Sequential,
         SchedulerKind::LateCbase,
         SchedulerKind::LateBatchKeys,
         SchedulerKind::LateBatchBitmap,
         SchedulerKind::Early,
+        SchedulerKind::EarlyBusyWait,
     ];
 
     /// The scheduler's name, as accepted by `FromStr`.
@@ -87,12 +103,13 @@ impl SchedulerKind {
             SchedulerKind::LateBatchKeys => "late-batch-keys",
             SchedulerKind::LateBatchBitmap => "late-batch-bitmap",
             SchedulerKind::Early => "early",
+            SchedulerKind::EarlyBusyWait => "early-busywait",
         }
     }
 
     /// True for schedulers that need a class-to-threads mapping.
     pub fn needs_mapping(self) -> bool {
-        matches!(self, SchedulerKind::Early)
+        matches!(self, SchedulerKind::Early | SchedulerKind::EarlyBusyWait)
     }
 }
 
@@ -127,12 +144,22 @@ pub struct SchedConfig {
     /// Early: the class-to-threads mapping (its worker count must equal
     /// `workers`).
     pub mapping: Option<Mapping>,
+    /// `early-busywait`: rounds a waiting thread spins before it starts
+    /// yielding and napping (`0..=SPIN_MAX`).
+    pub spin: u32,
 }
 
 impl SchedConfig {
     /// A configuration with default bounds and no mapping.
     pub fn new(kind: SchedulerKind, workers: usize) -> Self {
-        Self { kind, workers, graph_max: GRAPH_MAX_DEFAULT, queue_depth: QUEUE_DEPTH_DEFAULT, mapping: None }
+        Self {
+            kind,
+            workers,
+            graph_max: GRAPH_MAX_DEFAULT,
+            queue_depth: QUEUE_DEPTH_DEFAULT,
+            mapping: None,
+            spin: SPIN_DEFAULT,
+        }
     }
 
     /// Sets the mapping used by `early`.
@@ -234,6 +261,9 @@ pub fn build<S: Service>(
     if config.graph_max == 0 {
         return Err(SchedError::Config("graph size must be at least 1".into()));
     }
+    if config.spin > SPIN_MAX {
+        return Err(SchedError::Config(format!("spin budget must be between 0 and {SPIN_MAX}, got {}", config.spin)));
+    }
     if config.queue_depth == 0 {
         return Err(SchedError::Config("queue depth must be at least 1".into()));
     }
@@ -243,7 +273,7 @@ pub fn build<S: Service>(
         SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
             Box::new(late::Late::new(config, service, sink, classes)?)
         }
-        SchedulerKind::Early => {
+        SchedulerKind::Early | SchedulerKind::EarlyBusyWait => {
             let mapping = config
                 .mapping
                 .as_ref()

@@ -2,12 +2,12 @@
 //! protocols built on them can be model-checked.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::AtomicU64;
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::AtomicU64;
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex};
 
@@ -33,4 +33,39 @@ pub(crate) fn backoff_until(done: impl Fn() -> bool) -> bool {
 pub(crate) fn backoff_until(done: impl Fn() -> bool) -> bool {
     loom::thread::yield_now();
     done()
+}
+
+/// Waits until `done` holds without burning a core forever: `spin` rounds of
+/// busy spinning (the busy-wait of 000 §6.1, which assumes a core per
+/// worker), then up to 64 yields to other threads, then sleeps that double
+/// from 16 µs to 1 ms and poll again. The sleeps need no wake-up: whoever
+/// makes `done` true does not have to know that somebody waits.
+#[cfg(not(loom))]
+pub(crate) fn wait_until(spin: u32, done: impl Fn() -> bool) {
+    for _ in 0..spin {
+        if done() {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    for _ in 0..64 {
+        if done() {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    let mut nap = std::time::Duration::from_micros(16);
+    while !done() {
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Under loom every round of waiting is a yield, which loom schedules away
+/// from until another thread has moved.
+#[cfg(loom)]
+pub(crate) fn wait_until(_spin: u32, done: impl Fn() -> bool) {
+    while !done() {
+        loom::thread::yield_now();
+    }
 }

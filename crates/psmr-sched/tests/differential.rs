@@ -19,11 +19,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 const WORKERS: [usize; 5] = [1, 2, 3, 4, 8];
-const PARALLEL: [SchedulerKind; 4] =
-    [SchedulerKind::LateCbase, SchedulerKind::LateBatchKeys, SchedulerKind::LateBatchBitmap, SchedulerKind::Early];
+const PARALLEL: [SchedulerKind; 5] = [
+    SchedulerKind::LateCbase,
+    SchedulerKind::LateBatchKeys,
+    SchedulerKind::LateBatchBitmap,
+    SchedulerKind::Early,
+    SchedulerKind::EarlyBusyWait,
+];
 
 /// Commands executed per scheduler over the whole test binary.
-static EXECUTED: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static EXECUTED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
 /// The base seed: `PSMR_TEST_SEED` if set, else a fresh one per run (so
 /// that CI keeps exploring new workloads), printed once either way.

@@ -42,7 +42,8 @@ struct SchedBenchArgs {
     #[arg(long, default_value = "readers-writers")]
     model: String,
     /// Scheduler to run (repeatable or comma-separated): sequential,
-    /// late-cbase, late-batch-keys, late-batch-bitmap, early, or all.
+    /// late-cbase, late-batch-keys, late-batch-bitmap, early,
+    /// early-busywait, or all.
     #[arg(long = "scheduler", value_delimiter = ',', default_value = "all")]
     schedulers: Vec<String>,
     /// Worker threads (comma-separated list: each parallel scheduler runs with each).
@@ -96,6 +97,9 @@ struct SchedBenchArgs {
     /// Early: `default`, a JSON mapping file, or a spec like `R=conc:0,1;W=seq:0-1`.
     #[arg(long, default_value = "default")]
     mapping: String,
+    /// early-busywait: rounds a waiting worker spins before it yields and naps.
+    #[arg(long, default_value_t = psmr_sched::SPIN_DEFAULT)]
+    spin: u32,
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
@@ -157,6 +161,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         queue_depth: args.queue_depth,
         mapping: args.mapping.parse::<MappingSource>().expect("infallible"),
         repeat: args.repeat,
+        spin: args.spin,
     };
     config.validate()?;
     let json = args.json;

@@ -55,8 +55,8 @@ fn json_lines_have_the_fields_and_digests_agree() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("each line is a JSON object"))
         .collect();
-    // sequential once, four parallel schedulers at two worker counts.
-    assert_eq!(lines.len(), 9);
+    // sequential once, five parallel schedulers at two worker counts.
+    assert_eq!(lines.len(), 11);
     for l in &lines {
         for field in ["scheduler", "workers", "commands", "elapsed_s", "throughput_cps", "digest"] {
             assert!(l.get(field).is_some(), "missing {field} in {l}");
@@ -161,5 +161,7 @@ fn bad_input_is_a_clear_error() {
     );
     fails_with(&["sched-bench", "--bitmap-bits", "0"], "--bitmap-bits must be between");
     fails_with(&["sched-bench", "--repeat", "0"], "--repeat must be between");
+    fails_with(&["sched-bench", "--spin", "20000000"], "--spin must be between 0 and 10000000");
+    fails_with(&["sched-bench", "--spin=-1"], "invalid value");
     fails_with(&["frobnicate"], "unrecognized subcommand");
 }
