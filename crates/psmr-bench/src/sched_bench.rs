@@ -104,8 +104,9 @@ pub struct SchedBenchConfig {
     pub mapping: MappingSource,
     /// Runs of each variant; the report gives the median.
     pub repeat: usize,
-    /// `early-busywait`: spin budget of a waiting thread.
-    pub spin: u32,
+    /// `early-busywait`: spin budget of a waiting thread (`None`: automatic,
+    /// see `psmr_sched::SchedConfig::spin`).
+    pub spin: Option<u32>,
 }
 
 impl Default for SchedBenchConfig {
@@ -124,7 +125,7 @@ impl Default for SchedBenchConfig {
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mapping: MappingSource::Default,
             repeat: 1,
-            spin: psmr_sched::SPIN_DEFAULT,
+            spin: None,
         }
     }
 }
@@ -262,11 +263,10 @@ impl SchedBenchConfig {
         if self.graph_max == 0 || self.queue_depth == 0 {
             return Err(BenchError::Config("--graph-max and --queue-depth must be at least 1".into()));
         }
-        if self.spin > psmr_sched::SPIN_MAX {
+        if let Some(spin) = self.spin.filter(|&s| s > psmr_sched::SPIN_MAX) {
             return Err(BenchError::Config(format!(
-                "--spin must be between 0 and {}, got {}",
-                psmr_sched::SPIN_MAX,
-                self.spin
+                "--spin must be between 0 and {}, got {spin}",
+                psmr_sched::SPIN_MAX
             )));
         }
         if self.repeat == 0 || self.repeat > REPEAT_MAX {

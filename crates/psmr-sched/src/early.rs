@@ -126,7 +126,7 @@ impl<S: Service> Early<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
         let busy_wait = config.kind == SchedulerKind::EarlyBusyWait;
-        let spin = config.spin;
+        let spin = config.spin_budget();
         let plans: Arc<Vec<ClassPlan>> = Arc::new(
             mapping
                 .classes()

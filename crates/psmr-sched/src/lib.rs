@@ -145,8 +145,11 @@ pub struct SchedConfig {
     /// `workers`).
     pub mapping: Option<Mapping>,
     /// `early-busywait`: rounds a waiting thread spins before it starts
-    /// yielding and napping (`0..=SPIN_MAX`).
-    pub spin: u32,
+    /// yielding and napping (`0..=SPIN_MAX`). `None` chooses: spin
+    /// [`SPIN_DEFAULT`] rounds when every worker can have a core of its own,
+    /// not at all when there are more workers than cores (a spinning thread
+    /// would then take the core from the thread it waits for).
+    pub spin: Option<u32>,
 }
 
 impl SchedConfig {
@@ -158,7 +161,7 @@ impl SchedConfig {
             graph_max: GRAPH_MAX_DEFAULT,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mapping: None,
-            spin: SPIN_DEFAULT,
+            spin: None,
         }
     }
 
@@ -166,6 +169,19 @@ impl SchedConfig {
     pub fn with_mapping(mut self, mapping: Mapping) -> Self {
         self.mapping = Some(mapping);
         self
+    }
+
+    /// The spin budget `early-busywait` uses: `spin`, or the automatic
+    /// choice described there.
+    pub fn spin_budget(&self) -> u32 {
+        self.spin.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if self.workers <= cores {
+                SPIN_DEFAULT
+            } else {
+                0
+            }
+        })
     }
 }
 
@@ -261,8 +277,8 @@ pub fn build<S: Service>(
     if config.graph_max == 0 {
         return Err(SchedError::Config("graph size must be at least 1".into()));
     }
-    if config.spin > SPIN_MAX {
-        return Err(SchedError::Config(format!("spin budget must be between 0 and {SPIN_MAX}, got {}", config.spin)));
+    if let Some(spin) = config.spin.filter(|&s| s > SPIN_MAX) {
+        return Err(SchedError::Config(format!("spin budget must be between 0 and {SPIN_MAX}, got {spin}")));
     }
     if config.queue_depth == 0 {
         return Err(SchedError::Config("queue depth must be at least 1".into()));

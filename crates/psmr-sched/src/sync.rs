@@ -38,7 +38,7 @@ pub(crate) fn backoff_until(done: impl Fn() -> bool) -> bool {
 /// Waits until `done` holds without burning a core forever: `spin` rounds of
 /// busy spinning (the busy-wait of 000 §6.1, which assumes a core per
 /// worker), then up to 64 yields to other threads, then sleeps that double
-/// from 16 µs to 1 ms and poll again. The sleeps need no wake-up: whoever
+/// from 8 µs to 256 µs and poll again. The sleeps need no wake-up: whoever
 /// makes `done` true does not have to know that somebody waits.
 #[cfg(not(loom))]
 pub(crate) fn wait_until(spin: u32, done: impl Fn() -> bool) {
@@ -54,10 +54,10 @@ pub(crate) fn wait_until(spin: u32, done: impl Fn() -> bool) {
         }
         std::thread::yield_now();
     }
-    let mut nap = std::time::Duration::from_micros(16);
+    let mut nap = std::time::Duration::from_micros(8);
     while !done() {
         std::thread::sleep(nap);
-        nap = (nap * 2).min(std::time::Duration::from_millis(1));
+        nap = (nap * 2).min(std::time::Duration::from_micros(256));
     }
 }
 

@@ -97,9 +97,10 @@ struct SchedBenchArgs {
     /// Early: `default`, a JSON mapping file, or a spec like `R=conc:0,1;W=seq:0-1`.
     #[arg(long, default_value = "default")]
     mapping: String,
-    /// early-busywait: rounds a waiting worker spins before it yields and naps.
-    #[arg(long, default_value_t = psmr_sched::SPIN_DEFAULT)]
-    spin: u32,
+    /// early-busywait: rounds a waiting worker spins before it yields and naps
+    /// [default: 2000 when every worker has a core, else 0].
+    #[arg(long)]
+    spin: Option<u32>,
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
