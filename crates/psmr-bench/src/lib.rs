@@ -11,4 +11,7 @@
 
 pub mod sched_bench;
 
-pub use sched_bench::{format_table, run, BenchError, MappingSource, RunReport, SchedBenchConfig, ServiceKind};
+pub use sched_bench::{
+    format_metrics_table, format_table, run, BenchError, MappingSource, MetricsSample, RunReport, SchedBenchConfig,
+    ServiceKind,
+};

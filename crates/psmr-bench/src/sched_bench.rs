@@ -7,8 +7,10 @@ use serde::Serialize;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Most commands one batch may hold.
@@ -107,6 +109,8 @@ pub struct SchedBenchConfig {
     /// `early-busywait`: spin budget of a waiting thread (`None`: automatic,
     /// see `psmr_sched::SchedConfig::spin`).
     pub spin: Option<u32>,
+    /// Sample per-worker metrics every this many milliseconds (`None`: off).
+    pub metrics_interval_ms: Option<u64>,
 }
 
 impl Default for SchedBenchConfig {
@@ -126,6 +130,7 @@ impl Default for SchedBenchConfig {
             mapping: MappingSource::Default,
             repeat: 1,
             spin: None,
+            metrics_interval_ms: None,
         }
     }
 }
@@ -227,6 +232,10 @@ pub struct RunReport {
     pub seed: u64,
     /// Commands executed by each worker.
     pub executed_per_worker: Vec<u64>,
+    /// Per-worker metrics samples of the last run (with
+    /// `metrics_interval_ms`), printed as their own JSON lines.
+    #[serde(skip)]
+    pub metrics: Vec<MetricsSample>,
 }
 
 impl SchedBenchConfig {
@@ -268,6 +277,9 @@ impl SchedBenchConfig {
                 "--spin must be between 0 and {}, got {spin}",
                 psmr_sched::SPIN_MAX
             )));
+        }
+        if let Some(ms) = self.metrics_interval_ms.filter(|&ms| ms == 0 || ms > 60_000) {
+            return Err(BenchError::Config(format!("--metrics must be between 1 and 60000 ms, got {ms}")));
         }
         if self.repeat == 0 || self.repeat > REPEAT_MAX {
             return Err(BenchError::Config(format!(
@@ -440,6 +452,7 @@ where
             batch: config.batch,
             seed: config.workload.seed,
             executed_per_worker: outcome.executed_per_worker,
+            metrics: outcome.metrics,
         };
         on_run(&report);
         reports.push(report);
@@ -453,6 +466,7 @@ struct Outcome {
     digest: String,
     reply_digest: String,
     executed_per_worker: Vec<u64>,
+    metrics: Vec<MetricsSample>,
 }
 
 /// Runs the batches once through a fresh service; returns the seconds from
@@ -476,16 +490,22 @@ where
     sched_config.queue_depth = config.queue_depth;
     sched_config.mapping = mapping;
     sched_config.spin = config.spin;
+    sched_config.metrics = config.metrics_interval_ms.is_some();
     let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
     let input = batches.to_vec();
     tracing::debug!(%kind, workers, "run starts");
     let start = Instant::now();
     let mut scheduler = psmr_sched::build(&sched_config, service.clone(), &setup.model, sink.clone()).map_err(fail)?;
+    let sampler = match (config.metrics_interval_ms, scheduler.metrics()) {
+        (Some(ms), Some(m)) => Some(Sampler::start(m, kind, workers, Duration::from_millis(ms), start)),
+        _ => None,
+    };
     for batch in input {
         scheduler.submit(batch).map_err(fail)?;
     }
     let stats = scheduler.finish().map_err(fail)?;
     let secs = start.elapsed().as_secs_f64();
+    let metrics = sampler.map(Sampler::stop).unwrap_or_default();
     let (reply_digest, replies) = sink.digest();
     if replies != n as u64 {
         return Err(BenchError::Config(format!(
@@ -496,8 +516,143 @@ where
         digest: service.digest().to_string(),
         reply_digest: reply_digest.to_string(),
         executed_per_worker: stats.executed_per_worker,
+        metrics,
     };
     Ok((secs, outcome))
+}
+
+/// One worker's metrics over one sampling interval (000 §5.3): a JSON line
+/// of `psmr sched-bench --metrics-interval-ms MS --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct MetricsSample {
+    /// Always `"metrics"`, to tell these lines from run reports.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Scheduler name.
+    pub scheduler: String,
+    /// Workers of the run.
+    pub workers: usize,
+    /// This worker's id.
+    pub worker: usize,
+    /// End of the interval, seconds since the run started.
+    pub t_s: f64,
+    /// Length of the interval, seconds.
+    pub interval_s: f64,
+    /// Seconds spent waiting for the other threads of sequential classes.
+    pub sync_idle_s: f64,
+    /// Seconds spent waiting for the queue.
+    pub queue_idle_s: f64,
+    /// Commands per queue operation.
+    pub queue_size_avg: f64,
+    /// Commands executed.
+    pub executed: u64,
+    /// Steal attempts.
+    pub steals_tried: u64,
+    /// Successful steals.
+    pub steals_ok: u64,
+}
+
+/// Samples a scheduler's metrics from its own thread until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Vec<MetricsSample>>,
+}
+
+impl Sampler {
+    fn start(
+        metrics: Arc<psmr_sched::Metrics>,
+        kind: SchedulerKind,
+        workers: usize,
+        every: Duration,
+        t0: Instant,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        // The first snapshot is taken here, before any command is submitted,
+        // so that the samples add up to the run's totals.
+        let mut last = metrics.snapshot();
+        let handle = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut last_t = 0.0;
+            loop {
+                // Sleep in short steps so that stopping is prompt.
+                let until = Instant::now() + every;
+                while Instant::now() < until && !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(every.min(Duration::from_millis(5)));
+                }
+                let stopping = flag.load(Ordering::Relaxed);
+                let now = metrics.snapshot();
+                let t = t0.elapsed().as_secs_f64();
+                for (worker, (n, l)) in now.iter().zip(&last).enumerate() {
+                    let d = n.since(l);
+                    out.push(MetricsSample {
+                        kind: "metrics",
+                        scheduler: kind.name().to_string(),
+                        workers,
+                        worker,
+                        t_s: t,
+                        interval_s: t - last_t,
+                        sync_idle_s: d.sync_idle_ns as f64 / 1e9,
+                        queue_idle_s: d.queue_idle_ns as f64 / 1e9,
+                        queue_size_avg: d.queue_size_avg(),
+                        executed: d.executed,
+                        steals_tried: d.steals_tried,
+                        steals_ok: d.steals_ok,
+                    });
+                }
+                (last, last_t) = (now, t);
+                if stopping {
+                    return out;
+                }
+            }
+        });
+        Self { stop, handle }
+    }
+
+    fn stop(self) -> Vec<MetricsSample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+/// Per-worker totals of each run's metrics: one line per worker with the
+/// share of the run spent idle in synchronization and on the queue.
+pub fn format_metrics_table(reports: &[RunReport]) -> String {
+    let mut out = format!(
+        "{:<18} {:>7} {:>6} {:>10} {:>9} {:>10} {:>10} {:>7}\n",
+        "scheduler", "workers", "worker", "executed", "sync_idle", "queue_idle", "queue_size", "steals"
+    );
+    for r in reports {
+        let mut totals: Vec<(u64, f64, f64, f64, u64, u64)> = vec![(0, 0.0, 0.0, 0.0, 0, 0); r.workers];
+        for m in &r.metrics {
+            let t = &mut totals[m.worker];
+            t.0 += m.executed;
+            t.1 += m.sync_idle_s;
+            t.2 += m.queue_idle_s;
+            t.3 += m.queue_size_avg * m.interval_s;
+            t.4 += m.steals_ok;
+            t.5 += m.steals_tried;
+        }
+        if r.metrics.is_empty() {
+            continue;
+        }
+        let span = r.metrics.iter().map(|m| m.t_s).fold(0.0, f64::max).max(1e-9);
+        for (w, t) in totals.iter().enumerate() {
+            out.push_str(&format!(
+                "{:<18} {:>7} {:>6} {:>10} {:>8.1}% {:>9.1}% {:>10.1} {:>3}/{:<3}\n",
+                r.scheduler,
+                r.workers,
+                w,
+                t.0,
+                100.0 * t.1 / span,
+                100.0 * t.2 / span,
+                t.3 / span,
+                t.4,
+                t.5
+            ));
+        }
+    }
+    out
 }
 
 /// A readable table of runs, one line each.

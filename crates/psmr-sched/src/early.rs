@@ -27,6 +27,7 @@
 use crate::barrier::Barrier;
 use crate::cycles::{CycleCounters, Role};
 use crate::exec::{stats_of, Executor};
+use crate::metrics::{Metrics, WorkerCounters};
 use crate::sink::ReplySink;
 use crate::sync::{backoff_until, wait_until};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
@@ -34,9 +35,10 @@ use crossbeam::channel::{unbounded, Receiver, Sender};
 use crossbeam::utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use psmr_model::{Batch, Mapping, Mode, Service};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// One batch as sent to the workers, with each command's target threads.
 struct Dispatch<O> {
@@ -102,6 +104,7 @@ impl Credits {
 
 pub(crate) struct Early<S: Service> {
     kind: SchedulerKind,
+    metrics: Arc<Metrics>,
     exec: Executor<S>,
     credits: Arc<Credits>,
     senders: Vec<Sender<Arc<Dispatch<S::Op>>>>,
@@ -156,6 +159,7 @@ impl<S: Service> Early<S> {
         });
         let mut early = Self {
             kind: config.kind,
+            metrics: Arc::new(Metrics::new(config.workers)),
             exec: Executor::new(service, sink),
             credits,
             senders: Vec::new(),
@@ -166,10 +170,20 @@ impl<S: Service> Early<S> {
             // Unbounded channel, bounded by `Credits`.
             let (tx, rx) = unbounded();
             let (exec, plans, credits) = (early.exec.clone(), plans.clone(), early.credits.clone());
-            match std::thread::Builder::new()
-                .name(format!("psmr-early-{id}"))
-                .spawn(move || worker(id, &rx, &plans, &exec, &credits, spin))
-            {
+            let (metrics, timing) = (early.metrics.clone(), config.metrics);
+            match std::thread::Builder::new().name(format!("psmr-early-{id}")).spawn(move || {
+                let env = WorkerEnv {
+                    id,
+                    plans: &plans,
+                    exec: &exec,
+                    credits: &credits,
+                    spin,
+                    counters: metrics.worker(id),
+                    timing,
+                };
+                worker(&rx, &env);
+                metrics.worker(id).executed.load(Ordering::Relaxed)
+            }) {
                 Ok(h) => {
                     early.senders.push(tx);
                     early.workers.push(h);
@@ -190,54 +204,93 @@ impl<S: Service> Early<S> {
     }
 }
 
-fn worker<S: Service>(
+/// What a worker thread needs besides its queue.
+struct WorkerEnv<'a, S: Service> {
     id: usize,
-    rx: &Receiver<Arc<Dispatch<S::Op>>>,
-    plans: &[ClassPlan],
-    exec: &Executor<S>,
-    credits: &Credits,
+    plans: &'a [ClassPlan],
+    exec: &'a Executor<S>,
+    credits: &'a Credits,
     spin: u32,
-) -> u64 {
+    counters: &'a WorkerCounters,
+    /// Measure idleness (two clock reads per wait).
+    timing: bool,
+}
+
+impl<S: Service> WorkerEnv<'_, S> {
+    /// Starts timing a wait, if metrics are on.
+    #[inline]
+    fn start(&self) -> Option<Instant> {
+        self.timing.then(Instant::now)
+    }
+
+    /// Adds the time since `start` to `counter`.
+    #[inline]
+    fn stop(&self, start: Option<Instant>, counter: &AtomicU64) {
+        if let Some(t) = start {
+            WorkerCounters::add(counter, t.elapsed().as_nanos() as u64);
+        }
+    }
+
+    #[inline]
+    fn run(&self, cmd: &psmr_model::Command<S::Op>) {
+        if self.exec.run(self.id, cmd) {
+            WorkerCounters::add(&self.counters.executed, 1);
+        }
+    }
+}
+
+fn worker<S: Service>(rx: &Receiver<Arc<Dispatch<S::Op>>>, env: &WorkerEnv<'_, S>) {
+    let (id, c) = (env.id, env.counters);
     let bit = 1u64 << id;
-    let mut executed = 0u64;
     // This worker's cycle bit per class (000 Alg. 5, `cycles`).
-    let mut cycles = vec![0usize; plans.len()];
-    while let Ok(d) = rx.recv() {
+    let mut cycles = vec![0usize; env.plans.len()];
+    loop {
+        let waited = env.start();
+        let Ok(d) = rx.recv() else { return };
+        env.stop(waited, &c.queue_idle_ns);
+        let mut mine = 0u64;
         for (cmd, &targets) in d.batch.commands().iter().zip(&d.targets) {
             if targets & bit == 0 {
                 continue;
             }
-            match &plans[cmd.class.index()] {
-                ClassPlan::Alone => executed += u64::from(exec.run(id, cmd)),
+            mine += 1;
+            match &env.plans[cmd.class.index()] {
+                ClassPlan::Alone => env.run(cmd),
                 ClassPlan::Barrier { barrier, executor } => {
+                    let waited = env.start();
                     if *executor == id {
                         barrier.wait(); // every thread of the class is here
-                        executed += u64::from(exec.run(id, cmd));
+                        env.stop(waited, &c.sync_idle_ns);
+                        env.run(cmd);
                         barrier.wait(); // release them
                     } else {
                         barrier.wait(); // signal the executor
                         barrier.wait(); // wait for the execution
+                        env.stop(waited, &c.sync_idle_ns);
                     }
                 }
                 ClassPlan::Cycles(counters) => {
                     let cycle = &mut cycles[cmd.class.index()];
                     match counters.arrive(cycle) {
+                        // The last to arrive finds everybody there.
                         Role::Execute => {
-                            executed += u64::from(exec.run(id, cmd));
+                            env.run(cmd);
                             counters.done(*cycle);
                         }
                         Role::Wait => {
-                            let c = *cycle;
-                            wait_until(spin, || counters.released(c));
+                            let (waited, cycle) = (env.start(), *cycle);
+                            wait_until(env.spin, || counters.released(cycle));
+                            env.stop(waited, &c.sync_idle_ns);
                         }
                     }
                 }
             }
         }
+        WorkerCounters::add(&c.dequeues, 1);
+        WorkerCounters::add(&c.dequeued_commands, mine);
         drop(d);
-        credits.release(id);
+        env.credits.release(id);
     }
-    executed
 }
 
 impl<S: Service> Scheduler<S> for Early<S> {
@@ -273,6 +326,10 @@ impl<S: Service> Scheduler<S> for Early<S> {
             }
         }
         Ok(())
+    }
+
+    fn metrics(&self) -> Option<Arc<Metrics>> {
+        Some(self.metrics.clone())
     }
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {

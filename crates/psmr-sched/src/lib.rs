@@ -35,12 +35,14 @@ mod cycles;
 mod early;
 mod exec;
 mod late;
+mod metrics;
 mod sequential;
 mod sink;
 mod sync;
 
 pub use barrier::Barrier;
 pub use cycles::{CycleCounters, Role};
+pub use metrics::{Metrics, WorkerSample};
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
@@ -150,6 +152,9 @@ pub struct SchedConfig {
     /// not at all when there are more workers than cores (a spinning thread
     /// would then take the core from the thread it waits for).
     pub spin: Option<u32>,
+    /// Early: time synchronization and queue idleness for [`Metrics`]
+    /// (counts are always kept).
+    pub metrics: bool,
 }
 
 impl SchedConfig {
@@ -162,6 +167,7 @@ impl SchedConfig {
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mapping: None,
             spin: None,
+            metrics: false,
         }
     }
 
@@ -255,6 +261,12 @@ pub trait Scheduler<S: Service>: Send {
     /// Hands over the next batch in log order. Blocks while the scheduler's
     /// bounded queues are full. Fails once a command has panicked.
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError>;
+
+    /// The per-worker metrics (000 §5.3) of the schedulers that keep them
+    /// (the early ones), to sample from any thread while it runs.
+    fn metrics(&self) -> Option<Arc<Metrics>> {
+        None
+    }
 
     /// Waits until every submitted command has executed, stops and joins
     /// every thread, and reports. Fails if a command panicked.

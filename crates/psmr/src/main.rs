@@ -101,6 +101,10 @@ struct SchedBenchArgs {
     /// [default: 2000 when every worker has a core, else 0].
     #[arg(long)]
     spin: Option<u32>,
+    /// Sample per-worker metrics of the early schedulers (000 §5.3) every
+    /// MS milliseconds: sync and queue idleness, queue size, executed, steals.
+    #[arg(long, value_name = "MS", num_args = 0..=1, default_missing_value = "1000")]
+    metrics: Option<u64>,
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
@@ -163,6 +167,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         mapping: args.mapping.parse::<MappingSource>().expect("infallible"),
         repeat: args.repeat,
         spin: args.spin,
+        metrics_interval_ms: args.metrics,
     };
     config.validate()?;
     let json = args.json;
@@ -175,6 +180,9 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
             let mut out = stdout.lock();
             // A closed stdout (e.g. piped into `head`) is not worth a panic.
             let _ = writeln!(out, "{}", serde_json::to_string(r).expect("report serializes"));
+            for m in &r.metrics {
+                let _ = writeln!(out, "{}", serde_json::to_string(m).expect("sample serializes"));
+            }
         } else {
             eprintln!("  {} with {} workers: {:.0} commands/s", r.scheduler, r.workers, r.throughput_cps);
         }
@@ -182,6 +190,10 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
     .context("sched-bench failed")?;
     if !json {
         print!("{}", format_table(&reports));
+        if config.metrics_interval_ms.is_some() {
+            println!("per-worker metrics (share of the run):");
+            print!("{}", psmr_bench::format_metrics_table(&reports));
+        }
         println!("all {} runs agree on state and replies", reports.len());
     }
     if reports.is_empty() {

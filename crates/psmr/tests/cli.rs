@@ -69,6 +69,51 @@ fn json_lines_have_the_fields_and_digests_agree() {
 }
 
 #[test]
+fn metrics_lines_cover_every_worker_and_add_up() {
+    let o = psmr(&[
+        "sched-bench",
+        "--service",
+        "list",
+        "--model",
+        "sharded-global",
+        "--shards",
+        "2",
+        "--workload",
+        "25-5-25",
+        "--scheduler",
+        "early,early-busywait,late-cbase",
+        "--workers",
+        "3",
+        "--commands",
+        "20000",
+        "--metrics",
+        "5",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for kind in ["early", "early-busywait"] {
+        let run = lines.iter().find(|l| l["scheduler"] == kind && l.get("type").is_none()).expect("run line");
+        let samples: Vec<_> = lines.iter().filter(|l| l["type"] == "metrics" && l["scheduler"] == kind).collect();
+        let workers: std::collections::BTreeSet<u64> = samples.iter().map(|s| s["worker"].as_u64().unwrap()).collect();
+        assert_eq!(workers.into_iter().collect::<Vec<_>>(), vec![0, 1, 2], "{kind}");
+        // Executed commands in the samples add up to each worker's total.
+        for w in 0..3u64 {
+            let sum: u64 = samples.iter().filter(|s| s["worker"] == w).map(|s| s["executed"].as_u64().unwrap()).sum();
+            assert_eq!(sum, run["executed_per_worker"][w as usize].as_u64().unwrap(), "{kind} worker {w}");
+        }
+        for s in &samples {
+            for f in ["sync_idle_s", "queue_idle_s", "queue_size_avg", "t_s", "steals_tried", "steals_ok"] {
+                assert!(s[f].as_f64().unwrap() >= 0.0, "{f} in {s}");
+            }
+        }
+    }
+    // Schedulers without metrics print none.
+    assert!(!lines.iter().any(|l| l["type"] == "metrics" && l["scheduler"] == "late-cbase"));
+}
+
+#[test]
 fn repeat_reports_the_median_of_its_runs() {
     let o = psmr(&[
         "sched-bench",
@@ -163,5 +208,6 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["sched-bench", "--repeat", "0"], "--repeat must be between");
     fails_with(&["sched-bench", "--spin", "20000000"], "--spin must be between 0 and 10000000");
     fails_with(&["sched-bench", "--spin=-1"], "invalid value");
+    fails_with(&["sched-bench", "--metrics", "0"], "--metrics must be between 1 and 60000 ms");
     fails_with(&["frobnicate"], "unrecognized subcommand");
 }
