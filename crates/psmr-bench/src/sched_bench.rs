@@ -111,6 +111,8 @@ pub struct SchedBenchConfig {
     pub spin: Option<u32>,
     /// Sample per-worker metrics every this many milliseconds (`None`: off).
     pub metrics_interval_ms: Option<u64>,
+    /// Work stealing: victim selection.
+    pub victims: psmr_sched::Victims,
 }
 
 impl Default for SchedBenchConfig {
@@ -131,6 +133,7 @@ impl Default for SchedBenchConfig {
             repeat: 1,
             spin: None,
             metrics_interval_ms: None,
+            victims: psmr_sched::Victims::First,
         }
     }
 }
@@ -491,6 +494,7 @@ where
     sched_config.mapping = mapping;
     sched_config.spin = config.spin;
     sched_config.metrics = config.metrics_interval_ms.is_some();
+    sched_config.victims = config.victims;
     let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
     let input = batches.to_vec();
     tracing::debug!(%kind, workers, "run starts");

@@ -41,9 +41,10 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// One batch as sent to the workers, with each command's target threads.
-struct Dispatch<O> {
-    batch: Batch<O>,
-    targets: Vec<u64>,
+pub(crate) struct Dispatch<O> {
+    pub(crate) batch: Batch<O>,
+    /// Per command, the workers it goes to (bit `t` for worker `t`).
+    pub(crate) targets: Vec<u64>,
 }
 
 /// What a worker needs to know about a class.
@@ -64,7 +65,7 @@ enum ClassPlan {
 /// wake the scheduler at every batch the worker takes, a context switch on
 /// each side per batch, which on a machine with few cores costs more than
 /// scheduling the batch.
-struct Credits {
+pub(crate) struct Credits {
     /// Batches sent to each worker and not yet finished by it.
     pending: Vec<CachePadded<AtomicUsize>>,
     depth: usize,
@@ -73,12 +74,21 @@ struct Credits {
 }
 
 impl Credits {
+    pub(crate) fn new(workers: usize, depth: usize) -> Self {
+        Self {
+            pending: (0..workers).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
+            depth,
+            lock: Mutex::new(()),
+            room: Condvar::new(),
+        }
+    }
+
     fn low(&self) -> usize {
         self.depth / 2
     }
 
     /// Scheduler side: waits for room in worker `w`'s queue, takes a slot.
-    fn acquire(&self, w: usize) {
+    pub(crate) fn acquire(&self, w: usize) {
         let pending = &self.pending[w];
         if pending.load(Ordering::Acquire) >= self.depth
             && !backoff_until(|| pending.load(Ordering::Acquire) <= self.low())
@@ -92,7 +102,7 @@ impl Credits {
     }
 
     /// Worker side: one batch of worker `w` is done.
-    fn release(&self, w: usize) {
+    pub(crate) fn release(&self, w: usize) {
         if self.pending[w].fetch_sub(1, Ordering::AcqRel) - 1 == self.low() {
             // Taking the lock orders this wake-up after a scheduler's check
             // of the counter, so the wake-up cannot be lost.
@@ -113,12 +123,48 @@ pub(crate) struct Early<S: Service> {
     routes: Vec<Route>,
 }
 
-struct Route {
+pub(crate) struct Route {
     sequential: bool,
     threads: Vec<usize>,
     mask: u64,
     /// Round-robin cursor into `threads` (003 Alg. 1, `next`).
     next: usize,
+}
+
+/// The dispatch table of a mapping: one route per class.
+pub(crate) fn routes_of(mapping: &Mapping) -> Vec<Route> {
+    mapping
+        .classes()
+        .iter()
+        .map(|c| Route {
+            sequential: c.mode == Mode::Sequential,
+            threads: c.threads.clone(),
+            mask: c.thread_mask(),
+            next: 0,
+        })
+        .collect()
+}
+
+/// 003 Alg. 1 for one batch: each command of a sequential class goes to
+/// every thread of its class, each command of a concurrent class to the
+/// next thread of its class, round-robin. Returns the dispatch and the
+/// union of its targets.
+pub(crate) fn dispatch<O>(routes: &mut [Route], batch: Batch<O>) -> (Arc<Dispatch<O>>, u64) {
+    let mut targets = Vec::with_capacity(batch.len());
+    let mut any = 0u64;
+    for cmd in batch.commands() {
+        let route = &mut routes[cmd.class.index()];
+        let mask = if route.sequential {
+            route.mask
+        } else {
+            let t = route.threads[route.next];
+            route.next = if route.next + 1 == route.threads.len() { 0 } else { route.next + 1 };
+            1u64 << t
+        };
+        targets.push(mask);
+        any |= mask;
+    }
+    (Arc::new(Dispatch { batch, targets }), any)
 }
 
 impl<S: Service> Early<S> {
@@ -141,22 +187,8 @@ impl<S: Service> Early<S> {
                 })
                 .collect(),
         );
-        let routes = mapping
-            .classes()
-            .iter()
-            .map(|c| Route {
-                sequential: c.mode == Mode::Sequential,
-                threads: c.threads.clone(),
-                mask: c.thread_mask(),
-                next: 0,
-            })
-            .collect();
-        let credits = Arc::new(Credits {
-            pending: (0..config.workers).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
-            depth: config.queue_depth,
-            lock: Mutex::new(()),
-            room: Condvar::new(),
-        });
+        let routes = routes_of(&mapping);
+        let credits = Arc::new(Credits::new(config.workers, config.queue_depth));
         let mut early = Self {
             kind: config.kind,
             metrics: Arc::new(Metrics::new(config.workers)),
@@ -301,21 +333,7 @@ impl<S: Service> Scheduler<S> for Early<S> {
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
         self.exec.failure.check()?;
         check_classes(&batch, self.routes.len())?;
-        let mut targets = Vec::with_capacity(batch.len());
-        let mut any = 0u64;
-        for cmd in batch.commands() {
-            let route = &mut self.routes[cmd.class.index()];
-            let mask = if route.sequential {
-                route.mask
-            } else {
-                let t = route.threads[route.next];
-                route.next = if route.next + 1 == route.threads.len() { 0 } else { route.next + 1 };
-                1u64 << t
-            };
-            targets.push(mask);
-            any |= mask;
-        }
-        let dispatch = Arc::new(Dispatch { batch, targets });
+        let (dispatch, any) = dispatch(&mut self.routes, batch);
         for (id, tx) in self.senders.iter().enumerate() {
             if any & (1u64 << id) != 0 {
                 self.credits.acquire(id);

@@ -14,6 +14,7 @@
 //! | `late-batch-bitmap` | a graph of whole batches; conflicts found by intersecting one-hash bitmaps (004 Alg. 1) |
 //! | `early` | classes mapped to threads before ordering (003 Alg. 1-2): per-worker FIFO queues, one barrier per sequential class |
 //! | `early-busywait` | `early` with the barriers replaced by two-cycle atomic counters (000 Alg. 4-5) |
+//! | `early-ws-queue` | `early` whose idle workers steal concurrent commands from others' queues (000 Alg. 6-8) |
 //!
 //! All of them implement [`Scheduler`]: [`Scheduler::submit`] one batch at a
 //! time (blocking when the scheduler's bounded queues are full, which is how
@@ -39,11 +40,13 @@ mod metrics;
 mod sequential;
 mod sink;
 mod sync;
+mod ws;
 
 pub use barrier::Barrier;
 pub use cycles::{CycleCounters, Role};
 pub use metrics::{Metrics, WorkerSample};
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
+pub use ws::{Victims, WsQueue};
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
 use std::fmt;
@@ -84,17 +87,20 @@ pub enum SchedulerKind {
     Early,
     /// Early scheduling, busy-wait synchronization with two cycles.
     EarlyBusyWait,
+    /// Early scheduling with work stealing when a queue is empty.
+    EarlyWsQueue,
 }
 
 impl SchedulerKind {
     /// Every scheduler, in the order tables print them.
-    pub const ALL: [SchedulerKind; 6] = [
+    pub const ALL: [SchedulerKind; 7] = [
         SchedulerKind::Sequential,
         SchedulerKind::LateCbase,
         SchedulerKind::LateBatchKeys,
         SchedulerKind::LateBatchBitmap,
         SchedulerKind::Early,
         SchedulerKind::EarlyBusyWait,
+        SchedulerKind::EarlyWsQueue,
     ];
 
     /// The scheduler's name, as accepted by `FromStr`.
@@ -106,12 +112,13 @@ impl SchedulerKind {
             SchedulerKind::LateBatchBitmap => "late-batch-bitmap",
             SchedulerKind::Early => "early",
             SchedulerKind::EarlyBusyWait => "early-busywait",
+            SchedulerKind::EarlyWsQueue => "early-ws-queue",
         }
     }
 
     /// True for schedulers that need a class-to-threads mapping.
     pub fn needs_mapping(self) -> bool {
-        matches!(self, SchedulerKind::Early | SchedulerKind::EarlyBusyWait)
+        matches!(self, SchedulerKind::Early | SchedulerKind::EarlyBusyWait | SchedulerKind::EarlyWsQueue)
     }
 }
 
@@ -155,6 +162,8 @@ pub struct SchedConfig {
     /// Early: time synchronization and queue idleness for [`Metrics`]
     /// (counts are always kept).
     pub metrics: bool,
+    /// Work stealing: the order in which idle workers visit victims.
+    pub victims: Victims,
 }
 
 impl SchedConfig {
@@ -168,6 +177,7 @@ impl SchedConfig {
             mapping: None,
             spin: None,
             metrics: false,
+            victims: Victims::First,
         }
     }
 
@@ -301,7 +311,7 @@ pub fn build<S: Service>(
         SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
             Box::new(late::Late::new(config, service, sink, classes)?)
         }
-        SchedulerKind::Early | SchedulerKind::EarlyBusyWait => {
+        SchedulerKind::Early | SchedulerKind::EarlyBusyWait | SchedulerKind::EarlyWsQueue => {
             let mapping = config
                 .mapping
                 .as_ref()
@@ -314,7 +324,11 @@ pub fn build<S: Service>(
                 )));
             }
             mapping.validate(model)?;
-            Box::new(early::Early::new(config, mapping.clone(), service, sink)?)
+            if config.kind == SchedulerKind::EarlyWsQueue {
+                Box::new(ws::WorkStealing::new(config, mapping.clone(), service, sink)?)
+            } else {
+                Box::new(early::Early::new(config, mapping.clone(), service, sink)?)
+            }
         }
     })
 }

@@ -8,7 +8,7 @@
 //! `PSMR_TEST_SEED=<seed> cargo test -p psmr-sched --test differential`.
 
 use psmr_model::{Batch, ClassMapping, ClassModel, ClientId, Command, Digest, Mapping, Service};
-use psmr_sched::{build, CollectSink, SchedConfig, SchedError, SchedulerKind};
+use psmr_sched::{build, CollectSink, SchedConfig, SchedError, SchedulerKind, Victims};
 use psmr_services::{kv, list, Cost, Mix, Spread, WorkloadConfig};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -19,16 +19,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 const WORKERS: [usize; 5] = [1, 2, 3, 4, 8];
-const PARALLEL: [SchedulerKind; 5] = [
+const PARALLEL: [SchedulerKind; 6] = [
     SchedulerKind::LateCbase,
     SchedulerKind::LateBatchKeys,
     SchedulerKind::LateBatchBitmap,
     SchedulerKind::Early,
     SchedulerKind::EarlyBusyWait,
+    SchedulerKind::EarlyWsQueue,
 ];
 
 /// Commands executed per scheduler over the whole test binary.
-static EXECUTED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static EXECUTED: [AtomicU64; PARALLEL.len()] = [const { AtomicU64::new(0) }; PARALLEL.len()];
 
 /// The base seed: `PSMR_TEST_SEED` if set, else a fresh one per run (so
 /// that CI keeps exploring new workloads), printed once either way.
@@ -69,6 +70,8 @@ where
     config.mapping = mapping;
     config.graph_max = graph_max;
     config.queue_depth = 4;
+    // Every victim policy gets its turn across the worker counts.
+    config.victims = [Victims::First, Victims::Random, Victims::Next][workers % 3];
     let mut s = build(&config, service.clone(), model, sink.clone())?;
     for b in batches {
         s.submit(b.clone())?;

@@ -43,7 +43,7 @@ struct SchedBenchArgs {
     model: String,
     /// Scheduler to run (repeatable or comma-separated): sequential,
     /// late-cbase, late-batch-keys, late-batch-bitmap, early,
-    /// early-busywait, or all.
+    /// early-busywait, early-ws-queue, or all.
     #[arg(long = "scheduler", value_delimiter = ',', default_value = "all")]
     schedulers: Vec<String>,
     /// Worker threads (comma-separated list: each parallel scheduler runs with each).
@@ -105,6 +105,10 @@ struct SchedBenchArgs {
     /// MS milliseconds: sync and queue idleness, queue size, executed, steals.
     #[arg(long, value_name = "MS", num_args = 0..=1, default_missing_value = "1000")]
     metrics: Option<u64>,
+    /// Work stealing: which victims an idle worker tries, in order: first
+    /// (by id), random, or next (from the id after its own).
+    #[arg(long, default_value = "first", value_parser = parse_victims)]
+    victims: psmr_sched::Victims,
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
@@ -115,6 +119,10 @@ struct SchedBenchArgs {
 
 fn parse_service(s: &str) -> Result<ServiceKind, String> {
     s.parse().map_err(|e: psmr_bench::BenchError| e.to_string())
+}
+
+fn parse_victims(s: &str) -> Result<psmr_sched::Victims, String> {
+    s.parse().map_err(|e: psmr_sched::SchedError| e.to_string())
 }
 
 fn parse_cost(s: &str) -> Result<Cost, String> {
@@ -168,6 +176,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         repeat: args.repeat,
         spin: args.spin,
         metrics_interval_ms: args.metrics,
+        victims: args.victims,
     };
     config.validate()?;
     let json = args.json;
