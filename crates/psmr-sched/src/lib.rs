@@ -15,6 +15,7 @@
 //! | `early` | classes mapped to threads before ordering (003 Alg. 1-2): per-worker FIFO queues, one barrier per sequential class |
 //! | `early-busywait` | `early` with the barriers replaced by two-cycle atomic counters (000 Alg. 4-5) |
 //! | `early-ws-queue` | `early` whose idle workers steal concurrent commands from others' queues (000 Alg. 6-8) |
+//! | `early-ws-semi` | `early-ws-queue` that also steals while waiting for a sequential command, then meets at a barrier (000 Alg. 9-11) |
 //!
 //! All of them implement [`Scheduler`]: [`Scheduler::submit`] one batch at a
 //! time (blocking when the scheduler's bounded queues are full, which is how
@@ -89,11 +90,13 @@ pub enum SchedulerKind {
     EarlyBusyWait,
     /// Early scheduling with work stealing when a queue is empty.
     EarlyWsQueue,
+    /// Work stealing also while synchronizing (semi-blocked).
+    EarlyWsSemi,
 }
 
 impl SchedulerKind {
     /// Every scheduler, in the order tables print them.
-    pub const ALL: [SchedulerKind; 7] = [
+    pub const ALL: [SchedulerKind; 8] = [
         SchedulerKind::Sequential,
         SchedulerKind::LateCbase,
         SchedulerKind::LateBatchKeys,
@@ -101,6 +104,7 @@ impl SchedulerKind {
         SchedulerKind::Early,
         SchedulerKind::EarlyBusyWait,
         SchedulerKind::EarlyWsQueue,
+        SchedulerKind::EarlyWsSemi,
     ];
 
     /// The scheduler's name, as accepted by `FromStr`.
@@ -113,12 +117,19 @@ impl SchedulerKind {
             SchedulerKind::Early => "early",
             SchedulerKind::EarlyBusyWait => "early-busywait",
             SchedulerKind::EarlyWsQueue => "early-ws-queue",
+            SchedulerKind::EarlyWsSemi => "early-ws-semi",
         }
     }
 
     /// True for schedulers that need a class-to-threads mapping.
     pub fn needs_mapping(self) -> bool {
-        matches!(self, SchedulerKind::Early | SchedulerKind::EarlyBusyWait | SchedulerKind::EarlyWsQueue)
+        matches!(
+            self,
+            SchedulerKind::Early
+                | SchedulerKind::EarlyBusyWait
+                | SchedulerKind::EarlyWsQueue
+                | SchedulerKind::EarlyWsSemi
+        )
     }
 }
 
@@ -311,7 +322,10 @@ pub fn build<S: Service>(
         SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
             Box::new(late::Late::new(config, service, sink, classes)?)
         }
-        SchedulerKind::Early | SchedulerKind::EarlyBusyWait | SchedulerKind::EarlyWsQueue => {
+        SchedulerKind::Early
+        | SchedulerKind::EarlyBusyWait
+        | SchedulerKind::EarlyWsQueue
+        | SchedulerKind::EarlyWsSemi => {
             let mapping = config
                 .mapping
                 .as_ref()
@@ -324,8 +338,8 @@ pub fn build<S: Service>(
                 )));
             }
             mapping.validate(model)?;
-            if config.kind == SchedulerKind::EarlyWsQueue {
-                Box::new(ws::WorkStealing::new(config, mapping.clone(), service, sink)?)
+            if matches!(config.kind, SchedulerKind::EarlyWsQueue | SchedulerKind::EarlyWsSemi) {
+                Box::new(ws::WorkStealing::new(config, mapping.clone(), model, service, sink)?)
             } else {
                 Box::new(early::Early::new(config, mapping.clone(), service, sink)?)
             }

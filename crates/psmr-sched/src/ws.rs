@@ -1,5 +1,6 @@
-//! Early scheduling with work stealing when a queue is empty
-//! (`early-ws-queue`, 000 Alg. 6-8).
+//! Early scheduling with work stealing: when a queue is empty
+//! (`early-ws-queue`, 000 Alg. 6-8), and also while waiting for the other
+//! threads of a sequential class (`early-ws-semi`, 000 Alg. 9-11).
 //!
 //! Each worker has a *ready* queue, filled by the scheduler, and an *exec*
 //! batch it is working through. A worker moves its whole ready queue to its
@@ -28,9 +29,10 @@ use crate::early::{dispatch, routes_of, Credits, Dispatch, Route};
 use crate::exec::{stats_of, Executor};
 use crate::metrics::{Metrics, WorkerCounters};
 use crate::sink::ReplySink;
-use crate::sync::{wait_until, AtomicBool, Mutex, MutexGuard};
+use crate::sync::{wait_until, AtomicBool, AtomicUsize, Mutex, MutexGuard};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
-use psmr_model::{Batch, Mapping, Mode, Service};
+use crossbeam::utils::CachePadded;
+use psmr_model::{Batch, ClassModel, Mapping, Mode, Service};
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
@@ -97,6 +99,9 @@ pub struct WsQueue<T> {
 #[derive(Debug)]
 struct Ready<T> {
     queue: VecDeque<(T, bool)>,
+    /// Classes with a command in `queue`, as a bit set (000 Alg. 9,
+    /// `readyClasses`); only kept by `early-ws-semi`.
+    classes: Vec<u64>,
     /// Entries of `queue` holding a sequential command (`readyFlag` is
     /// `ready_seq > 0`).
     ready_seq: usize,
@@ -109,7 +114,13 @@ impl<T> WsQueue<T> {
     /// Queues for a worker among `workers`.
     pub fn new(workers: usize) -> Self {
         Self {
-            state: Mutex::new(Ready { queue: VecDeque::new(), ready_seq: 0, exec_flag: false, closed: false }),
+            state: Mutex::new(Ready {
+                queue: VecDeque::new(),
+                classes: Vec::new(),
+                ready_seq: 0,
+                exec_flag: false,
+                closed: false,
+            }),
             markers: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             has_ready: AtomicBool::new(false),
             stealable: AtomicBool::new(false),
@@ -137,7 +148,19 @@ impl<T> WsQueue<T> {
     /// Scheduler side (Alg. 7): appends an entry; `sequential` when it holds
     /// a sequential command for this worker.
     pub fn push(&self, entry: T, sequential: bool) {
+        self.push_with_classes(entry, sequential, &[]);
+    }
+
+    /// Like [`WsQueue::push`], also recording the classes of the entry's
+    /// commands (a bit set, bit `c` for class `c`; 000 Alg. 10).
+    pub fn push_with_classes(&self, entry: T, sequential: bool, classes: &[u64]) {
         let mut st = self.lock();
+        if st.classes.len() < classes.len() {
+            st.classes.resize(classes.len(), 0);
+        }
+        for (mine, theirs) in st.classes.iter_mut().zip(classes) {
+            *mine |= theirs;
+        }
         st.queue.push_back((entry, sequential));
         st.ready_seq += usize::from(sequential);
         self.hint(&st);
@@ -157,6 +180,7 @@ impl<T> WsQueue<T> {
         let mut st = self.lock();
         st.exec_flag = st.ready_seq > 0;
         st.ready_seq = 0;
+        st.classes.iter_mut().for_each(|w| *w = 0);
         let batch = st.queue.drain(..).collect();
         self.hint(&st);
         batch
@@ -176,10 +200,22 @@ impl<T> WsQueue<T> {
     /// queue if neither it nor the victim's exec batch holds a sequential
     /// command, and raises the victim's marker for `stealer`.
     pub fn try_steal(&self, stealer: usize) -> Option<Vec<T>> {
+        self.try_steal_avoiding(stealer, &[])
+    }
+
+    /// Like [`WsQueue::try_steal`], and only if the ready queue holds no
+    /// command of the classes in `avoid` (000 Alg. 11, `NoConflict`: a
+    /// stealer waiting for a sequential command of class `c` passes the
+    /// classes that conflict with `c`).
+    pub fn try_steal_avoiding(&self, stealer: usize, avoid: &[u64]) -> Option<Vec<T>> {
         let mut st = self.lock();
         if st.ready_seq > 0 || st.exec_flag || st.queue.is_empty() {
             return None;
         }
+        if st.classes.iter().zip(avoid).any(|(have, bad)| have & bad != 0) {
+            return None;
+        }
+        st.classes.iter_mut().for_each(|w| *w = 0);
         // Raised under the lock: the owner can only see the steal's effect
         // (an emptier queue) together with the marker.
         self.markers[stealer].store(true, Ordering::Release);
@@ -208,6 +244,59 @@ enum ClassPlan {
     /// A sequential class on several threads: the barrier; the lowest
     /// thread executes.
     Barrier { barrier: Barrier, executor: usize },
+    /// `early-ws-semi` (000 Alg. 11): arrivals counted on `mark`; the last
+    /// to arrive executes; the others steal work free of the classes in
+    /// `avoid` (those conflicting with this one) until it is done; then
+    /// everybody meets at the barrier.
+    Semi { barrier: Barrier, mark: CachePadded<AtomicUsize>, parties: usize, avoid: Vec<u64> },
+}
+
+/// A stealer's choice of where to start looking for victims.
+struct Thief {
+    me: usize,
+    rng: u64,
+}
+
+impl Thief {
+    fn new(me: usize) -> Self {
+        // Seeded by the worker id: victim choice changes timing, never
+        // results.
+        Self { me, rng: 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1) }
+    }
+
+    fn start(&mut self, victims: Victims, workers: usize) -> usize {
+        match victims {
+            Victims::First => 0,
+            Victims::Next => (self.me + 1) % workers,
+            Victims::Random => {
+                self.rng ^= self.rng << 13;
+                self.rng ^= self.rng >> 7;
+                self.rng ^= self.rng << 17;
+                (self.rng % workers as u64) as usize
+            }
+        }
+    }
+}
+
+/// Tries each victim once, in the order of the victim policy; executes the
+/// first haul. Returns whether it stole.
+fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64]) -> bool {
+    let (me, n) = (thief.me, shared.queues.len());
+    let counters = shared.metrics.worker(me);
+    let start = thief.start(shared.victims, n);
+    for v in victim_order(me, n, start) {
+        WorkerCounters::add(&counters.steals_tried, 1);
+        if let Some(entries) = shared.queues[v].try_steal_avoiding(me, avoid) {
+            for d in &entries {
+                execute_entry(thief, v, d, shared);
+                shared.credits.release(v);
+            }
+            shared.queues[v].steal_done(me);
+            WorkerCounters::add(&counters.steals_ok, 1);
+            return true;
+        }
+    }
+    false
 }
 
 struct Shared<S: Service> {
@@ -223,6 +312,9 @@ struct Shared<S: Service> {
 
 pub(crate) struct WorkStealing<S: Service> {
     kind: SchedulerKind,
+    /// Words of a class bit set (0 unless `early-ws-semi`, which tracks
+    /// the classes in each ready queue).
+    class_words: usize,
     shared: Arc<Shared<S>>,
     routes: Vec<Route>,
     workers: Vec<JoinHandle<u64>>,
@@ -232,16 +324,33 @@ impl<S: Service> WorkStealing<S> {
     pub(crate) fn new(
         config: &SchedConfig,
         mapping: Mapping,
+        model: &ClassModel,
         service: Arc<S>,
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
-        let plans = mapping
-            .classes()
-            .iter()
-            .map(|c| match (c.mode, c.threads.len()) {
-                (Mode::Concurrent, _) => ClassPlan::Concurrent,
-                (Mode::Sequential, 1) => ClassPlan::Alone,
-                (Mode::Sequential, n) => ClassPlan::Barrier { barrier: Barrier::new(n), executor: c.threads[0] },
+        let semi = config.kind == SchedulerKind::EarlyWsSemi;
+        let words = model.len().div_ceil(64);
+        let plans = model
+            .class_ids()
+            .map(|id| {
+                let c = mapping.class(id);
+                match (c.mode, c.threads.len()) {
+                    (Mode::Concurrent, _) => ClassPlan::Concurrent,
+                    (Mode::Sequential, 1) => ClassPlan::Alone,
+                    (Mode::Sequential, n) if semi => {
+                        let mut avoid = vec![0u64; words];
+                        for other in model.class_ids().filter(|&o| model.conflicts(id, o)) {
+                            avoid[other.index() / 64] |= 1 << (other.index() % 64);
+                        }
+                        ClassPlan::Semi {
+                            barrier: Barrier::new(n),
+                            mark: CachePadded::new(AtomicUsize::new(0)),
+                            parties: n,
+                            avoid,
+                        }
+                    }
+                    (Mode::Sequential, n) => ClassPlan::Barrier { barrier: Barrier::new(n), executor: c.threads[0] },
+                }
             })
             .collect();
         let shared = Arc::new(Shared {
@@ -254,7 +363,8 @@ impl<S: Service> WorkStealing<S> {
             spin: config.spin_budget(),
             timing: config.metrics,
         });
-        let mut ws = Self { kind: config.kind, shared, routes: routes_of(&mapping), workers: Vec::new() };
+        let mut ws =
+            Self { kind: config.kind, shared, routes: routes_of(&mapping), workers: Vec::new(), class_words: words };
         for id in 0..config.workers {
             let shared = ws.shared.clone();
             match std::thread::Builder::new().name(format!("psmr-ws-{id}")).spawn(move || worker(id, &shared)) {
@@ -278,7 +388,8 @@ impl<S: Service> WorkStealing<S> {
 
 /// Executes the commands of `d` addressed to worker `owner` (its own, or a
 /// victim's when stealing), on behalf of worker `me`.
-fn execute_entry<S: Service>(me: usize, owner: usize, d: &Dispatch<S::Op>, shared: &Shared<S>) -> u64 {
+fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, d: &Dispatch<S::Op>, shared: &Shared<S>) -> u64 {
+    let me = thief.me;
     let bit = 1u64 << owner;
     let counters = shared.metrics.worker(me);
     let mut mine = 0;
@@ -305,6 +416,31 @@ fn execute_entry<S: Service>(me: usize, owner: usize, d: &Dispatch<S::Op>, share
                     WorkerCounters::add(&counters.executed, 1);
                 }
             }
+            ClassPlan::Semi { barrier, mark, parties, avoid } => {
+                let waited = shared.timing.then(std::time::Instant::now);
+                if mark.fetch_add(1, Ordering::AcqRel) + 1 == *parties {
+                    // The last to arrive executes.
+                    if shared.exec.run(me, cmd) {
+                        WorkerCounters::add(&counters.executed, 1);
+                    }
+                    mark.store(0, Ordering::Release);
+                } else {
+                    // Steal while the others arrive and the executor runs.
+                    let mut idle_rounds = 0u32;
+                    while mark.load(Ordering::Acquire) != 0 {
+                        if steal_once(thief, shared, avoid) {
+                            idle_rounds = 0;
+                        } else {
+                            idle_rounds += 1;
+                            pause(idle_rounds, shared.spin);
+                        }
+                    }
+                }
+                barrier.wait();
+                if let Some(t) = waited {
+                    WorkerCounters::add(&counters.sync_idle_ns, t.elapsed().as_nanos() as u64);
+                }
+            }
             ClassPlan::Barrier { barrier, executor } => {
                 let waited = shared.timing.then(std::time::Instant::now);
                 if *executor == me {
@@ -326,23 +462,34 @@ fn execute_entry<S: Service>(me: usize, owner: usize, d: &Dispatch<S::Op>, share
     mine
 }
 
+/// Backs off in a waiting loop that polls: spins for about `spin` rounds,
+/// then yields, then naps briefly.
+fn pause(round: u32, spin: u32) {
+    if round.saturating_mul(64) < spin {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+    } else if round < spin / 64 + 64 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+}
+
 /// The order in which stealer `me` visits victims, starting at `start`.
 fn victim_order(me: usize, workers: usize, start: usize) -> impl Iterator<Item = usize> {
     (0..workers).map(move |i| (start + i) % workers).filter(move |&v| v != me)
 }
 
 fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
-    let n = shared.queues.len();
     let own = &shared.queues[me];
     let counters = shared.metrics.worker(me);
-    // xorshift state for `Victims::Random`, seeded by the worker id: victim
-    // choice changes timing, never results.
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1);
+    let mut thief = Thief::new(me);
     loop {
         let batch = own.take_all();
         if !batch.is_empty() {
             for (d, _) in &batch {
-                let mine = execute_entry(me, me, d, shared);
+                let mine = execute_entry(&mut thief, me, d, shared);
                 WorkerCounters::add(&counters.dequeues, 1);
                 WorkerCounters::add(&counters.dequeued_commands, mine);
                 shared.credits.release(me);
@@ -350,30 +497,7 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
             continue;
         }
         // Nothing of our own: try to steal once from each victim in turn.
-        let start = match shared.victims {
-            Victims::First => 0,
-            Victims::Next => (me + 1) % n,
-            Victims::Random => {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                (rng % n as u64) as usize
-            }
-        };
-        let mut stole = false;
-        for v in victim_order(me, n, start) {
-            WorkerCounters::add(&counters.steals_tried, 1);
-            if let Some(entries) = shared.queues[v].try_steal(me) {
-                for d in &entries {
-                    execute_entry(me, v, d, shared);
-                    shared.credits.release(v);
-                }
-                shared.queues[v].steal_done(me);
-                WorkerCounters::add(&counters.steals_ok, 1);
-                stole = true;
-                break;
-            }
-        }
+        let stole = steal_once(&mut thief, shared, &[]);
         if !stole {
             // A worker leaves only when no queue will ever hold work again:
             // until then it may still steal from the ones that are busy.
@@ -409,12 +533,19 @@ impl<S: Service> Scheduler<S> for WorkStealing<S> {
             if any & bit == 0 {
                 continue;
             }
-            let sequential =
-                d.batch.commands().iter().zip(&d.targets).any(|(c, &t)| {
-                    t & bit != 0 && !matches!(self.shared.plans[c.class.index()], ClassPlan::Concurrent)
-                });
+            let mut sequential = false;
+            let mut classes = vec![0u64; if self.kind == SchedulerKind::EarlyWsSemi { self.class_words } else { 0 }];
+            for (c, &t) in d.batch.commands().iter().zip(&d.targets) {
+                if t & bit == 0 {
+                    continue;
+                }
+                sequential |= !matches!(self.shared.plans[c.class.index()], ClassPlan::Concurrent);
+                if let Some(word) = classes.get_mut(c.class.index() / 64) {
+                    *word |= 1 << (c.class.index() % 64);
+                }
+            }
             self.shared.credits.acquire(w);
-            q.push(d.clone(), sequential);
+            q.push_with_classes(d.clone(), sequential, &classes);
         }
         Ok(())
     }
@@ -433,6 +564,60 @@ impl<S: Service> Drop for WorkStealing<S> {
     fn drop(&mut self) {
         if !self.workers.is_empty() {
             self.close_and_join();
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_decide_what_may_be_stolen() {
+        let q = WsQueue::new(2);
+        assert_eq!(q.try_steal(1), None, "nothing to steal");
+        q.push(1u32, false);
+        q.push(2, false);
+        assert_eq!(q.try_steal(1), Some(vec![1, 2]));
+        assert!(!q.no_stealers(), "the marker is up until the stealer is done");
+        q.steal_done(1);
+        assert!(q.no_stealers());
+        // A sequential entry in the ready queue protects the whole queue.
+        q.push(3, false);
+        q.push(4, true);
+        assert_eq!(q.try_steal(1), None);
+        // Once the owner takes it, the exec flag protects what comes next.
+        assert_eq!(q.take_all(), vec![(3, false), (4, true)]);
+        q.push(5, false);
+        assert_eq!(q.try_steal(1), None);
+        // The next take clears the exec flag.
+        assert_eq!(q.take_all(), vec![(5, false)]);
+        q.push(6, false);
+        assert_eq!(q.try_steal(1), Some(vec![6]));
+        q.steal_done(1);
+    }
+
+    #[test]
+    fn semi_blocked_stealers_avoid_conflicting_classes() {
+        let q = WsQueue::new(2);
+        q.push_with_classes(1u32, false, &[0b010]);
+        assert_eq!(q.try_steal_avoiding(1, &[0b010]), None, "class 1 conflicts");
+        assert_eq!(q.try_steal_avoiding(1, &[0b101]), Some(vec![1]));
+        q.steal_done(1);
+        // Stealing cleared the recorded classes.
+        q.push_with_classes(2, false, &[0b100]);
+        assert_eq!(q.try_steal_avoiding(1, &[0b010]), Some(vec![2]));
+    }
+
+    #[test]
+    fn victims_are_visited_once_each_and_never_the_stealer() {
+        let order: Vec<usize> = victim_order(2, 4, 3).collect();
+        assert_eq!(order, vec![3, 0, 1]);
+        let mut thief = Thief::new(1);
+        assert_eq!(thief.start(Victims::First, 4), 0);
+        assert_eq!(thief.start(Victims::Next, 4), 2);
+        for _ in 0..10 {
+            assert!(thief.start(Victims::Random, 4) < 4);
         }
     }
 }

@@ -19,13 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 const WORKERS: [usize; 5] = [1, 2, 3, 4, 8];
-const PARALLEL: [SchedulerKind; 6] = [
+const PARALLEL: [SchedulerKind; 7] = [
     SchedulerKind::LateCbase,
     SchedulerKind::LateBatchKeys,
     SchedulerKind::LateBatchBitmap,
     SchedulerKind::Early,
     SchedulerKind::EarlyBusyWait,
     SchedulerKind::EarlyWsQueue,
+    SchedulerKind::EarlyWsSemi,
 ];
 
 /// Commands executed per scheduler over the whole test binary.

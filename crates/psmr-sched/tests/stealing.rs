@@ -61,11 +61,17 @@ fn read(seq: u64) -> Command<()> {
 
 #[test]
 fn an_idle_worker_steals_a_blocked_workers_queue() {
-    for victims in [Victims::First, Victims::Random, Victims::Next] {
+    for (kind, victims) in [
+        (SchedulerKind::EarlyWsQueue, Victims::First),
+        (SchedulerKind::EarlyWsQueue, Victims::Random),
+        (SchedulerKind::EarlyWsQueue, Victims::Next),
+        (SchedulerKind::EarlyWsSemi, Victims::First),
+        (SchedulerKind::EarlyWsSemi, Victims::Next),
+    ] {
         let model =
             ClassModel::builder("rw").class("R").class("W").conflict("R", "W").conflict("W", "W").build().unwrap();
         let mapping = Mapping::from_spec(&model, 2, "R=conc:0,1;W=seq:0,1").unwrap();
-        let mut config = SchedConfig::new(SchedulerKind::EarlyWsQueue, 2).with_mapping(mapping);
+        let mut config = SchedConfig::new(kind, 2).with_mapping(mapping);
         config.victims = victims;
         config.metrics = true;
         let service = Arc::new(Handshake::default());
