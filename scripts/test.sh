@@ -15,7 +15,8 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
-cargo test --workspace --all-features
+# A deadlock in a scheduler must fail the run, not hang it.
+timeout 1800 cargo test --workspace --all-features
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$CARGO_TARGET_DIR-loom" \
     cargo test -p psmr-sched --test loom_barrier --test loom_cycles --test loom_steal --release

@@ -98,10 +98,10 @@ pub struct WsQueue<T> {
 
 #[derive(Debug)]
 struct Ready<T> {
-    queue: VecDeque<(T, bool)>,
-    /// Classes with a command in `queue`, as a bit set (000 Alg. 9,
-    /// `readyClasses`); only kept by `early-ws-semi`.
-    classes: Vec<u64>,
+    /// Entries, whether each holds a sequential command, and the classes of
+    /// its commands as a bit set (000 Alg. 9 `readyClasses`, kept per entry;
+    /// empty unless `early-ws-semi`).
+    queue: VecDeque<(T, bool, Box<[u64]>)>,
     /// Entries of `queue` holding a sequential command (`readyFlag` is
     /// `ready_seq > 0`).
     ready_seq: usize,
@@ -114,13 +114,7 @@ impl<T> WsQueue<T> {
     /// Queues for a worker among `workers`.
     pub fn new(workers: usize) -> Self {
         Self {
-            state: Mutex::new(Ready {
-                queue: VecDeque::new(),
-                classes: Vec::new(),
-                ready_seq: 0,
-                exec_flag: false,
-                closed: false,
-            }),
+            state: Mutex::new(Ready { queue: VecDeque::new(), ready_seq: 0, exec_flag: false, closed: false }),
             markers: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             has_ready: AtomicBool::new(false),
             stealable: AtomicBool::new(false),
@@ -131,7 +125,8 @@ impl<T> WsQueue<T> {
     /// Refreshes the hints; called under the lock after every change.
     fn hint(&self, st: &Ready<T>) {
         self.has_ready.store(!st.queue.is_empty(), Ordering::Relaxed);
-        self.stealable.store(st.ready_seq == 0 && !st.exec_flag && !st.queue.is_empty(), Ordering::Relaxed);
+        let front_free = st.queue.front().is_some_and(|e| !e.1);
+        self.stealable.store(!st.exec_flag && front_free, Ordering::Relaxed);
         self.drained.store(st.closed && st.queue.is_empty(), Ordering::Release);
     }
 
@@ -155,13 +150,7 @@ impl<T> WsQueue<T> {
     /// commands (a bit set, bit `c` for class `c`; 000 Alg. 10).
     pub fn push_with_classes(&self, entry: T, sequential: bool, classes: &[u64]) {
         let mut st = self.lock();
-        if st.classes.len() < classes.len() {
-            st.classes.resize(classes.len(), 0);
-        }
-        for (mine, theirs) in st.classes.iter_mut().zip(classes) {
-            *mine |= theirs;
-        }
-        st.queue.push_back((entry, sequential));
+        st.queue.push_back((entry, sequential, classes.into()));
         st.ready_seq += usize::from(sequential);
         self.hint(&st);
     }
@@ -180,8 +169,7 @@ impl<T> WsQueue<T> {
         let mut st = self.lock();
         st.exec_flag = st.ready_seq > 0;
         st.ready_seq = 0;
-        st.classes.iter_mut().for_each(|w| *w = 0);
-        let batch = st.queue.drain(..).collect();
+        let batch = st.queue.drain(..).map(|(t, seq, _)| (t, seq)).collect();
         self.hint(&st);
         batch
     }
@@ -196,30 +184,42 @@ impl<T> WsQueue<T> {
         self.stealable.load(Ordering::Relaxed)
     }
 
-    /// Stealer side (Alg. 8 lines 29-36): takes the victim's whole ready
-    /// queue if neither it nor the victim's exec batch holds a sequential
-    /// command, and raises the victim's marker for `stealer`.
+    /// Stealer side (Alg. 8 lines 29-36): takes the entries at the front of
+    /// the victim's ready queue up to its first sequential one, if the
+    /// batch the victim is executing holds no sequential command, and
+    /// raises the victim's marker for `stealer`.
+    ///
+    /// 000 steals the whole ready queue and only when it holds no
+    /// sequential command at all. psmr delivers commands in batches, so a
+    /// ready queue nearly always holds one; stealing the prefix before it is
+    /// just as safe: the stolen commands precede the sequential one in log
+    /// order, and the victim waits for its markers before it runs it.
     pub fn try_steal(&self, stealer: usize) -> Option<Vec<T>> {
         self.try_steal_avoiding(stealer, &[])
     }
 
-    /// Like [`WsQueue::try_steal`], and only if the ready queue holds no
+    /// Like [`WsQueue::try_steal`], and only if the stolen entries hold no
     /// command of the classes in `avoid` (000 Alg. 11, `NoConflict`: a
     /// stealer waiting for a sequential command of class `c` passes the
     /// classes that conflict with `c`).
     pub fn try_steal_avoiding(&self, stealer: usize, avoid: &[u64]) -> Option<Vec<T>> {
         let mut st = self.lock();
-        if st.ready_seq > 0 || st.exec_flag || st.queue.is_empty() {
+        if st.exec_flag {
             return None;
         }
-        if st.classes.iter().zip(avoid).any(|(have, bad)| have & bad != 0) {
+        let prefix = st.queue.iter().take_while(|e| !e.1).count();
+        if prefix == 0 {
             return None;
         }
-        st.classes.iter_mut().for_each(|w| *w = 0);
+        let conflicting =
+            st.queue.iter().take(prefix).any(|e| e.2.iter().zip(avoid).any(|(have, bad)| have & bad != 0));
+        if conflicting {
+            return None;
+        }
         // Raised under the lock: the owner can only see the steal's effect
         // (an emptier queue) together with the marker.
         self.markers[stealer].store(true, Ordering::Release);
-        let stolen = st.queue.drain(..).map(|(t, _)| t).collect();
+        let stolen = st.queue.drain(..prefix).map(|(t, _, _)| t).collect();
         self.hint(&st);
         Some(stolen)
     }
@@ -289,7 +289,7 @@ fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64]) 
         if let Some(entries) = shared.queues[v].try_steal_avoiding(me, avoid) {
             for d in &entries {
                 execute_entry(thief, v, d, shared);
-                shared.credits.release(v);
+                d.done(&shared.credits, v);
             }
             shared.queues[v].steal_done(me);
             WorkerCounters::add(&counters.steals_ok, 1);
@@ -299,8 +299,37 @@ fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64]) 
     false
 }
 
+/// A run of one dispatched batch's commands for one worker: commands
+/// `start..end` of the batch (those addressed to the worker). A run starts
+/// at a sequential command or holds only concurrent ones, so that the
+/// concurrent runs at the front of a ready queue can be stolen.
+///
+/// The queue bound counts dispatched batches, not runs: a batch's runs for
+/// one worker take one credit, pushed all at once, and the credit comes
+/// back when the last of them has executed, whoever executed it. (Taking a
+/// credit per run could block the scheduler between two runs of one batch
+/// while the worker waits at a barrier for a thread that has not received
+/// that batch yet: a deadlock.)
+struct Slice<O> {
+    d: Arc<Dispatch<O>>,
+    start: u32,
+    end: u32,
+    /// Runs of the same (batch, worker) not yet executed.
+    left: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl<O> Slice<O> {
+    /// Called once the run has executed: returns the credit of `owner`
+    /// when it was the last run of its batch.
+    fn done(&self, credits: &Credits, owner: usize) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            credits.release(owner);
+        }
+    }
+}
+
 struct Shared<S: Service> {
-    queues: Vec<WsQueue<Arc<Dispatch<S::Op>>>>,
+    queues: Vec<WsQueue<Slice<S::Op>>>,
     plans: Vec<ClassPlan>,
     exec: Executor<S>,
     credits: Credits,
@@ -388,12 +417,13 @@ impl<S: Service> WorkStealing<S> {
 
 /// Executes the commands of `d` addressed to worker `owner` (its own, or a
 /// victim's when stealing), on behalf of worker `me`.
-fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, d: &Dispatch<S::Op>, shared: &Shared<S>) -> u64 {
+fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::Op>, shared: &Shared<S>) -> u64 {
     let me = thief.me;
     let bit = 1u64 << owner;
     let counters = shared.metrics.worker(me);
     let mut mine = 0;
-    for (cmd, &targets) in d.batch.commands().iter().zip(&d.targets) {
+    let range = slice.start as usize..slice.end as usize;
+    for (cmd, &targets) in slice.d.batch.commands()[range.clone()].iter().zip(&slice.d.targets[range]) {
         if targets & bit == 0 {
             continue;
         }
@@ -492,7 +522,7 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
                 let mine = execute_entry(&mut thief, me, d, shared);
                 WorkerCounters::add(&counters.dequeues, 1);
                 WorkerCounters::add(&counters.dequeued_commands, mine);
-                shared.credits.release(me);
+                d.done(&shared.credits, me);
             }
             continue;
         }
@@ -528,24 +558,36 @@ impl<S: Service> Scheduler<S> for WorkStealing<S> {
         self.shared.exec.failure.check()?;
         check_classes(&batch, self.routes.len())?;
         let (d, any) = dispatch(&mut self.routes, batch);
-        for (w, q) in self.shared.queues.iter().enumerate() {
+        let shared = self.shared.clone();
+        for (w, q) in shared.queues.iter().enumerate() {
             let bit = 1u64 << w;
             if any & bit == 0 {
                 continue;
             }
-            let mut sequential = false;
-            let mut classes = vec![0u64; if self.kind == SchedulerKind::EarlyWsSemi { self.class_words } else { 0 }];
-            for (c, &t) in d.batch.commands().iter().zip(&d.targets) {
+            let words = if self.kind == SchedulerKind::EarlyWsSemi { self.class_words } else { 0 };
+            // Cut this worker's commands into runs that start at each
+            // sequential command.
+            let mut runs: Vec<(u32, u32, bool, Vec<u64>)> = Vec::new();
+            for (i, (c, &t)) in d.batch.commands().iter().zip(&d.targets).enumerate() {
                 if t & bit == 0 {
                     continue;
                 }
-                sequential |= !matches!(self.shared.plans[c.class.index()], ClassPlan::Concurrent);
-                if let Some(word) = classes.get_mut(c.class.index() / 64) {
+                let i = i as u32;
+                let sequential = !matches!(self.shared.plans[c.class.index()], ClassPlan::Concurrent);
+                if sequential || runs.is_empty() {
+                    runs.push((i, i + 1, sequential, vec![0u64; words]));
+                }
+                let run = runs.last_mut().expect("a run is open");
+                run.1 = i + 1;
+                if let Some(word) = run.3.get_mut(c.class.index() / 64) {
                     *word |= 1 << (c.class.index() % 64);
                 }
             }
+            let left = Arc::new(std::sync::atomic::AtomicU32::new(runs.len() as u32));
             self.shared.credits.acquire(w);
-            q.push_with_classes(d.clone(), sequential, &classes);
+            for (start, end, sequential, classes) in runs {
+                q.push_with_classes(Slice { d: d.clone(), start, end, left: left.clone() }, sequential, &classes);
+            }
         }
         Ok(())
     }
@@ -582,12 +624,16 @@ mod tests {
         assert!(!q.no_stealers(), "the marker is up until the stealer is done");
         q.steal_done(1);
         assert!(q.no_stealers());
-        // A sequential entry in the ready queue protects the whole queue.
+        // A sequential entry and everything behind it stay; the concurrent
+        // entries before it may go.
         q.push(3, false);
         q.push(4, true);
-        assert_eq!(q.try_steal(1), None);
+        q.push(7, false);
+        assert_eq!(q.try_steal(1), Some(vec![3]));
+        assert_eq!(q.try_steal(1), None, "the front is sequential now");
+        q.steal_done(1);
         // Once the owner takes it, the exec flag protects what comes next.
-        assert_eq!(q.take_all(), vec![(3, false), (4, true)]);
+        assert_eq!(q.take_all(), vec![(4, true), (7, false)]);
         q.push(5, false);
         assert_eq!(q.try_steal(1), None);
         // The next take clears the exec flag.
