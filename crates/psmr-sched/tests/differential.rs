@@ -19,18 +19,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 const WORKERS: [usize; 5] = [1, 2, 3, 4, 8];
-const PARALLEL: [SchedulerKind; 7] = [
-    SchedulerKind::LateCbase,
-    SchedulerKind::LateBatchKeys,
-    SchedulerKind::LateBatchBitmap,
-    SchedulerKind::Early,
-    SchedulerKind::EarlyBusyWait,
-    SchedulerKind::EarlyWsQueue,
-    SchedulerKind::EarlyWsSemi,
-];
+/// Every scheduler but the reference, so that a new scheduler joins the
+/// differential tests by being added to `SchedulerKind::ALL`.
+fn parallel() -> impl Iterator<Item = (usize, SchedulerKind)> {
+    SchedulerKind::ALL.into_iter().enumerate().filter(|(_, k)| *k != SchedulerKind::Sequential)
+}
 
 /// Commands executed per scheduler over the whole test binary.
-static EXECUTED: [AtomicU64; PARALLEL.len()] = [const { AtomicU64::new(0) }; PARALLEL.len()];
+static EXECUTED: [AtomicU64; SchedulerKind::ALL.len()] = [const { AtomicU64::new(0) }; SchedulerKind::ALL.len()];
 
 /// The base seed: `PSMR_TEST_SEED` if set, else a fresh one per run (so
 /// that CI keeps exploring new workloads), printed once either way.
@@ -120,7 +116,7 @@ fn differential<S: Service>(
     let reference = execute(SchedulerKind::Sequential, 1, None, make(), model, &batches, graph_max)
         .unwrap_or_else(|e| panic!("{ctx}: sequential failed: {e}"));
     assert_eq!(reference.replies.len(), n, "{ctx}: sequential lost replies");
-    for (k, kind) in PARALLEL.into_iter().enumerate() {
+    for (k, kind) in parallel() {
         for workers in WORKERS {
             let mapping = kind.needs_mapping().then(|| permuted(&default_mapping(workers), rng));
             let got = execute(kind, workers, mapping.clone(), make(), model, &batches, graph_max)
@@ -220,7 +216,7 @@ fn every_scheduler_matches_sequential() {
             _ => kv_case(KvSharded, shards, a.into(), 100 + case),
         }
     }
-    for (k, kind) in PARALLEL.into_iter().enumerate() {
+    for (k, kind) in parallel() {
         let n = EXECUTED[k].load(Ordering::Relaxed);
         eprintln!("{kind}: {n} commands checked against sequential");
         assert!(n >= 100_000, "{kind}: only {n} commands checked");
