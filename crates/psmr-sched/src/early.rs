@@ -258,9 +258,7 @@ impl<S: Service> WorkerEnv<'_, S> {
     /// Adds the time since `start` to `counter`.
     #[inline]
     fn stop(&self, start: Option<Instant>, counter: &AtomicU64) {
-        if let Some(t) = start {
-            WorkerCounters::add(counter, t.elapsed().as_nanos() as u64);
-        }
+        WorkerCounters::add_since(counter, start);
     }
 
     #[inline]

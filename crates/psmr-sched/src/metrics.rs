@@ -38,6 +38,15 @@ impl WorkerCounters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
+
+    /// Adds the nanoseconds since `start` to `counter`; `start` is `None`
+    /// when idleness is not being timed.
+    #[inline]
+    pub(crate) fn add_since(counter: &AtomicU64, start: Option<std::time::Instant>) {
+        if let Some(t) = start {
+            Self::add(counter, t.elapsed().as_nanos() as u64);
+        }
+    }
 }
 
 /// The metrics of a scheduler's workers, shared with whoever samples them.

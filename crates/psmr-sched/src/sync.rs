@@ -35,37 +35,55 @@ pub(crate) fn backoff_until(done: impl Fn() -> bool) -> bool {
     done()
 }
 
-/// Waits until `done` holds without burning a core forever: `spin` rounds of
-/// busy spinning (the busy-wait of 000 §6.1, which assumes a core per
-/// worker), then up to 64 yields to other threads, then sleeps that double
-/// from 8 µs to 256 µs and poll again. The sleeps need no wake-up: whoever
-/// makes `done` true does not have to know that somebody waits.
-#[cfg(not(loom))]
-pub(crate) fn wait_until(spin: u32, done: impl Fn() -> bool) {
-    for _ in 0..spin {
-        if done() {
-            return;
-        }
-        std::hint::spin_loop();
+/// The waiting policy of the busy-waiting schedulers, one step at a time:
+/// `spin` rounds of busy spinning (the busy-wait of 000 §6.1, which
+/// assumes a core per worker), then up to 64 yields to other threads, then
+/// sleeps that double from 8 µs to 256 µs. A waiter polls between steps, so
+/// the sleeps need no wake-up: whoever ends the wait does not have to know
+/// that somebody waits.
+pub(crate) struct Patience {
+    spin: u32,
+    step: u32,
+    nap_us: u64,
+}
+
+impl Patience {
+    pub(crate) fn new(spin: u32) -> Self {
+        Self { spin, step: 0, nap_us: 8 }
     }
-    for _ in 0..64 {
-        if done() {
-            return;
+
+    /// Waits one step, longer as the wait goes on.
+    #[cfg(not(loom))]
+    pub(crate) fn snooze(&mut self) {
+        if self.step < self.spin {
+            std::hint::spin_loop();
+        } else if self.step - self.spin < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(self.nap_us));
+            self.nap_us = (self.nap_us * 2).min(256);
         }
-        std::thread::yield_now();
+        self.step = self.step.saturating_add(1);
     }
-    let mut nap = std::time::Duration::from_micros(8);
-    while !done() {
-        std::thread::sleep(nap);
-        nap = (nap * 2).min(std::time::Duration::from_micros(256));
+
+    /// Under loom every step is a yield, which loom schedules away from
+    /// until another thread has moved.
+    #[cfg(loom)]
+    pub(crate) fn snooze(&mut self) {
+        loom::thread::yield_now();
+    }
+
+    /// Progress was made: start again from spinning.
+    pub(crate) fn reset(&mut self) {
+        self.step = 0;
+        self.nap_us = 8;
     }
 }
 
-/// Under loom every round of waiting is a yield, which loom schedules away
-/// from until another thread has moved.
-#[cfg(loom)]
-pub(crate) fn wait_until(_spin: u32, done: impl Fn() -> bool) {
+/// Waits until `done` holds, with [`Patience`].
+pub(crate) fn wait_until(spin: u32, done: impl Fn() -> bool) {
+    let mut patience = Patience::new(spin);
     while !done() {
-        loom::thread::yield_now();
+        patience.snooze();
     }
 }

@@ -29,7 +29,7 @@ use crate::early::{dispatch, routes_of, Credits, Dispatch, Route};
 use crate::exec::{stats_of, Executor};
 use crate::metrics::{Metrics, WorkerCounters};
 use crate::sink::ReplySink;
-use crate::sync::{wait_until, AtomicBool, AtomicUsize, Mutex, MutexGuard};
+use crate::sync::{wait_until, AtomicBool, AtomicUsize, Mutex, MutexGuard, Patience};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
 use crossbeam::utils::CachePadded;
 use psmr_model::{Batch, ClassModel, Mapping, Mode, Service};
@@ -436,9 +436,7 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
             // conflict with it.
             let waited = shared.timing.then(std::time::Instant::now);
             wait_until(shared.spin, || shared.queues[me].no_stealers());
-            if let Some(t) = waited {
-                WorkerCounters::add(&counters.sync_idle_ns, t.elapsed().as_nanos() as u64);
-            }
+            WorkerCounters::add_since(&counters.sync_idle_ns, waited);
         }
         match plan {
             ClassPlan::Concurrent | ClassPlan::Alone => {
@@ -456,20 +454,17 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
                     mark.store(0, Ordering::Release);
                 } else {
                     // Steal while the others arrive and the executor runs.
-                    let mut idle_rounds = 0u32;
+                    let mut patience = Patience::new(shared.spin);
                     while mark.load(Ordering::Acquire) != 0 {
                         if steal_once(thief, shared, avoid) {
-                            idle_rounds = 0;
+                            patience.reset();
                         } else {
-                            idle_rounds += 1;
-                            pause(idle_rounds, shared.spin);
+                            patience.snooze();
                         }
                     }
                 }
                 barrier.wait();
-                if let Some(t) = waited {
-                    WorkerCounters::add(&counters.sync_idle_ns, t.elapsed().as_nanos() as u64);
-                }
+                WorkerCounters::add_since(&counters.sync_idle_ns, waited);
             }
             ClassPlan::Barrier { barrier, executor } => {
                 let waited = shared.timing.then(std::time::Instant::now);
@@ -483,27 +478,11 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
                     barrier.wait();
                     barrier.wait();
                 }
-                if let Some(t) = waited {
-                    WorkerCounters::add(&counters.sync_idle_ns, t.elapsed().as_nanos() as u64);
-                }
+                WorkerCounters::add_since(&counters.sync_idle_ns, waited);
             }
         }
     }
     mine
-}
-
-/// Backs off in a waiting loop that polls: spins for about `spin` rounds,
-/// then yields, then naps briefly.
-fn pause(round: u32, spin: u32) {
-    if round.saturating_mul(64) < spin {
-        for _ in 0..64 {
-            std::hint::spin_loop();
-        }
-    } else if round < spin / 64 + 64 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(20));
-    }
 }
 
 /// The order in which stealer `me` visits victims, starting at `start`.
@@ -542,9 +521,7 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
                     || shared.queues.iter().any(WsQueue::stealable)
                     || shared.queues.iter().all(WsQueue::drained)
             });
-            if let Some(t) = waited {
-                WorkerCounters::add(&counters.queue_idle_ns, t.elapsed().as_nanos() as u64);
-            }
+            WorkerCounters::add_since(&counters.queue_idle_ns, waited);
         }
     }
 }
