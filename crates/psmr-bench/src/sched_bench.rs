@@ -111,8 +111,9 @@ pub struct SchedBenchConfig {
     pub spin: Option<u32>,
     /// Sample per-worker metrics every this many milliseconds (`None`: off).
     pub metrics_interval_ms: Option<u64>,
-    /// Work stealing: victim selection.
-    pub victims: psmr_sched::Victims,
+    /// Work stealing: victim selection (`None`: each scheduler's default,
+    /// see `psmr_sched::SchedConfig::victims`).
+    pub victims: Option<psmr_sched::Victims>,
 }
 
 impl Default for SchedBenchConfig {
@@ -133,7 +134,7 @@ impl Default for SchedBenchConfig {
             repeat: 1,
             spin: None,
             metrics_interval_ms: None,
-            victims: psmr_sched::Victims::First,
+            victims: None,
         }
     }
 }

@@ -16,6 +16,8 @@
 //! | `early-busywait` | `early` with the barriers replaced by two-cycle atomic counters (000 Alg. 4-5) |
 //! | `early-ws-queue` | `early` whose idle workers steal concurrent commands from others' queues (000 Alg. 6-8) |
 //! | `early-ws-semi` | `early-ws-queue` that also steals while waiting for a sequential command, then meets at a barrier (000 Alg. 9-11) |
+//! | `early-ws-nonblocking` | `early-ws-semi` without barriers: two-cycle counters, waiters steal until the command has run (000 Alg. 12-13) |
+//! | `early-ws-optimistic` | `early-ws-nonblocking` checking a victim without its lock first, visiting the next worker first (000 Alg. 14) |
 //!
 //! All of them implement [`Scheduler`]: [`Scheduler::submit`] one batch at a
 //! time (blocking when the scheduler's bounded queues are full, which is how
@@ -63,7 +65,7 @@ pub const GRAPH_MAX_DEFAULT: usize = 150;
 /// Default bound on each early worker's input queue, in dispatched batches.
 pub const QUEUE_DEPTH_DEFAULT: usize = 64;
 
-/// Default spin budget of `early-busywait`: rounds of busy spinning (a few
+/// Default spin budget of the busy-waiting schedulers: rounds of busy spinning (a few
 /// microseconds) before a waiting thread yields. Busy waiting pays off when
 /// every worker has a core; on a machine with fewer cores the yields and
 /// naps that follow keep the waiting thread from starving the one it waits
@@ -92,11 +94,16 @@ pub enum SchedulerKind {
     EarlyWsQueue,
     /// Work stealing also while synchronizing (semi-blocked).
     EarlyWsSemi,
+    /// Work stealing while synchronizing, without barriers.
+    EarlyWsNonBlocking,
+    /// Barrier-free work stealing with optimistic (lock-free first)
+    /// validation of each steal.
+    EarlyWsOptimistic,
 }
 
 impl SchedulerKind {
     /// Every scheduler, in the order tables print them.
-    pub const ALL: [SchedulerKind; 8] = [
+    pub const ALL: [SchedulerKind; 10] = [
         SchedulerKind::Sequential,
         SchedulerKind::LateCbase,
         SchedulerKind::LateBatchKeys,
@@ -105,6 +112,8 @@ impl SchedulerKind {
         SchedulerKind::EarlyBusyWait,
         SchedulerKind::EarlyWsQueue,
         SchedulerKind::EarlyWsSemi,
+        SchedulerKind::EarlyWsNonBlocking,
+        SchedulerKind::EarlyWsOptimistic,
     ];
 
     /// The scheduler's name, as accepted by `FromStr`.
@@ -118,18 +127,30 @@ impl SchedulerKind {
             SchedulerKind::EarlyBusyWait => "early-busywait",
             SchedulerKind::EarlyWsQueue => "early-ws-queue",
             SchedulerKind::EarlyWsSemi => "early-ws-semi",
+            SchedulerKind::EarlyWsNonBlocking => "early-ws-nonblocking",
+            SchedulerKind::EarlyWsOptimistic => "early-ws-optimistic",
         }
     }
 
     /// True for schedulers that need a class-to-threads mapping.
     pub fn needs_mapping(self) -> bool {
+        matches!(self, SchedulerKind::Early | SchedulerKind::EarlyBusyWait) || self.steals()
+    }
+
+    /// True for the work-stealing schedulers.
+    pub fn steals(self) -> bool {
         matches!(
             self,
-            SchedulerKind::Early
-                | SchedulerKind::EarlyBusyWait
-                | SchedulerKind::EarlyWsQueue
+            SchedulerKind::EarlyWsQueue
                 | SchedulerKind::EarlyWsSemi
+                | SchedulerKind::EarlyWsNonBlocking
+                | SchedulerKind::EarlyWsOptimistic
         )
+    }
+
+    /// The names of every scheduler, comma-separated, for messages.
+    pub fn names() -> String {
+        SchedulerKind::ALL.map(SchedulerKind::name).join(", ")
     }
 }
 
@@ -164,8 +185,9 @@ pub struct SchedConfig {
     /// Early: the class-to-threads mapping (its worker count must equal
     /// `workers`).
     pub mapping: Option<Mapping>,
-    /// `early-busywait`: rounds a waiting thread spins before it starts
-    /// yielding and napping (`0..=SPIN_MAX`). `None` chooses: spin
+    /// Busy-waiting schedulers (`early-busywait` and the stealing ones):
+    /// rounds a waiting thread spins before it starts yielding and napping
+    /// (`0..=SPIN_MAX`). `None` chooses: spin
     /// [`SPIN_DEFAULT`] rounds when every worker can have a core of its own,
     /// not at all when there are more workers than cores (a spinning thread
     /// would then take the core from the thread it waits for).
@@ -174,7 +196,9 @@ pub struct SchedConfig {
     /// (counts are always kept).
     pub metrics: bool,
     /// Work stealing: the order in which idle workers visit victims.
-    pub victims: Victims,
+    /// `None` chooses as 000 did: [`Victims::Next`] for
+    /// `early-ws-optimistic`, [`Victims::First`] for the others.
+    pub victims: Option<Victims>,
 }
 
 impl SchedConfig {
@@ -188,7 +212,7 @@ impl SchedConfig {
             mapping: None,
             spin: None,
             metrics: false,
-            victims: Victims::First,
+            victims: None,
         }
     }
 
@@ -212,6 +236,18 @@ impl SchedConfig {
     }
 }
 
+impl SchedConfig {
+    /// The victim policy the work-stealing schedulers use: `victims`, or
+    /// the default described there.
+    pub fn victim_policy(&self) -> Victims {
+        self.victims.unwrap_or(if self.kind == SchedulerKind::EarlyWsOptimistic {
+            Victims::Next
+        } else {
+            Victims::First
+        })
+    }
+}
+
 /// Most worker threads a scheduler accepts.
 pub const WORKERS_MAX: usize = psmr_model::WORKERS_MAX;
 
@@ -219,7 +255,7 @@ pub const WORKERS_MAX: usize = psmr_model::WORKERS_MAX;
 #[derive(Debug, Error)]
 pub enum SchedError {
     /// No scheduler has this name.
-    #[error("unknown scheduler {0:?} (known: sequential, late-cbase, late-batch-keys, late-batch-bitmap, early)")]
+    #[error("unknown scheduler {0:?} (known: {names})", names = SchedulerKind::names())]
     UnknownScheduler(String),
     /// Invalid configuration value.
     #[error("invalid scheduler configuration: {0}")]
@@ -322,10 +358,8 @@ pub fn build<S: Service>(
         SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
             Box::new(late::Late::new(config, service, sink, classes)?)
         }
-        SchedulerKind::Early
-        | SchedulerKind::EarlyBusyWait
-        | SchedulerKind::EarlyWsQueue
-        | SchedulerKind::EarlyWsSemi => {
+        kind => {
+            debug_assert!(kind.needs_mapping());
             let mapping = config
                 .mapping
                 .as_ref()
@@ -338,7 +372,7 @@ pub fn build<S: Service>(
                 )));
             }
             mapping.validate(model)?;
-            if matches!(config.kind, SchedulerKind::EarlyWsQueue | SchedulerKind::EarlyWsSemi) {
+            if kind.steals() {
                 Box::new(ws::WorkStealing::new(config, mapping.clone(), model, service, sink)?)
             } else {
                 Box::new(early::Early::new(config, mapping.clone(), service, sink)?)

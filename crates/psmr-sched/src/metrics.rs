@@ -47,6 +47,15 @@ impl WorkerCounters {
             Self::add(counter, t.elapsed().as_nanos() as u64);
         }
     }
+
+    /// Like [`WorkerCounters::add_since`], less `busy` nanoseconds that
+    /// were spent working (stealing while waiting) rather than idle.
+    #[inline]
+    pub(crate) fn add_since_less(counter: &AtomicU64, start: Option<std::time::Instant>, busy: u64) {
+        if let Some(t) = start {
+            Self::add(counter, (t.elapsed().as_nanos() as u64).saturating_sub(busy));
+        }
+    }
 }
 
 /// The metrics of a scheduler's workers, shared with whoever samples them.

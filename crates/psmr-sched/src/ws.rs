@@ -1,14 +1,30 @@
-//! Early scheduling with work stealing: when a queue is empty
-//! (`early-ws-queue`, 000 Alg. 6-8), and also while waiting for the other
-//! threads of a sequential class (`early-ws-semi`, 000 Alg. 9-11).
+//! Early scheduling with work stealing (000 §6.2), in four steps:
+//!
+//! * `early-ws-queue` (000 Alg. 6-8): a worker whose queue is empty steals;
+//!   sequential classes synchronize at barriers as in `early`.
+//! * `early-ws-semi` (000 Alg. 9-11): a thread that arrives at a
+//!   sequential command before the others also steals, work free of the
+//!   classes that conflict with that command, until the last thread has
+//!   arrived and executed it; then they all meet at the class barrier.
+//! * `early-ws-nonblocking` (000 Alg. 12-13): the same without any barrier:
+//!   the threads of a sequential class meet on two-cycle counters
+//!   ([`crate::CycleCounters`]), and the waiters steal until the reset.
+//! * `early-ws-optimistic` (000 Alg. 14): `early-ws-nonblocking` whose
+//!   stealers first check a victim's steal conditions on lock-free hints
+//!   and take its lock only when the check passes, then check again under
+//!   the lock. Stealers no longer queue up on the locks of victims that
+//!   have nothing to give, which is most of them most of the time; the
+//!   victims need those locks to take their own work.
 //!
 //! Each worker has a *ready* queue, filled by the scheduler, and an *exec*
 //! batch it is working through. A worker moves its whole ready queue to its
 //! exec batch at once. A worker that finds its ready queue empty tries to
-//! steal: it takes the whole ready queue of a victim, but only when that
-//! victim has no sequential command, neither ready (`ready_flag`) nor in
-//! the batch it is executing (`exec_flag`), and it raises the victim's
-//! `marker` for itself until the stolen commands have executed.
+//! steal: it takes the concurrent commands at the front of a victim's
+//! ready queue, up to its first sequential command (000 takes the whole
+//! queue and only when it holds no sequential command; see
+//! [`WsQueue::try_steal`]), but only when the batch the victim is
+//! executing holds no sequential command (`exec_flag`), and it raises the
+//! victim's `marker` for itself until the stolen commands have executed.
 //!
 //! Why this keeps the order of conflicting commands: concurrent commands
 //! never conflict with each other (R.3), and a sequential command that
@@ -21,15 +37,28 @@
 //! class wait for its own stealers, which is what the safety argument of
 //! §6.2.1.1 needs when the victim is not the lowest thread.
 //!
+//! In the three variants that steal while they synchronize, that wait for
+//! the markers is part of the synchronization and the thread steals during
+//! it too, under the same condition (no class conflicting with the
+//! sequential command's). Without that, a thread could wait for a stealer
+//! that is stuck on work only the waiting thread is free to run; stolen
+//! work is concurrent, never synchronizes, and so never waits in turn.
+//!
+//! Waiting follows [`crate::SchedConfig::spin`]: spin, then yield, then
+//! nap, polling between steps, and back to spinning after each steal.
+//!
 //! The queue protocol lives in [`WsQueue`] and is model-checked with loom
-//! in `tests/loom_steal.rs`.
+//! in `tests/loom_steal.rs` (idle stealing, markers, flags) and
+//! `tests/loom_semi.rs` (stealing while waiting on two-cycle counters,
+//! with and without a conflicting class).
 
 use crate::barrier::Barrier;
+use crate::cycles::{CycleCounters, Role};
 use crate::early::{dispatch, routes_of, Credits, Dispatch, Route};
 use crate::exec::{stats_of, Executor};
 use crate::metrics::{Metrics, WorkerCounters};
 use crate::sink::ReplySink;
-use crate::sync::{wait_until, AtomicBool, AtomicUsize, Mutex, MutexGuard, Patience};
+use crate::sync::{wait_until, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, Patience};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
 use crossbeam::utils::CachePadded;
 use psmr_model::{Batch, ClassModel, Mapping, Mode, Service};
@@ -92,6 +121,9 @@ pub struct WsQueue<T> {
     /// ready queue is not empty; a steal could succeed.
     has_ready: AtomicBool,
     stealable: AtomicBool,
+    /// The classes of the entries a steal would take, folded to 64 bits
+    /// (class `c` on bit `c % 64`); meaningful when `stealable`.
+    steal_classes: AtomicU64,
     /// Closed, and nothing left in the ready queue.
     drained: AtomicBool,
 }
@@ -105,6 +137,10 @@ struct Ready<T> {
     /// Entries of `queue` holding a sequential command (`readyFlag` is
     /// `ready_seq > 0`).
     ready_seq: usize,
+    /// Entries at the front of `queue` before the first sequential one:
+    /// what a steal takes. Their classes, folded as in `steal_classes`.
+    prefix: usize,
+    prefix_classes: u64,
     /// The batch the owner is executing holds a sequential command.
     exec_flag: bool,
     closed: bool,
@@ -114,10 +150,18 @@ impl<T> WsQueue<T> {
     /// Queues for a worker among `workers`.
     pub fn new(workers: usize) -> Self {
         Self {
-            state: Mutex::new(Ready { queue: VecDeque::new(), ready_seq: 0, exec_flag: false, closed: false }),
+            state: Mutex::new(Ready {
+                queue: VecDeque::new(),
+                ready_seq: 0,
+                prefix: 0,
+                prefix_classes: 0,
+                exec_flag: false,
+                closed: false,
+            }),
             markers: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             has_ready: AtomicBool::new(false),
             stealable: AtomicBool::new(false),
+            steal_classes: AtomicU64::new(0),
             drained: AtomicBool::new(false),
         }
     }
@@ -125,8 +169,8 @@ impl<T> WsQueue<T> {
     /// Refreshes the hints; called under the lock after every change.
     fn hint(&self, st: &Ready<T>) {
         self.has_ready.store(!st.queue.is_empty(), Ordering::Relaxed);
-        let front_free = st.queue.front().is_some_and(|e| !e.1);
-        self.stealable.store(!st.exec_flag && front_free, Ordering::Relaxed);
+        self.stealable.store(!st.exec_flag && st.prefix > 0, Ordering::Relaxed);
+        self.steal_classes.store(st.prefix_classes, Ordering::Relaxed);
         self.drained.store(st.closed && st.queue.is_empty(), Ordering::Release);
     }
 
@@ -150,6 +194,10 @@ impl<T> WsQueue<T> {
     /// commands (a bit set, bit `c` for class `c`; 000 Alg. 10).
     pub fn push_with_classes(&self, entry: T, sequential: bool, classes: &[u64]) {
         let mut st = self.lock();
+        if !sequential && st.prefix == st.queue.len() {
+            st.prefix += 1;
+            st.prefix_classes |= fold(classes);
+        }
         st.queue.push_back((entry, sequential, classes.into()));
         st.ready_seq += usize::from(sequential);
         self.hint(&st);
@@ -169,6 +217,8 @@ impl<T> WsQueue<T> {
         let mut st = self.lock();
         st.exec_flag = st.ready_seq > 0;
         st.ready_seq = 0;
+        st.prefix = 0;
+        st.prefix_classes = 0;
         let batch = st.queue.drain(..).map(|(t, seq, _)| (t, seq)).collect();
         self.hint(&st);
         batch
@@ -182,6 +232,15 @@ impl<T> WsQueue<T> {
     /// Hint: a steal from this queue could succeed.
     pub fn stealable(&self) -> bool {
         self.stealable.load(Ordering::Relaxed)
+    }
+
+    /// The optimistic validation of 000 Alg. 14 (line 5): the steal
+    /// conditions of [`WsQueue::try_steal_avoiding`] evaluated on the
+    /// hints, without the lock. `avoid` is folded to 64 bits, so with more
+    /// than 64 classes it may refuse a steal the locked check would allow
+    /// (never the reverse matters: the locked check decides).
+    pub fn may_steal(&self, avoid: &[u64]) -> bool {
+        self.stealable() && self.steal_classes.load(Ordering::Relaxed) & fold(avoid) == 0
     }
 
     /// Stealer side (Alg. 8 lines 29-36): takes the entries at the front of
@@ -207,7 +266,7 @@ impl<T> WsQueue<T> {
         if st.exec_flag {
             return None;
         }
-        let prefix = st.queue.iter().take_while(|e| !e.1).count();
+        let prefix = st.prefix;
         if prefix == 0 {
             return None;
         }
@@ -220,6 +279,9 @@ impl<T> WsQueue<T> {
         // (an emptier queue) together with the marker.
         self.markers[stealer].store(true, Ordering::Release);
         let stolen = st.queue.drain(..prefix).map(|(t, _, _)| t).collect();
+        // The front is now a sequential entry, or nothing.
+        st.prefix = 0;
+        st.prefix_classes = 0;
         self.hint(&st);
         Some(stolen)
     }
@@ -235,6 +297,11 @@ impl<T> WsQueue<T> {
     }
 }
 
+/// A class bit set folded to one word: class `c` on bit `c % 64`.
+fn fold(classes: &[u64]) -> u64 {
+    classes.iter().fold(0, |a, w| a | w)
+}
+
 /// What a worker needs to know about a class.
 enum ClassPlan {
     /// A concurrent class: may be stolen.
@@ -245,23 +312,29 @@ enum ClassPlan {
     /// thread executes.
     Barrier { barrier: Barrier, executor: usize },
     /// `early-ws-semi` (000 Alg. 11): arrivals counted on `mark`; the last
-    /// to arrive executes; the others steal work free of the classes in
-    /// `avoid` (those conflicting with this one) until it is done; then
-    /// everybody meets at the barrier.
-    Semi { barrier: Barrier, mark: CachePadded<AtomicUsize>, parties: usize, avoid: Vec<u64> },
+    /// to arrive executes; the others steal work free of the classes that
+    /// conflict with this one until it is done; then everybody meets at
+    /// the barrier.
+    Semi { barrier: Barrier, mark: CachePadded<AtomicUsize>, parties: usize },
+    /// `early-ws-nonblocking` and `early-ws-optimistic` (000 Alg. 13): the
+    /// last to arrive on the class's two-cycle counters executes; the
+    /// others steal work free of the conflicting classes until the reset.
+    NonBlocking(CycleCounters),
 }
 
-/// A stealer's choice of where to start looking for victims.
+/// A worker's own state: its id, where it starts looking for victims and
+/// its cycle bit per class (000 Alg. 13 `cycles`).
 struct Thief {
     me: usize,
     rng: u64,
+    cycles: Vec<usize>,
 }
 
 impl Thief {
-    fn new(me: usize) -> Self {
+    fn new(me: usize, classes: usize) -> Self {
         // Seeded by the worker id: victim choice changes timing, never
         // results.
-        Self { me, rng: 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1) }
+        Self { me, rng: 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1), cycles: vec![0; classes] }
     }
 
     fn start(&mut self, victims: Victims, workers: usize) -> usize {
@@ -278,25 +351,51 @@ impl Thief {
     }
 }
 
-/// Tries each victim once, in the order of the victim policy; executes the
-/// first haul. Returns whether it stole.
-fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64]) -> bool {
+/// Tries each victim once, in the order of the victim policy, skipping
+/// those whose hints say no when stealing optimistically; executes the
+/// first haul. Returns `None` if it stole nothing, else the nanoseconds
+/// spent executing the haul (0 unless metrics are timed), which are not
+/// idle time for a worker that steals while it waits.
+fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64]) -> Option<u64> {
     let (me, n) = (thief.me, shared.queues.len());
     let counters = shared.metrics.worker(me);
     let start = thief.start(shared.victims, n);
     for v in victim_order(me, n, start) {
         WorkerCounters::add(&counters.steals_tried, 1);
-        if let Some(entries) = shared.queues[v].try_steal_avoiding(me, avoid) {
+        let victim = &shared.queues[v];
+        if shared.optimistic && !victim.may_steal(avoid) {
+            continue;
+        }
+        if let Some(entries) = victim.try_steal_avoiding(me, avoid) {
+            let began = shared.timing.then(std::time::Instant::now);
             for d in &entries {
                 execute_entry(thief, v, d, shared);
                 d.done(&shared.credits, v);
             }
-            shared.queues[v].steal_done(me);
+            victim.steal_done(me);
             WorkerCounters::add(&counters.steals_ok, 1);
-            return true;
+            return Some(began.map_or(0, |t| t.elapsed().as_nanos() as u64));
         }
     }
-    false
+    None
+}
+
+/// Waits until `done` holds, stealing work free of the classes in `avoid`
+/// meanwhile (000 Alg. 11 and 13). Returns the nanoseconds spent executing
+/// stolen work.
+fn steal_until<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64], done: impl Fn() -> bool) -> u64 {
+    let mut busy = 0;
+    let mut patience = Patience::new(shared.spin);
+    while !done() {
+        match steal_once(thief, shared, avoid) {
+            Some(ns) => {
+                busy += ns;
+                patience.reset();
+            }
+            None => patience.snooze(),
+        }
+    }
+    busy
 }
 
 /// A run of one dispatched batch's commands for one worker: commands
@@ -331,18 +430,24 @@ impl<O> Slice<O> {
 struct Shared<S: Service> {
     queues: Vec<WsQueue<Slice<S::Op>>>,
     plans: Vec<ClassPlan>,
+    /// Per class, the classes that conflict with it: what a thread waiting
+    /// for one of its commands may not steal. Empty for `early-ws-queue`,
+    /// which does not steal while it waits.
+    avoid: Vec<Vec<u64>>,
     exec: Executor<S>,
     credits: Credits,
     metrics: Arc<Metrics>,
     victims: Victims,
+    /// `early-ws-optimistic`: validate a steal on the hints first.
+    optimistic: bool,
     spin: u32,
     timing: bool,
 }
 
 pub(crate) struct WorkStealing<S: Service> {
     kind: SchedulerKind,
-    /// Words of a class bit set (0 unless `early-ws-semi`, which tracks
-    /// the classes in each ready queue).
+    /// Words of a class bit set (0 for `early-ws-queue`, which does not
+    /// track the classes in each ready queue).
     class_words: usize,
     shared: Arc<Shared<S>>,
     routes: Vec<Route>,
@@ -358,7 +463,9 @@ impl<S: Service> WorkStealing<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
         let semi = config.kind == SchedulerKind::EarlyWsSemi;
-        let words = model.len().div_ceil(64);
+        let nonblocking = matches!(config.kind, SchedulerKind::EarlyWsNonBlocking | SchedulerKind::EarlyWsOptimistic);
+        // Stealing while synchronizing needs the classes of what is stolen.
+        let words = if semi || nonblocking { model.len().div_ceil(64) } else { 0 };
         let plans = model
             .class_ids()
             .map(|id| {
@@ -366,18 +473,12 @@ impl<S: Service> WorkStealing<S> {
                 match (c.mode, c.threads.len()) {
                     (Mode::Concurrent, _) => ClassPlan::Concurrent,
                     (Mode::Sequential, 1) => ClassPlan::Alone,
-                    (Mode::Sequential, n) if semi => {
-                        let mut avoid = vec![0u64; words];
-                        for other in model.class_ids().filter(|&o| model.conflicts(id, o)) {
-                            avoid[other.index() / 64] |= 1 << (other.index() % 64);
-                        }
-                        ClassPlan::Semi {
-                            barrier: Barrier::new(n),
-                            mark: CachePadded::new(AtomicUsize::new(0)),
-                            parties: n,
-                            avoid,
-                        }
-                    }
+                    (Mode::Sequential, n) if nonblocking => ClassPlan::NonBlocking(CycleCounters::new(n)),
+                    (Mode::Sequential, n) if semi => ClassPlan::Semi {
+                        barrier: Barrier::new(n),
+                        mark: CachePadded::new(AtomicUsize::new(0)),
+                        parties: n,
+                    },
                     (Mode::Sequential, n) => ClassPlan::Barrier { barrier: Barrier::new(n), executor: c.threads[0] },
                 }
             })
@@ -385,10 +486,12 @@ impl<S: Service> WorkStealing<S> {
         let shared = Arc::new(Shared {
             queues: (0..config.workers).map(|_| WsQueue::new(config.workers)).collect(),
             plans,
+            avoid: if words > 0 { model.class_ids().map(|id| conflicting(model, id)).collect() } else { Vec::new() },
             exec: Executor::new(service, sink),
             credits: Credits::new(config.workers, config.queue_depth),
             metrics: Arc::new(Metrics::new(config.workers)),
-            victims: config.victims,
+            victims: config.victim_policy(),
+            optimistic: config.kind == SchedulerKind::EarlyWsOptimistic,
             spin: config.spin_budget(),
             timing: config.metrics,
         });
@@ -429,14 +532,24 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
         }
         mine += 1;
         let plan = &shared.plans[cmd.class.index()];
+        let avoid = shared.avoid.get(cmd.class.index()).map_or(&[][..], Vec::as_slice);
         if !matches!(plan, ClassPlan::Concurrent) {
             debug_assert_eq!(me, owner, "sequential commands are never stolen");
             // Every thread of the class waits until what was stolen from it
             // has executed: a stolen command may precede this one and
-            // conflict with it.
+            // conflict with it. The variants that steal while they wait
+            // for a sequential command steal here too: this is part of
+            // that wait, and the stealers may be stuck on work only the
+            // waiting thread is free to run.
             let waited = shared.timing.then(std::time::Instant::now);
-            wait_until(shared.spin, || shared.queues[me].no_stealers());
-            WorkerCounters::add_since(&counters.sync_idle_ns, waited);
+            let own = &shared.queues[me];
+            let busy = if shared.avoid.is_empty() {
+                wait_until(shared.spin, || own.no_stealers());
+                0
+            } else {
+                steal_until(thief, shared, avoid, || own.no_stealers())
+            };
+            WorkerCounters::add_since_less(&counters.sync_idle_ns, waited, busy);
         }
         match plan {
             ClassPlan::Concurrent | ClassPlan::Alone => {
@@ -444,8 +557,9 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
                     WorkerCounters::add(&counters.executed, 1);
                 }
             }
-            ClassPlan::Semi { barrier, mark, parties, avoid } => {
+            ClassPlan::Semi { barrier, mark, parties } => {
                 let waited = shared.timing.then(std::time::Instant::now);
+                let mut busy = 0;
                 if mark.fetch_add(1, Ordering::AcqRel) + 1 == *parties {
                     // The last to arrive executes.
                     if shared.exec.run(me, cmd) {
@@ -454,17 +568,26 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
                     mark.store(0, Ordering::Release);
                 } else {
                     // Steal while the others arrive and the executor runs.
-                    let mut patience = Patience::new(shared.spin);
-                    while mark.load(Ordering::Acquire) != 0 {
-                        if steal_once(thief, shared, avoid) {
-                            patience.reset();
-                        } else {
-                            patience.snooze();
-                        }
-                    }
+                    busy = steal_until(thief, shared, avoid, || mark.load(Ordering::Acquire) == 0);
                 }
                 barrier.wait();
-                WorkerCounters::add_since(&counters.sync_idle_ns, waited);
+                WorkerCounters::add_since_less(&counters.sync_idle_ns, waited, busy);
+            }
+            ClassPlan::NonBlocking(marks) => {
+                let cycle = &mut thief.cycles[cmd.class.index()];
+                match marks.arrive(cycle) {
+                    Role::Execute => {
+                        if shared.exec.run(me, cmd) {
+                            WorkerCounters::add(&counters.executed, 1);
+                        }
+                        marks.done(*cycle);
+                    }
+                    Role::Wait => {
+                        let (waited, cycle) = (shared.timing.then(std::time::Instant::now), *cycle);
+                        let busy = steal_until(thief, shared, avoid, || marks.released(cycle));
+                        WorkerCounters::add_since_less(&counters.sync_idle_ns, waited, busy);
+                    }
+                }
             }
             ClassPlan::Barrier { barrier, executor } => {
                 let waited = shared.timing.then(std::time::Instant::now);
@@ -485,6 +608,16 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
     mine
 }
 
+/// The classes that conflict with `class`, as a bit set: what a thread
+/// waiting for a command of `class` must not steal.
+fn conflicting(model: &ClassModel, class: psmr_model::ClassId) -> Vec<u64> {
+    let mut set = vec![0u64; model.len().div_ceil(64)];
+    for other in model.class_ids().filter(|&o| model.conflicts(class, o)) {
+        set[other.index() / 64] |= 1 << (other.index() % 64);
+    }
+    set
+}
+
 /// The order in which stealer `me` visits victims, starting at `start`.
 fn victim_order(me: usize, workers: usize, start: usize) -> impl Iterator<Item = usize> {
     (0..workers).map(move |i| (start + i) % workers).filter(move |&v| v != me)
@@ -493,7 +626,7 @@ fn victim_order(me: usize, workers: usize, start: usize) -> impl Iterator<Item =
 fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
     let own = &shared.queues[me];
     let counters = shared.metrics.worker(me);
-    let mut thief = Thief::new(me);
+    let mut thief = Thief::new(me, shared.plans.len());
     loop {
         let batch = own.take_all();
         if !batch.is_empty() {
@@ -506,8 +639,7 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
             continue;
         }
         // Nothing of our own: try to steal once from each victim in turn.
-        let stole = steal_once(&mut thief, shared, &[]);
-        if !stole {
+        if steal_once(&mut thief, shared, &[]).is_none() {
             // A worker leaves only when no queue will ever hold work again:
             // until then it may still steal from the ones that are busy.
             if shared.queues.iter().all(WsQueue::drained) {
@@ -541,7 +673,7 @@ impl<S: Service> Scheduler<S> for WorkStealing<S> {
             if any & bit == 0 {
                 continue;
             }
-            let words = if self.kind == SchedulerKind::EarlyWsSemi { self.class_words } else { 0 };
+            let words = self.class_words;
             // Cut this worker's commands into runs that start at each
             // sequential command.
             let mut runs: Vec<(u32, u32, bool, Vec<u64>)> = Vec::new();
@@ -633,10 +765,36 @@ mod tests {
     }
 
     #[test]
+    fn lock_free_hints_agree_with_the_locked_check() {
+        let q = WsQueue::new(2);
+        assert!(!q.may_steal(&[]), "empty");
+        q.push_with_classes(1u32, false, &[0b001]);
+        q.push_with_classes(2, false, &[0b100]);
+        q.push_with_classes(3, true, &[0b010]);
+        q.push_with_classes(4, false, &[0b1000]);
+        // The prefix is 1 and 2: classes 0 and 2; entry 4's class is
+        // behind the sequential entry and does not count.
+        assert!(q.may_steal(&[0b1010]));
+        assert!(!q.may_steal(&[0b100]), "class 2 is in the prefix");
+        assert_eq!(q.try_steal_avoiding(1, &[0b1010]), Some(vec![1, 2]));
+        assert!(!q.may_steal(&[]), "the front is sequential");
+        q.steal_done(1);
+        assert_eq!(q.take_all().len(), 2);
+        q.push_with_classes(5, false, &[0b001]);
+        assert!(!q.may_steal(&[]), "the exec batch holds a sequential command");
+        assert_eq!(q.try_steal(1), None);
+        assert!(q.take_all().len() == 1 && !q.may_steal(&[]));
+        q.push_with_classes(6, false, &[0, 0b1]);
+        assert!(q.may_steal(&[0b10]), "class 64 folds onto bit 0 and 0b10 is clear");
+        assert!(!q.may_steal(&[0b1]), "folded: class 0 and class 64 look alike");
+        assert_eq!(q.try_steal_avoiding(1, &[0b1]), Some(vec![6]), "the locked check is exact");
+    }
+
+    #[test]
     fn victims_are_visited_once_each_and_never_the_stealer() {
         let order: Vec<usize> = victim_order(2, 4, 3).collect();
         assert_eq!(order, vec![3, 0, 1]);
-        let mut thief = Thief::new(1);
+        let mut thief = Thief::new(1, 0);
         assert_eq!(thief.start(Victims::First, 4), 0);
         assert_eq!(thief.start(Victims::Next, 4), 2);
         for _ in 0..10 {

@@ -68,7 +68,7 @@ where
     config.graph_max = graph_max;
     config.queue_depth = 4;
     // Every victim policy gets its turn across the worker counts.
-    config.victims = [Victims::First, Victims::Random, Victims::Next][workers % 3];
+    config.victims = Some([Victims::First, Victims::Random, Victims::Next][workers % 3]);
     let mut s = build(&config, service.clone(), model, sink.clone())?;
     for b in batches {
         s.submit(b.clone())?;

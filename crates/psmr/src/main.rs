@@ -97,8 +97,8 @@ struct SchedBenchArgs {
     /// Early: `default`, a JSON mapping file, or a spec like `R=conc:0,1;W=seq:0-1`.
     #[arg(long, default_value = "default")]
     mapping: String,
-    /// early-busywait: rounds a waiting worker spins before it yields and naps
-    /// [default: 2000 when every worker has a core, else 0].
+    /// early-busywait and work stealing: rounds a waiting worker spins before
+    /// it yields and naps [default: 2000 when every worker has a core, else 0].
     #[arg(long)]
     spin: Option<u32>,
     /// Sample per-worker metrics of the early schedulers (000 §5.3) every
@@ -106,9 +106,10 @@ struct SchedBenchArgs {
     #[arg(long, value_name = "MS", num_args = 0..=1, default_missing_value = "1000")]
     metrics: Option<u64>,
     /// Work stealing: which victims an idle worker tries, in order: first
-    /// (by id), random, or next (from the id after its own).
-    #[arg(long, default_value = "first", value_parser = parse_victims)]
-    victims: psmr_sched::Victims,
+    /// (by id), random, or next (from the id after its own) [default: next
+    /// for early-ws-optimistic, first for the others, as in 000 §6.2].
+    #[arg(long, value_parser = parse_victims)]
+    victims: Option<psmr_sched::Victims>,
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,

@@ -81,7 +81,7 @@ fn metrics_lines_cover_every_worker_and_add_up() {
         "--workload",
         "25-5-25",
         "--scheduler",
-        "early,early-busywait,early-ws-queue,early-ws-semi,late-cbase",
+        "early,early-busywait,early-ws-queue,early-ws-semi,early-ws-nonblocking,early-ws-optimistic,late-cbase",
         "--workers",
         "3",
         "--commands",
@@ -93,7 +93,9 @@ fn metrics_lines_cover_every_worker_and_add_up() {
     assert!(o.status.success(), "{}", stderr(&o));
     let lines: Vec<serde_json::Value> =
         String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    for kind in ["early", "early-busywait", "early-ws-queue", "early-ws-semi"] {
+    for kind in
+        ["early", "early-busywait", "early-ws-queue", "early-ws-semi", "early-ws-nonblocking", "early-ws-optimistic"]
+    {
         let run = lines.iter().find(|l| l["scheduler"] == kind && l.get("type").is_none()).expect("run line");
         let samples: Vec<_> = lines.iter().filter(|l| l["type"] == "metrics" && l["scheduler"] == kind).collect();
         let workers: std::collections::BTreeSet<u64> = samples.iter().map(|s| s["worker"].as_u64().unwrap()).collect();
