@@ -18,7 +18,7 @@ for skew in 0 0.8; do
         "$psmr" sched-bench --service list --model sharded-global --shards 2 --cost light \
             --workload "$workload" --skew "$skew" --spread exponential \
             --scheduler early,early-busywait,early-ws-queue,early-ws-semi,early-ws-nonblocking,early-ws-optimistic \
-            --workers 2,4 --commands 500000 "$@"
+            --workers 2,4 --commands 1000000 "$@"
         echo
     done
 done

@@ -73,6 +73,11 @@ impl Patience {
         loom::thread::yield_now();
     }
 
+    /// True once spinning and yielding are over: the next steps nap.
+    pub(crate) fn tired(&self) -> bool {
+        self.step >= self.spin.saturating_add(64)
+    }
+
     /// Progress was made: start again from spinning.
     pub(crate) fn reset(&mut self) {
         self.step = 0;

@@ -62,6 +62,7 @@ use crate::sync::{wait_until, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGu
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
 use crossbeam::utils::CachePadded;
 use psmr_model::{Batch, ClassModel, Mapping, Mode, Service};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
@@ -110,6 +111,10 @@ impl FromStr for Victims {
     }
 }
 
+/// A set of classes, bit `c` for class `c`; one word, inline, for up to 64
+/// classes.
+pub type ClassSet = SmallVec<[u64; 1]>;
+
 /// One worker's queues, flags and markers (000 Alg. 6), generic over what
 /// an entry is so that loom can check the protocol with plain numbers.
 #[derive(Debug)]
@@ -132,8 +137,8 @@ pub struct WsQueue<T> {
 struct Ready<T> {
     /// Entries, whether each holds a sequential command, and the classes of
     /// its commands as a bit set (000 Alg. 9 `readyClasses`, kept per entry;
-    /// empty unless `early-ws-semi`).
-    queue: VecDeque<(T, bool, Box<[u64]>)>,
+    /// empty for `early-ws-queue`).
+    queue: VecDeque<(T, bool, ClassSet)>,
     /// Entries of `queue` holding a sequential command (`readyFlag` is
     /// `ready_seq > 0`).
     ready_seq: usize,
@@ -194,13 +199,28 @@ impl<T> WsQueue<T> {
     /// commands (a bit set, bit `c` for class `c`; 000 Alg. 10).
     pub fn push_with_classes(&self, entry: T, sequential: bool, classes: &[u64]) {
         let mut st = self.lock();
+        Self::append(&mut st, entry, sequential, classes.into());
+        self.hint(&st);
+    }
+
+    /// Appends several entries at once, under one acquisition of the lock,
+    /// leaving `entries` empty: `(entry, sequential, classes)` as in
+    /// [`WsQueue::push_with_classes`].
+    pub fn push_all(&self, entries: &mut Vec<(T, bool, ClassSet)>) {
+        let mut st = self.lock();
+        for (entry, sequential, classes) in entries.drain(..) {
+            Self::append(&mut st, entry, sequential, classes);
+        }
+        self.hint(&st);
+    }
+
+    fn append(st: &mut Ready<T>, entry: T, sequential: bool, classes: ClassSet) {
         if !sequential && st.prefix == st.queue.len() {
             st.prefix += 1;
-            st.prefix_classes |= fold(classes);
+            st.prefix_classes |= fold(&classes);
         }
-        st.queue.push_back((entry, sequential, classes.into()));
+        st.queue.push_back((entry, sequential, classes));
         st.ready_seq += usize::from(sequential);
-        self.hint(&st);
     }
 
     /// No more entries will come.
@@ -214,14 +234,20 @@ impl<T> WsQueue<T> {
     /// returned exec batch and sets `exec_flag` to whether it holds a
     /// sequential command.
     pub fn take_all(&self) -> Vec<(T, bool)> {
+        let mut batch = Vec::new();
+        self.take_all_into(&mut batch);
+        batch
+    }
+
+    /// [`WsQueue::take_all`] into a buffer the owner reuses (appended to).
+    pub fn take_all_into(&self, batch: &mut Vec<(T, bool)>) {
         let mut st = self.lock();
         st.exec_flag = st.ready_seq > 0;
         st.ready_seq = 0;
         st.prefix = 0;
         st.prefix_classes = 0;
-        let batch = st.queue.drain(..).map(|(t, seq, _)| (t, seq)).collect();
+        batch.extend(st.queue.drain(..).map(|(t, seq, _)| (t, seq)));
         self.hint(&st);
-        batch
     }
 
     /// Hint: the ready queue holds something.
@@ -322,6 +348,61 @@ enum ClassPlan {
     NonBlocking(CycleCounters),
 }
 
+/// Where an idle worker sleeps. A worker with nothing of its own to do and
+/// nothing to steal spins, yields, then parks; the scheduler unparks it when
+/// it hands the worker a batch. Stealing chances do not wake anybody (the
+/// thread that makes one does not know who could use it), so a parked
+/// worker also wakes up by itself, after 50 µs, then after twice as long
+/// each time, up to 1 ms. Napping without the wake-up, as the other waits
+/// do, left a worker asleep for up to a nap while its queue filled and the
+/// others waited for it at the next sequential command.
+#[derive(Default)]
+struct Idle {
+    parked: CachePadded<std::sync::atomic::AtomicBool>,
+    thread: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl Idle {
+    /// Called by the worker's own thread before it waits.
+    fn register(&self) {
+        let _ = self.thread.set(std::thread::current());
+    }
+
+    /// Waits until `done` holds (see the type's documentation).
+    fn wait_until(&self, spin: u32, done: impl Fn() -> bool) {
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        let mut patience = Patience::new(spin);
+        let mut sleep_us = 50;
+        while !done() {
+            if !patience.tired() {
+                patience.snooze();
+                continue;
+            }
+            self.parked.store(true, Ordering::Relaxed);
+            // Pairs with the fence in `wake`: either the waker sees
+            // `parked`, or this thread sees what the waker published
+            // before waking it. (A lost wake-up would cost a timeout, not
+            // a hang, but there is none.)
+            fence(SeqCst);
+            if !done() {
+                std::thread::park_timeout(std::time::Duration::from_micros(sleep_us));
+                sleep_us = (sleep_us * 2).min(1000);
+            }
+            self.parked.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Wakes the worker if it is parked; called after publishing its work.
+    fn wake(&self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) {
+            if let Some(thread) = self.thread.get() {
+                thread.unpark();
+            }
+        }
+    }
+}
+
 /// A worker's own state: its id, where it starts looking for victims and
 /// its cycle bit per class (000 Alg. 13 `cycles`).
 struct Thief {
@@ -410,18 +491,26 @@ fn steal_until<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64],
 /// while the worker waits at a barrier for a thread that has not received
 /// that batch yet: a deadlock.)
 struct Slice<O> {
-    d: Arc<Dispatch<O>>,
+    job: Arc<Job<O>>,
     start: u32,
     end: u32,
-    /// Runs of the same (batch, worker) not yet executed.
-    left: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// One dispatched batch as one worker receives it. Its runs share it, so
+/// that cutting a batch into runs touches the batch's own reference count
+/// (which every worker's runs also drop) once per worker, not once per
+/// run.
+struct Job<O> {
+    d: Arc<Dispatch<O>>,
+    /// Runs of this job not yet executed.
+    left: std::sync::atomic::AtomicU32,
 }
 
 impl<O> Slice<O> {
     /// Called once the run has executed: returns the credit of `owner`
     /// when it was the last run of its batch.
     fn done(&self, credits: &Credits, owner: usize) {
-        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.job.left.fetch_sub(1, Ordering::AcqRel) == 1 {
             credits.release(owner);
         }
     }
@@ -429,6 +518,8 @@ impl<O> Slice<O> {
 
 struct Shared<S: Service> {
     queues: Vec<WsQueue<Slice<S::Op>>>,
+    /// Per worker, where it sleeps when it has nothing to do.
+    idle: Vec<Idle>,
     plans: Vec<ClassPlan>,
     /// Per class, the classes that conflict with it: what a thread waiting
     /// for one of its commands may not steal. Empty for `early-ws-queue`,
@@ -449,6 +540,8 @@ pub(crate) struct WorkStealing<S: Service> {
     /// Words of a class bit set (0 for `early-ws-queue`, which does not
     /// track the classes in each ready queue).
     class_words: usize,
+    /// Scratch space for the runs of one batch for one worker.
+    runs: Vec<(Slice<S::Op>, bool, ClassSet)>,
     shared: Arc<Shared<S>>,
     routes: Vec<Route>,
     workers: Vec<JoinHandle<u64>>,
@@ -485,6 +578,7 @@ impl<S: Service> WorkStealing<S> {
             .collect();
         let shared = Arc::new(Shared {
             queues: (0..config.workers).map(|_| WsQueue::new(config.workers)).collect(),
+            idle: (0..config.workers).map(|_| Idle::default()).collect(),
             plans,
             avoid: if words > 0 { model.class_ids().map(|id| conflicting(model, id)).collect() } else { Vec::new() },
             exec: Executor::new(service, sink),
@@ -495,8 +589,14 @@ impl<S: Service> WorkStealing<S> {
             spin: config.spin_budget(),
             timing: config.metrics,
         });
-        let mut ws =
-            Self { kind: config.kind, shared, routes: routes_of(&mapping), workers: Vec::new(), class_words: words };
+        let mut ws = Self {
+            kind: config.kind,
+            shared,
+            routes: routes_of(&mapping),
+            workers: Vec::new(),
+            class_words: words,
+            runs: Vec::new(),
+        };
         for id in 0..config.workers {
             let shared = ws.shared.clone();
             match std::thread::Builder::new().name(format!("psmr-ws-{id}")).spawn(move || worker(id, &shared)) {
@@ -511,8 +611,9 @@ impl<S: Service> WorkStealing<S> {
     }
 
     fn close_and_join(&mut self) -> Vec<Result<u64, usize>> {
-        for q in &self.shared.queues {
+        for (q, idle) in self.shared.queues.iter().zip(&self.shared.idle) {
             q.close();
+            idle.wake();
         }
         self.workers.drain(..).enumerate().map(|(id, h)| h.join().map_err(|_| id)).collect()
     }
@@ -526,7 +627,8 @@ fn execute_entry<S: Service>(thief: &mut Thief, owner: usize, slice: &Slice<S::O
     let counters = shared.metrics.worker(me);
     let mut mine = 0;
     let range = slice.start as usize..slice.end as usize;
-    for (cmd, &targets) in slice.d.batch.commands()[range.clone()].iter().zip(&slice.d.targets[range]) {
+    let d = &slice.job.d;
+    for (cmd, &targets) in d.batch.commands()[range.clone()].iter().zip(&d.targets[range]) {
         if targets & bit == 0 {
             continue;
         }
@@ -624,14 +726,16 @@ fn victim_order(me: usize, workers: usize, start: usize) -> impl Iterator<Item =
 }
 
 fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
+    shared.idle[me].register();
     let own = &shared.queues[me];
     let counters = shared.metrics.worker(me);
     let mut thief = Thief::new(me, shared.plans.len());
+    let mut batch = Vec::new();
     loop {
-        let batch = own.take_all();
+        own.take_all_into(&mut batch);
         if !batch.is_empty() {
-            for (d, _) in &batch {
-                let mine = execute_entry(&mut thief, me, d, shared);
+            for (d, _) in batch.drain(..) {
+                let mine = execute_entry(&mut thief, me, &d, shared);
                 WorkerCounters::add(&counters.dequeues, 1);
                 WorkerCounters::add(&counters.dequeued_commands, mine);
                 d.done(&shared.credits, me);
@@ -645,10 +749,9 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
             if shared.queues.iter().all(WsQueue::drained) {
                 return counters.executed.load(Ordering::Relaxed);
             }
-            // Wait for work of our own (or for the end), briefly: stealing
-            // chances come back as the others' queues fill.
+            // Wait for work of our own, a stealing chance or the end.
             let waited = shared.timing.then(std::time::Instant::now);
-            wait_until(shared.spin.min(200), || {
+            shared.idle[me].wait_until(shared.spin.min(200), || {
                 own.has_ready()
                     || shared.queues.iter().any(WsQueue::stealable)
                     || shared.queues.iter().all(WsQueue::drained)
@@ -673,10 +776,10 @@ impl<S: Service> Scheduler<S> for WorkStealing<S> {
             if any & bit == 0 {
                 continue;
             }
-            let words = self.class_words;
             // Cut this worker's commands into runs that start at each
             // sequential command.
-            let mut runs: Vec<(u32, u32, bool, Vec<u64>)> = Vec::new();
+            let runs = &mut self.runs;
+            let job = Arc::new(Job { d: d.clone(), left: std::sync::atomic::AtomicU32::new(0) });
             for (i, (c, &t)) in d.batch.commands().iter().zip(&d.targets).enumerate() {
                 if t & bit == 0 {
                     continue;
@@ -684,19 +787,20 @@ impl<S: Service> Scheduler<S> for WorkStealing<S> {
                 let i = i as u32;
                 let sequential = !matches!(self.shared.plans[c.class.index()], ClassPlan::Concurrent);
                 if sequential || runs.is_empty() {
-                    runs.push((i, i + 1, sequential, vec![0u64; words]));
+                    let slice = Slice { job: job.clone(), start: i, end: i + 1 };
+                    runs.push((slice, sequential, smallvec::smallvec![0; self.class_words]));
                 }
-                let run = runs.last_mut().expect("a run is open");
-                run.1 = i + 1;
-                if let Some(word) = run.3.get_mut(c.class.index() / 64) {
+                let (run, _, classes) = runs.last_mut().expect("a run is open");
+                run.end = i + 1;
+                if let Some(word) = classes.get_mut(c.class.index() / 64) {
                     *word |= 1 << (c.class.index() % 64);
                 }
             }
-            let left = Arc::new(std::sync::atomic::AtomicU32::new(runs.len() as u32));
+            // Published to the workers by the queue's lock.
+            job.left.store(runs.len() as u32, Ordering::Relaxed);
             self.shared.credits.acquire(w);
-            for (start, end, sequential, classes) in runs {
-                q.push_with_classes(Slice { d: d.clone(), start, end, left: left.clone() }, sequential, &classes);
-            }
+            q.push_all(runs);
+            self.shared.idle[w].wake();
         }
         Ok(())
     }
