@@ -18,6 +18,8 @@
 //!   (Def. 4), with a validator for rules R.1-R.5 that names the rule broken.
 //! * [`Service`]: a deterministic state machine whose independent commands
 //!   may execute at the same time, plus snapshots and a state [`Digest`].
+//! * [`wire`]: the framed, versioned wire format replicas and clients
+//!   share, and the [`wire::OpCodec`] that puts a service's operations on it.
 //!
 //! Conflicts are defined once, on keys: two commands conflict when one
 //! writes a key the other reads or writes. Everything else (class models,
@@ -31,6 +33,7 @@ mod command;
 mod digest;
 mod mapping;
 mod service;
+pub mod wire;
 
 pub use batch::{Batch, BatchSummary, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 pub use bitmap::KeyBitmap;

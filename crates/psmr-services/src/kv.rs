@@ -13,8 +13,10 @@ use crate::{
     WorkloadError,
 };
 use parking_lot::RwLock;
+use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 use psmr_model::{
-    ClassId, ClassModel, Command, Digest, Key, KeySet, Mapping, Service, SnapshotError, StableHasher, UnorderedDigest,
+    ClassId, ClassModel, ClientId, Command, Digest, Key, KeySet, Mapping, Service, SnapshotError, StableHasher,
+    UnorderedDigest,
 };
 use rand::Rng;
 use std::collections::HashMap;
@@ -75,13 +77,24 @@ pub enum KvOp {
         /// The key.
         key: Key,
     },
+    /// Set the value of `key`, creating it if needed.
+    Put {
+        /// The key.
+        key: Key,
+        /// Its new value.
+        value: Vec<u8>,
+    },
 }
 
 impl KvOp {
     /// The key the operation is on.
     pub fn key(&self) -> Key {
         match *self {
-            KvOp::Create { key, .. } | KvOp::Read { key } | KvOp::Update { key, .. } | KvOp::Delete { key } => key,
+            KvOp::Create { key, .. }
+            | KvOp::Read { key }
+            | KvOp::Update { key, .. }
+            | KvOp::Delete { key }
+            | KvOp::Put { key, .. } => key,
         }
     }
 
@@ -96,8 +109,8 @@ impl KvOp {
 pub enum KvReply {
     /// `Read`: the value, if the key exists.
     Value(Option<Vec<u8>>),
-    /// `Create`: false if the key existed. `Update`, `Delete`: false if it
-    /// did not.
+    /// `Create`: false if the key existed. `Update`, `Delete`, `Put`: false
+    /// if it did not.
     Done(bool),
 }
 
@@ -267,6 +280,7 @@ impl Service for KvService {
                 None => false,
             }),
             KvOp::Delete { .. } => KvReply::Done(stripe.write().remove(&key).is_some()),
+            KvOp::Put { value, .. } => KvReply::Done(stripe.write().insert(key, value.clone()).is_some()),
         }
     }
 
@@ -512,17 +526,97 @@ pub fn generate(model: KvModel, cfg: &WorkloadConfig) -> Result<Vec<Command<KvOp
                 _ => KvOp::Delete { key },
             }
         };
-        let class = match model {
-            KvModel::ReadersWriters => usize::from(!read),
-            KvModel::Sharded => shard_of(key, shards) + if read { 0 } else { shards },
-        };
-        let one: KeySet = std::iter::once(key).collect();
-        let (reads, writes) = if read { (one, KeySet::new()) } else { (KeySet::new(), one) };
         let (client, seq) = cfg.ids(j);
-        // Shards are at most SHARDS_MAX, so every id fits.
-        out.push(Command { client, seq, class: ClassId(class as u16), reads, writes, op });
+        out.push(command(model, shards, client, seq, op));
     }
     Ok(out)
+}
+
+/// The command for `op` under `model` with `shards` shards: its class and
+/// the key it reads or writes.
+pub fn command(model: KvModel, shards: usize, client: ClientId, seq: u64, op: KvOp) -> Command<KvOp> {
+    let key = op.key();
+    let read = op.is_read();
+    let shards = clamp_shards(shards);
+    let class = match model {
+        KvModel::ReadersWriters => usize::from(!read),
+        KvModel::Sharded => shard_of(key, shards) + if read { 0 } else { shards },
+    };
+    let one: KeySet = std::iter::once(key).collect();
+    let (reads, writes) = if read { (one, KeySet::new()) } else { (KeySet::new(), one) };
+    // Shards are at most SHARDS_MAX, so every id fits.
+    Command { client, seq, class: ClassId(class as u16), reads, writes, op }
+}
+
+/// Puts [`KvOp`]s and [`KvReply`]s on the wire: a tag byte, the key, then
+/// the value for operations that carry one; a reply is `Value` (tag 0,
+/// then 0 for none or 1 and the bytes) or `Done` (tag 1, then 0 or 1).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KvCodec;
+
+/// Largest value a kv operation may carry over the wire, in bytes.
+pub const VALUE_MAX: usize = 1 << 20;
+
+impl OpCodec for KvCodec {
+    type Op = KvOp;
+    type Reply = KvReply;
+
+    fn encode_op(&self, op: &KvOp) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match op {
+            KvOp::Create { key, value } => e.u8(0).u64(*key).bytes(value),
+            KvOp::Read { key } => e.u8(1).u64(*key),
+            KvOp::Update { key, value } => e.u8(2).u64(*key).bytes(value),
+            KvOp::Delete { key } => e.u8(3).u64(*key),
+            KvOp::Put { key, value } => e.u8(4).u64(*key).bytes(value),
+        };
+        e.finish()
+    }
+
+    fn decode_op(&self, bytes: &[u8]) -> Result<KvOp, WireError> {
+        let mut d = Decoder::new(bytes, "kv operation");
+        let tag = d.u8()?;
+        let key = d.u64()?;
+        let value = |d: &mut Decoder<'_>| -> Result<Vec<u8>, WireError> {
+            let v = d.bytes()?;
+            if v.len() > VALUE_MAX {
+                return Err(d.error(format!("value of {} bytes exceeds {VALUE_MAX}", v.len())));
+            }
+            Ok(v.to_vec())
+        };
+        let op = match tag {
+            0 => KvOp::Create { key, value: value(&mut d)? },
+            1 => KvOp::Read { key },
+            2 => KvOp::Update { key, value: value(&mut d)? },
+            3 => KvOp::Delete { key },
+            4 => KvOp::Put { key, value: value(&mut d)? },
+            t => return Err(d.error(format!("unknown operation tag {t}"))),
+        };
+        d.end()?;
+        Ok(op)
+    }
+
+    fn encode_reply(&self, reply: &KvReply) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match reply {
+            KvReply::Value(None) => e.u8(0).u8(0),
+            KvReply::Value(Some(v)) => e.u8(0).u8(1).bytes(v),
+            KvReply::Done(b) => e.u8(1).u8(u8::from(*b)),
+        };
+        e.finish()
+    }
+
+    fn decode_reply(&self, bytes: &[u8]) -> Result<KvReply, WireError> {
+        let mut d = Decoder::new(bytes, "kv reply");
+        let reply = match (d.u8()?, d.u8()?) {
+            (0, 0) => KvReply::Value(None),
+            (0, 1) => KvReply::Value(Some(d.bytes()?.to_vec())),
+            (1, b @ (0 | 1)) => KvReply::Done(b == 1),
+            (t, v) => return Err(d.error(format!("unknown reply tag {t}/{v}"))),
+        };
+        d.end()?;
+        Ok(reply)
+    }
 }
 
 #[cfg(test)]
@@ -559,8 +653,21 @@ mod tests {
             assert_eq!(run(&s, KvOp::Update { key: 5, value: vec![8] }), KvReply::Done(false));
             assert_eq!(run(&s, KvOp::Delete { key: 4 }), KvReply::Done(true));
             assert_eq!(run(&s, KvOp::Delete { key: 4 }), KvReply::Done(false));
-            assert_eq!(s.len(), 4);
+            assert_eq!(run(&s, KvOp::Put { key: 4, value: vec![7] }), KvReply::Done(false));
+            assert_eq!(run(&s, KvOp::Put { key: 4, value: vec![6] }), KvReply::Done(true));
+            assert_eq!(run(&s, KvOp::Read { key: 4 }), KvReply::Value(Some(vec![6])));
+            assert_eq!(s.len(), 5);
         }
+    }
+
+    #[test]
+    fn commands_carry_class_and_key() {
+        let put = command(KvModel::Sharded, 2, ClientId(1), 9, KvOp::Put { key: 5, value: vec![] });
+        assert_eq!(put.class.index(), 2 + shard_of(5, 2));
+        assert!(put.reads.is_empty() && put.writes.iter().eq([&5]));
+        let get = command(KvModel::ReadersWriters, 1, ClientId(1), 10, KvOp::Read { key: 5 });
+        assert_eq!(get.class.index(), 0);
+        assert!(get.writes.is_empty() && get.reads.iter().eq([&5]));
     }
 
     #[test]
@@ -585,10 +692,28 @@ mod tests {
             (0u64..30).prop_map(|key| KvOp::Read { key }),
             (0u64..30, value).prop_map(|(key, value)| KvOp::Update { key, value }),
             (0u64..30).prop_map(|key| KvOp::Delete { key }),
+            (0u64..30, proptest::collection::vec(any::<u8>(), 0..4)).prop_map(|(key, value)| KvOp::Put { key, value }),
         ]
     }
 
     proptest! {
+        /// Operations and replies survive the wire; any bytes decode to an
+        /// error or to something that encodes back to the same bytes.
+        #[test]
+        fn codec_round_trips_and_never_panics(op in arb_op(), junk in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let c = KvCodec;
+            prop_assert_eq!(c.decode_op(&c.encode_op(&op)).unwrap(), op);
+            for r in [KvReply::Value(None), KvReply::Value(Some(junk.clone())), KvReply::Done(true)] {
+                prop_assert_eq!(c.decode_reply(&c.encode_reply(&r)).unwrap(), r);
+            }
+            if let Ok(op) = c.decode_op(&junk) {
+                prop_assert_eq!(c.encode_op(&op), junk.clone());
+            }
+            if let Ok(r) = c.decode_reply(&junk) {
+                prop_assert_eq!(c.encode_reply(&r), junk);
+            }
+        }
+
         /// Snapshot then restore reproduces the state and the bytes; every
         /// strict prefix and any trailing byte is refused, leaving the state.
         #[test]

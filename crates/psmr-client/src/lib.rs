@@ -1,0 +1,297 @@
+//! # psmr-client: talking to a psmr cluster
+//!
+//! A client sends *requests*, each a batch of commands (003 and 000 clients
+//! send 50 per request), and waits for every command's outcome before it
+//! sends the next request: a closed loop. Every command carries the
+//! client's id and a sequence number; retries reuse them, so the cluster's
+//! reply cache executes each command once however often it is sent.
+//!
+//! Leader discovery: the client tries the replica it last succeeded with,
+//! then the others in turn; a follower answers with a redirect to the
+//! leader, which the client follows. An attempt that hears nothing for
+//! `attempt_timeout` moves on to another replica; a request that has not
+//! completed after `deadline` fails with [`ClientError::Timeout`], naming
+//! the last problem seen.
+//!
+//! [`AsyncClient`] is the tokio API; [`Client`] wraps it for blocking use
+//! with a private single-threaded runtime. Both are generic over nothing:
+//! operations and replies are bytes, and [`AsyncClient::call`] puts a
+//! service's typed operations on the wire with its
+//! [`psmr_model::wire::OpCodec`].
+
+use psmr_model::wire::{
+    frame_len, parse_frame, ClientMsg, Frame, OpCodec, Outcome, ReplicaStatus, ServerMsg, WireCommand, WireError,
+    FRAME_MAX_DEFAULT,
+};
+use std::net::SocketAddr;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::debug;
+
+/// Errors of the client.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// No replica address was given.
+    #[error("no replica addresses given")]
+    NoAddresses,
+    /// The request did not complete in time.
+    #[error("request not completed within {after:?} (last problem: {last})")]
+    Timeout {
+        /// The deadline.
+        after: Duration,
+        /// The last problem seen.
+        last: String,
+    },
+    /// The cluster refused the whole request.
+    #[error("refused by the cluster: {0}")]
+    Refused(String),
+    /// A reply did not decode.
+    #[error("bad reply: {0}")]
+    Wire(#[from] WireError),
+    /// The runtime of the blocking client cannot start.
+    #[error("cannot start the client runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// How a client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Client addresses of the replicas.
+    pub cluster: Vec<SocketAddr>,
+    /// The client's id (random if `None`; 0 is reserved).
+    pub id: Option<u64>,
+    /// Longest wait for an answer from one replica.
+    pub attempt_timeout: Duration,
+    /// Longest time a request may take, retries included.
+    pub deadline: Duration,
+    /// Longest frame accepted from a replica.
+    pub frame_max: usize,
+}
+
+impl ClientConfig {
+    /// Defaults for `cluster`: 1 s per attempt, 30 s per request.
+    pub fn new(cluster: Vec<SocketAddr>) -> Self {
+        Self {
+            cluster,
+            id: None,
+            attempt_timeout: Duration::from_secs(1),
+            deadline: Duration::from_secs(30),
+            frame_max: FRAME_MAX_DEFAULT,
+        }
+    }
+}
+
+fn random_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish().max(1)
+}
+
+async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Frame, WireError> {
+    let mut header = [0u8; 4];
+    match stream.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = frame_len(header, max)?;
+    let mut bytes = vec![0u8; len];
+    stream.read_exact(&mut bytes).await?;
+    parse_frame(bytes)
+}
+
+/// The asynchronous client. See the crate documentation.
+pub struct AsyncClient {
+    config: ClientConfig,
+    id: u64,
+    next_seq: u64,
+    conn: Option<(SocketAddr, TcpStream)>,
+    /// Where to try next.
+    next_addr: usize,
+    leader: Option<SocketAddr>,
+}
+
+impl AsyncClient {
+    /// A client for `config` (connects lazily).
+    pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
+        if config.cluster.is_empty() {
+            return Err(ClientError::NoAddresses);
+        }
+        let id = config.id.filter(|&i| i != 0).unwrap_or_else(random_id);
+        Ok(Self { config, id, next_seq: 1, conn: None, next_addr: 0, leader: None })
+    }
+
+    /// The client's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn pick(&mut self) -> SocketAddr {
+        if let Some(l) = self.leader.take() {
+            return l;
+        }
+        let a = self.config.cluster[self.next_addr % self.config.cluster.len()];
+        self.next_addr += 1;
+        a
+    }
+
+    async fn connection(&mut self) -> Result<&mut TcpStream, String> {
+        if self.conn.is_none() {
+            let addr = self.pick();
+            let stream = tokio::time::timeout(self.config.attempt_timeout, TcpStream::connect(addr))
+                .await
+                .map_err(|_| format!("connecting to {addr} timed out"))?
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            self.conn = Some((addr, stream));
+        }
+        Ok(&mut self.conn.as_mut().expect("just connected").1)
+    }
+
+    /// Orders and executes `ops` (encoded operations) as one request;
+    /// returns their outcomes in order.
+    pub async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
+        let first = self.next_seq;
+        self.next_seq += ops.len() as u64;
+        let commands: Vec<WireCommand> =
+            ops.into_iter().enumerate().map(|(i, op)| WireCommand { seq: first + i as u64, op }).collect();
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; commands.len()];
+        let start = Instant::now();
+        let mut last = String::from("none");
+        let mut left = commands.len();
+        while left > 0 {
+            if start.elapsed() >= self.config.deadline {
+                return Err(ClientError::Timeout { after: self.config.deadline, last });
+            }
+            let pending: Vec<WireCommand> =
+                commands.iter().zip(&outcomes).filter(|(_, o)| o.is_none()).map(|(c, _)| c.clone()).collect();
+            match self.attempt(pending, first, &mut outcomes).await {
+                Ok(()) => {}
+                Err(Attempt::Refused(m)) => return Err(ClientError::Refused(m)),
+                Err(Attempt::Retry(why)) => {
+                    debug!(client = self.id, "retrying: {why}");
+                    last = why;
+                    self.conn = None;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            left = outcomes.iter().filter(|o| o.is_none()).count();
+        }
+        Ok(outcomes.into_iter().map(|o| o.expect("every command has its outcome")).collect())
+    }
+
+    async fn attempt(
+        &mut self,
+        pending: Vec<WireCommand>,
+        first: u64,
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<(), Attempt> {
+        let (id, timeout, max) = (self.id, self.config.attempt_timeout, self.config.frame_max);
+        let frame = ClientMsg::Request { client: id, commands: pending }.to_frame();
+        let stream = self.connection().await.map_err(Attempt::Retry)?;
+        stream.write_all(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
+        loop {
+            let f = tokio::time::timeout(timeout, read_frame(stream, max))
+                .await
+                .map_err(|_| Attempt::Retry(format!("no answer within {timeout:?}")))?
+                .map_err(|e| Attempt::Retry(format!("receive failed: {e}")))?;
+            match ServerMsg::from_frame(&f).map_err(|e| Attempt::Retry(e.to_string()))? {
+                ServerMsg::Replies { client, replies } if client == id => {
+                    for (seq, outcome) in replies {
+                        if let Some(slot) = seq.checked_sub(first).and_then(|i| outcomes.get_mut(i as usize)) {
+                            *slot = Some(outcome);
+                        }
+                    }
+                    if outcomes.iter().all(Option::is_some) {
+                        return Ok(());
+                    }
+                }
+                ServerMsg::Replies { .. } | ServerMsg::Status(_) => {}
+                ServerMsg::Redirect { leader, addr } => {
+                    self.leader = addr.parse().ok();
+                    return Err(Attempt::Retry(if leader == 0 {
+                        "no leader elected yet".into()
+                    } else {
+                        format!("redirected to leader {leader} at {addr}")
+                    }));
+                }
+                ServerMsg::Error(m) => return Err(Attempt::Refused(m)),
+            }
+        }
+    }
+
+    /// Encodes `ops` with `codec`, submits them as one request and decodes
+    /// the replies: per command, the reply or the reason it was refused.
+    pub async fn call<C: OpCodec>(
+        &mut self,
+        codec: &C,
+        ops: &[C::Op],
+    ) -> Result<Vec<Result<C::Reply, String>>, ClientError> {
+        let outcomes = self.submit(ops.iter().map(|o| codec.encode_op(o)).collect()).await?;
+        outcomes
+            .into_iter()
+            .map(|o| match o {
+                Outcome::Ok(b) => Ok(codec.decode_reply(&b).map_err(|e| e.to_string())),
+                Outcome::Rejected(m) => Ok(Err(m)),
+            })
+            .collect()
+    }
+
+    /// Asks one replica for its status.
+    pub async fn status_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
+        let work = async {
+            let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
+            s.write_all(&ClientMsg::Status.to_frame()).await.map_err(|e| e.to_string())?;
+            let f = read_frame(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| e.to_string())?;
+            match ServerMsg::from_frame(&f).map_err(|e| e.to_string())? {
+                ServerMsg::Status(st) => Ok(st),
+                ServerMsg::Error(e) => Err(e),
+                other => Err(format!("unexpected answer {other:?}")),
+            }
+        };
+        tokio::time::timeout(timeout, work).await.map_err(|_| format!("no answer within {timeout:?}"))?
+    }
+}
+
+enum Attempt {
+    Retry(String),
+    Refused(String),
+}
+
+/// The blocking client: [`AsyncClient`] on a private runtime.
+pub struct Client {
+    rt: tokio::runtime::Runtime,
+    inner: AsyncClient,
+}
+
+impl Client {
+    /// A client for `config`.
+    pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ClientError::Runtime)?;
+        Ok(Self { rt, inner: AsyncClient::new(config)? })
+    }
+
+    /// The client's id.
+    pub fn id(&self) -> u64 {
+        self.inner.id()
+    }
+
+    /// See [`AsyncClient::submit`].
+    pub fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
+        self.rt.block_on(self.inner.submit(ops))
+    }
+
+    /// See [`AsyncClient::call`].
+    pub fn call<C: OpCodec>(&mut self, codec: &C, ops: &[C::Op]) -> Result<Vec<Result<C::Reply, String>>, ClientError> {
+        self.rt.block_on(self.inner.call(codec, ops))
+    }
+
+    /// See [`AsyncClient::status_of`].
+    pub fn status_of(&self, addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
+        self.rt.block_on(AsyncClient::status_of(addr, timeout))
+    }
+}

@@ -1,0 +1,580 @@
+//! The wire format shared by replicas and clients.
+//!
+//! Every message travels in a *frame*: a 4-byte big-endian length `n`,
+//! then `n` bytes holding a version byte, a kind byte and the body. A
+//! reader refuses a frame longer than its limit before reading its body
+//! (so a hostile length costs nothing), a version it does not speak, and a
+//! body that does not decode exactly (truncated, trailing bytes, lengths
+//! that overrun). Each refusal is a [`WireError`] naming what was wrong;
+//! the connection it came from is then closed, nothing else.
+//!
+//! Bodies are hand-encoded: integers big-endian, byte strings and lists
+//! prefixed by a 4-byte count. That keeps the format explicit, versioned
+//! and cheap to check, and gives the client library no dependency beyond
+//! this crate.
+//!
+//! The client protocol ([`ClientMsg`], [`ServerMsg`]) is defined here;
+//! replicas add their own kinds for replica-to-replica traffic on the same
+//! framing (kinds 64 and up). Service operations and replies are opaque
+//! bytes here; an [`OpCodec`] gives them a type.
+
+use std::io::{self, Read, Write};
+use thiserror::Error;
+
+/// The protocol version this build speaks.
+pub const WIRE_VERSION: u8 = 1;
+
+/// Default limit on a frame's length (version, kind and body), in bytes.
+pub const FRAME_MAX_DEFAULT: usize = 4 << 20;
+
+/// Most commands in one client request.
+pub const REQUEST_COMMANDS_MAX: usize = 10_000;
+
+/// Errors reading or decoding a frame.
+#[derive(Debug, Error)]
+pub enum WireError {
+    /// The connection failed or closed.
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+    /// The peer closed the connection between frames.
+    #[error("connection closed")]
+    Closed,
+    /// The frame announces more bytes than allowed.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge {
+        /// Announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The frame is too short to hold a version and a kind.
+    #[error("frame of {0} bytes is too short")]
+    TooShort(usize),
+    /// The sender speaks another protocol version.
+    #[error("unsupported protocol version {0} (this build speaks {WIRE_VERSION})")]
+    Version(u8),
+    /// No message has this kind.
+    #[error("unknown message kind {0}")]
+    UnknownKind(u8),
+    /// The body does not decode.
+    #[error("malformed {what}: {why}")]
+    Malformed {
+        /// The message being decoded.
+        what: &'static str,
+        /// What was wrong.
+        why: String,
+    },
+}
+
+/// One frame: a kind and its body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The message kind.
+    pub kind: u8,
+    /// The encoded body.
+    pub body: Vec<u8>,
+}
+
+/// Writes one frame.
+pub fn write_frame(w: &mut impl Write, kind: u8, body: &[u8]) -> io::Result<()> {
+    w.write_all(&frame_bytes(kind, body))
+}
+
+/// One frame as bytes, ready to send.
+pub fn frame_bytes(kind: u8, body: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(body.len() + 2).expect("frame bodies are far below 4 GiB");
+    let mut out = Vec::with_capacity(body.len() + 6);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.push(WIRE_VERSION);
+    out.push(kind);
+    out.extend_from_slice(body);
+    out
+}
+
+/// Checks a frame header (the 4 length bytes) against `max`; returns the
+/// number of bytes that follow.
+pub fn frame_len(header: [u8; 4], max: usize) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > max {
+        return Err(WireError::TooLarge { len, max });
+    }
+    if len < 2 {
+        return Err(WireError::TooShort(len));
+    }
+    Ok(len)
+}
+
+/// Splits the bytes after the header into a frame, checking the version.
+pub fn parse_frame(mut bytes: Vec<u8>) -> Result<Frame, WireError> {
+    if bytes.len() < 2 {
+        return Err(WireError::TooShort(bytes.len()));
+    }
+    if bytes[0] != WIRE_VERSION {
+        return Err(WireError::Version(bytes[0]));
+    }
+    let kind = bytes[1];
+    bytes.drain(..2);
+    Ok(Frame { kind, body: bytes })
+}
+
+/// Reads one frame (blocking), refusing one longer than `max` bytes.
+/// Returns [`WireError::Closed`] on a clean end of stream between frames.
+pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Frame, WireError> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Err(WireError::Closed),
+            Ok(0) => return Err(WireError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = frame_len(header, max)?;
+    let mut bytes = vec![0u8; len];
+    r.read_exact(&mut bytes)?;
+    parse_frame(bytes)
+}
+
+/// Appends values to a body.
+#[derive(Default, Debug)]
+pub struct Encoder {
+    buf: Vec<u8>,
+}
+
+impl Encoder {
+    /// An empty body.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a byte.
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.buf.push(v);
+        self
+    }
+
+    /// Appends a 32-bit integer.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// Appends a 64-bit integer.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// Appends a count-prefixed byte string.
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(u32::try_from(v.len()).expect("byte strings are far below 4 GiB"));
+        self.buf.extend_from_slice(v);
+        self
+    }
+
+    /// Appends a count-prefixed UTF-8 string.
+    pub fn str(&mut self, v: &str) -> &mut Self {
+        self.bytes(v.as_bytes())
+    }
+
+    /// The body.
+    pub fn finish(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+/// Reads values from a body, failing (never panicking) on any overrun.
+#[derive(Debug)]
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Decoder<'a> {
+    /// Decodes `buf`, a body of message `what` (named in errors).
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Self { buf, what }
+    }
+
+    /// An error about this message.
+    pub fn error(&self, why: impl Into<String>) -> WireError {
+        WireError::Malformed { what: self.what, why: why.into() }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.buf.len() < n {
+            return Err(self.error(format!("needs {n} more bytes, has {}", self.buf.len())));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    /// Reads a byte.
+    pub fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+
+    /// Reads a 32-bit integer.
+    pub fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    /// Reads a 64-bit integer.
+    pub fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    /// Reads a count-prefixed byte string.
+    pub fn bytes(&mut self) -> Result<&'a [u8], WireError> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+
+    /// Reads a count-prefixed UTF-8 string.
+    pub fn str(&mut self) -> Result<String, WireError> {
+        let b = self.bytes()?;
+        String::from_utf8(b.to_vec()).map_err(|_| self.error("a string is not UTF-8"))
+    }
+
+    /// Reads a list count, refusing more than `max` items or more items
+    /// than the remaining bytes could hold at `min_item` bytes each (so
+    /// that a lying count cannot make the reader allocate).
+    pub fn count(&mut self, max: usize, min_item: usize) -> Result<usize, WireError> {
+        let n = self.u32()? as usize;
+        if n > max {
+            return Err(self.error(format!("{n} items, more than the limit of {max}")));
+        }
+        if n.saturating_mul(min_item.max(1)) > self.buf.len() {
+            return Err(self.error(format!("{n} items cannot fit in {} bytes", self.buf.len())));
+        }
+        Ok(n)
+    }
+
+    /// Succeeds if the body was consumed exactly.
+    pub fn end(&self) -> Result<(), WireError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(self.error(format!("{} trailing bytes", self.buf.len())))
+        }
+    }
+}
+
+/// One command as a client sends it: its sequence number and the encoded
+/// service operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireCommand {
+    /// The client's sequence number for this command.
+    pub seq: u64,
+    /// The operation, encoded by the service's [`OpCodec`].
+    pub op: Vec<u8>,
+}
+
+/// The outcome of one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Executed; the encoded reply.
+    Ok(Vec<u8>),
+    /// Not executed, and it never will be under this sequence number.
+    Rejected(String),
+}
+
+/// Messages from a client to a replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientMsg {
+    /// Order and execute these commands (a client batch).
+    Request {
+        /// The client.
+        client: u64,
+        /// Its commands, in the order the client issued them.
+        commands: Vec<WireCommand>,
+    },
+    /// Report this replica's state.
+    Status,
+}
+
+/// What a replica knows about one replica, for `status`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// Replica id.
+    pub id: u64,
+    /// Its client address.
+    pub addr: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The leader it follows (0: none known).
+    pub leader: u64,
+    /// Its raft term.
+    pub term: u64,
+    /// Log index of the last applied entry.
+    pub applied: u64,
+    /// Digest of the service state at `applied`, in hex.
+    pub digest: String,
+}
+
+/// Messages from a replica to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerMsg {
+    /// Outcomes of commands, by sequence number.
+    Replies {
+        /// The client.
+        client: u64,
+        /// `(seq, outcome)`.
+        replies: Vec<(u64, Outcome)>,
+    },
+    /// This replica is not the leader: try `leader` (id and client
+    /// address), or another replica if unknown (id 0).
+    Redirect {
+        /// Leader id, 0 if unknown.
+        leader: u64,
+        /// Leader's client address, empty if unknown.
+        addr: String,
+    },
+    /// The request was refused as a whole; the connection stays usable
+    /// unless the error says otherwise.
+    Error(String),
+    /// Answer to [`ClientMsg::Status`].
+    Status(ReplicaStatus),
+}
+
+const K_REQUEST: u8 = 1;
+const K_STATUS: u8 = 2;
+const K_REPLIES: u8 = 16;
+const K_REDIRECT: u8 = 17;
+const K_ERROR: u8 = 18;
+const K_STATUS_REPLY: u8 = 19;
+
+impl ClientMsg {
+    /// Encodes into a frame.
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match self {
+            ClientMsg::Request { client, commands } => {
+                e.u64(*client).u32(commands.len() as u32);
+                for c in commands {
+                    e.u64(c.seq).bytes(&c.op);
+                }
+                frame_bytes(K_REQUEST, &e.finish())
+            }
+            ClientMsg::Status => frame_bytes(K_STATUS, &[]),
+        }
+    }
+
+    /// Decodes a frame.
+    pub fn from_frame(f: &Frame) -> Result<Self, WireError> {
+        match f.kind {
+            K_REQUEST => {
+                let mut d = Decoder::new(&f.body, "client request");
+                let client = d.u64()?;
+                let n = d.count(REQUEST_COMMANDS_MAX, 12)?;
+                let mut commands = Vec::with_capacity(n);
+                for _ in 0..n {
+                    commands.push(WireCommand { seq: d.u64()?, op: d.bytes()?.to_vec() });
+                }
+                d.end()?;
+                Ok(ClientMsg::Request { client, commands })
+            }
+            K_STATUS => Decoder::new(&f.body, "status request").end().map(|_| ClientMsg::Status),
+            k => Err(WireError::UnknownKind(k)),
+        }
+    }
+}
+
+impl ServerMsg {
+    /// Encodes into a frame.
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        let kind = match self {
+            ServerMsg::Replies { client, replies } => {
+                e.u64(*client).u32(replies.len() as u32);
+                for (seq, outcome) in replies {
+                    e.u64(*seq);
+                    match outcome {
+                        Outcome::Ok(b) => e.u8(0).bytes(b),
+                        Outcome::Rejected(m) => e.u8(1).str(m),
+                    };
+                }
+                K_REPLIES
+            }
+            ServerMsg::Redirect { leader, addr } => {
+                e.u64(*leader).str(addr);
+                K_REDIRECT
+            }
+            ServerMsg::Error(m) => {
+                e.str(m);
+                K_ERROR
+            }
+            ServerMsg::Status(s) => {
+                e.u64(s.id).str(&s.addr).u32(s.pid).u64(s.leader).u64(s.term).u64(s.applied).str(&s.digest);
+                K_STATUS_REPLY
+            }
+        };
+        frame_bytes(kind, &e.finish())
+    }
+
+    /// Decodes a frame.
+    pub fn from_frame(f: &Frame) -> Result<Self, WireError> {
+        let msg = match f.kind {
+            K_REPLIES => {
+                let mut d = Decoder::new(&f.body, "replies");
+                let client = d.u64()?;
+                let n = d.count(REQUEST_COMMANDS_MAX, 13)?;
+                let mut replies = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let seq = d.u64()?;
+                    let outcome = match d.u8()? {
+                        0 => Outcome::Ok(d.bytes()?.to_vec()),
+                        1 => Outcome::Rejected(d.str()?),
+                        t => return Err(d.error(format!("unknown outcome tag {t}"))),
+                    };
+                    replies.push((seq, outcome));
+                }
+                d.end()?;
+                ServerMsg::Replies { client, replies }
+            }
+            K_REDIRECT => {
+                let mut d = Decoder::new(&f.body, "redirect");
+                let msg = ServerMsg::Redirect { leader: d.u64()?, addr: d.str()? };
+                d.end()?;
+                msg
+            }
+            K_ERROR => {
+                let mut d = Decoder::new(&f.body, "error");
+                let msg = ServerMsg::Error(d.str()?);
+                d.end()?;
+                msg
+            }
+            K_STATUS_REPLY => {
+                let mut d = Decoder::new(&f.body, "status");
+                let s = ReplicaStatus {
+                    id: d.u64()?,
+                    addr: d.str()?,
+                    pid: d.u32()?,
+                    leader: d.u64()?,
+                    term: d.u64()?,
+                    applied: d.u64()?,
+                    digest: d.str()?,
+                };
+                d.end()?;
+                ServerMsg::Status(s)
+            }
+            k => return Err(WireError::UnknownKind(k)),
+        };
+        Ok(msg)
+    }
+}
+
+/// Encodes and decodes a service's operations and replies for the wire.
+/// Decoding must reject (never panic on) any bytes.
+pub trait OpCodec: Send + Sync + 'static {
+    /// The service's operation.
+    type Op;
+    /// The service's reply.
+    type Reply;
+    /// Encodes an operation.
+    fn encode_op(&self, op: &Self::Op) -> Vec<u8>;
+    /// Decodes an operation.
+    fn decode_op(&self, bytes: &[u8]) -> Result<Self::Op, WireError>;
+    /// Encodes a reply.
+    fn encode_reply(&self, reply: &Self::Reply) -> Vec<u8>;
+    /// Decodes a reply.
+    fn decode_reply(&self, bytes: &[u8]) -> Result<Self::Reply, WireError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn roundtrip_client(m: &ClientMsg) -> ClientMsg {
+        let bytes = m.to_frame();
+        let f = read_frame(&mut &bytes[..], FRAME_MAX_DEFAULT).unwrap();
+        ClientMsg::from_frame(&f).unwrap()
+    }
+
+    fn roundtrip_server(m: &ServerMsg) -> ServerMsg {
+        let bytes = m.to_frame();
+        let f = read_frame(&mut &bytes[..], FRAME_MAX_DEFAULT).unwrap();
+        ServerMsg::from_frame(&f).unwrap()
+    }
+
+    #[test]
+    fn messages_roundtrip() {
+        let req = ClientMsg::Request {
+            client: 7,
+            commands: vec![WireCommand { seq: 1, op: vec![1, 2] }, WireCommand { seq: 2, op: vec![] }],
+        };
+        assert_eq!(roundtrip_client(&req), req);
+        assert_eq!(roundtrip_client(&ClientMsg::Status), ClientMsg::Status);
+        for m in [
+            ServerMsg::Replies {
+                client: 7,
+                replies: vec![(1, Outcome::Ok(vec![9])), (2, Outcome::Rejected("stale".into()))],
+            },
+            ServerMsg::Redirect { leader: 2, addr: "127.0.0.1:1".into() },
+            ServerMsg::Error("overloaded".into()),
+            ServerMsg::Status(ReplicaStatus {
+                id: 1,
+                addr: "a".into(),
+                pid: 3,
+                leader: 1,
+                term: 4,
+                applied: 5,
+                digest: "ff".into(),
+            }),
+        ] {
+            assert_eq!(roundtrip_server(&m), m);
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_refused_with_a_reason() {
+        // Length beyond the limit: refused from the header alone.
+        let big = [0xff, 0xff, 0xff, 0xff, 1, 1];
+        assert!(matches!(read_frame(&mut &big[..], 1024), Err(WireError::TooLarge { .. })));
+        // Wrong version.
+        let v = [0, 0, 0, 2, 9, 1];
+        assert!(matches!(read_frame(&mut &v[..], 1024), Err(WireError::Version(9))));
+        // Too short to hold version and kind.
+        let s = [0, 0, 0, 1, 1];
+        assert!(matches!(read_frame(&mut &s[..], 1024), Err(WireError::TooShort(1))));
+        // Unknown kind.
+        let f = Frame { kind: 200, body: vec![] };
+        assert!(matches!(ClientMsg::from_frame(&f), Err(WireError::UnknownKind(200))));
+        // A count that lies about the bytes that follow.
+        let mut e = Encoder::new();
+        e.u64(1).u32(1_000);
+        let f = Frame { kind: K_REQUEST, body: e.finish() };
+        let err = ClientMsg::from_frame(&f).unwrap_err().to_string();
+        assert!(err.contains("cannot fit"), "{err}");
+        // Trailing bytes.
+        let mut bytes = ClientMsg::Status.to_frame();
+        bytes[3] += 1;
+        bytes.push(0);
+        let f = read_frame(&mut &bytes[..], 1024).unwrap();
+        assert!(ClientMsg::from_frame(&f).unwrap_err().to_string().contains("trailing"));
+        // End of stream between frames, and inside one.
+        assert!(matches!(read_frame(&mut &[][..], 1024), Err(WireError::Closed)));
+        assert!(matches!(read_frame(&mut &[0, 0][..], 1024), Err(WireError::Io(_))));
+    }
+
+    proptest! {
+        /// Any bytes at all: decoding fails or succeeds, never panics, and
+        /// whatever decodes re-encodes to the same frame.
+        #[test]
+        fn arbitrary_bytes_never_panic(kind in 0u8..32, body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let f = Frame { kind, body };
+            if let Ok(m) = ClientMsg::from_frame(&f) {
+                let again = parse_frame(m.to_frame()[4..].to_vec()).unwrap();
+                prop_assert_eq!(again, f.clone());
+            }
+            if let Ok(m) = ServerMsg::from_frame(&f) {
+                let again = parse_frame(m.to_frame()[4..].to_vec()).unwrap();
+                prop_assert_eq!(again, f);
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! A replica's configuration: the cluster's static membership, the service,
+//! the scheduler and the pipeline's limits, read from TOML and checked
+//! before anything starts.
+
+use psmr_model::wire::FRAME_MAX_DEFAULT;
+use psmr_sched::SchedulerKind;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Errors in a configuration.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read configuration {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for a configuration.
+    #[error("invalid configuration {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A value breaks a rule.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// One member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    /// Raft id, at least 1, unique.
+    pub id: u64,
+    /// Where clients connect.
+    pub client: SocketAddr,
+    /// Where the other replicas connect.
+    pub peer: SocketAddr,
+}
+
+/// Where the raft log lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// In memory: a crashed replica has lost its state and must not rejoin
+    /// under the same id (the papers' crash-stop model).
+    #[default]
+    Memory,
+}
+
+/// The replicated service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Only `kv` so far.
+    pub kind: String,
+    /// Class model: `readers-writers` or `sharded`.
+    pub model: String,
+    /// Shards of the key space (`sharded` model).
+    pub shards: usize,
+    /// Keys the store starts with (`0..keys`, 8-byte values).
+    pub keys: u64,
+    /// Execution cost: `light`, `moderate` or `heavy`.
+    pub cost: String,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self { kind: "kv".into(), model: "readers-writers".into(), shards: 1, keys: 0, cost: "light".into() }
+    }
+}
+
+/// The execution scheduler.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// A scheduler name (`psmr_sched::SchedulerKind`).
+    pub kind: String,
+    /// Worker threads.
+    pub workers: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self { kind: "early".into(), workers: 2 }
+    }
+}
+
+/// A replica's configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The cluster, every member including this one (2f+1 of them).
+    pub replicas: Vec<Member>,
+    /// The service.
+    pub service: ServiceConfig,
+    /// The scheduler.
+    pub scheduler: SchedulerConfig,
+    /// Where the log lives.
+    pub storage: Storage,
+    /// ClientIO threads.
+    pub client_io_threads: usize,
+    /// Most client connections at once; more are refused.
+    pub max_connections: usize,
+    /// Batcher: most commands in one log entry.
+    pub batch_max_commands: usize,
+    /// Batcher: most bytes of operations in one log entry.
+    pub batch_max_bytes: usize,
+    /// Batcher: longest a command waits for its entry to fill, in µs.
+    pub batch_delay_us: u64,
+    /// Log entries the leader has proposed and not yet applied, at most
+    /// (pipelining).
+    pub pipeline: usize,
+    /// Bound of every queue between stages, in items.
+    pub queue_depth: usize,
+    /// Longest frame accepted from a client, in bytes.
+    pub frame_max: usize,
+    /// Longest frame accepted from another replica, in bytes (snapshots
+    /// travel in one frame).
+    pub peer_frame_max: usize,
+    /// Sequence numbers per client the reply cache remembers.
+    pub reply_window: u64,
+    /// Clients the reply cache remembers (least recently active forgotten
+    /// first).
+    pub reply_clients: usize,
+    /// Take a snapshot and compact the log every this many entries.
+    pub snapshot_every: u64,
+    /// Raft tick, in ms.
+    pub tick_ms: u64,
+    /// Ticks without a leader before a follower campaigns.
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            replicas: Vec::new(),
+            service: ServiceConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            storage: Storage::Memory,
+            client_io_threads: 2,
+            max_connections: 10_000,
+            batch_max_commands: 1_000,
+            batch_max_bytes: 1 << 20,
+            batch_delay_us: 200,
+            pipeline: 8,
+            queue_depth: 1_024,
+            frame_max: FRAME_MAX_DEFAULT,
+            peer_frame_max: 256 << 20,
+            reply_window: 1_024,
+            reply_clients: 100_000,
+            snapshot_every: 10_000,
+            tick_ms: 50,
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+        }
+    }
+}
+
+fn bounded(name: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::Invalid(format!("{name} must be between {min} and {max}, got {value}")));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Reads and checks a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let config: Config = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The configuration as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a configuration always serializes")
+    }
+
+    /// Checks every rule; the first broken one is the error.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let n = self.replicas.len();
+        if n == 0 {
+            return Err(ConfigError::Invalid("no replicas listed".into()));
+        }
+        let mut ids: Vec<u64> = self.replicas.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        if ids[0] == 0 {
+            return Err(ConfigError::Invalid("replica ids start at 1 (0 means none in raft)".into()));
+        }
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::Invalid(format!("replica id {} is listed twice", w[0])));
+        }
+        let mut addrs: Vec<SocketAddr> = self.replicas.iter().flat_map(|m| [m.client, m.peer]).collect();
+        addrs.sort_unstable();
+        if let Some(w) = addrs.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::Invalid(format!("address {} is used twice", w[0])));
+        }
+        if self.service.kind != "kv" {
+            return Err(ConfigError::Invalid(format!("unknown service {:?} (known: kv)", self.service.kind)));
+        }
+        self.service
+            .model
+            .parse::<psmr_services::kv::KvModel>()
+            .map_err(|e| ConfigError::Invalid(format!("service model: {e}")))?;
+        self.service.cost.parse::<psmr_services::Cost>().map_err(|e| ConfigError::Invalid(format!("cost: {e}")))?;
+        bounded("service.shards", self.service.shards as u64, 1, psmr_services::SHARDS_MAX as u64)?;
+        bounded("service.keys", self.service.keys, 0, 100_000_000)?;
+        self.scheduler_kind()?;
+        bounded("scheduler.workers", self.scheduler.workers as u64, 1, psmr_sched::WORKERS_MAX as u64)?;
+        bounded("client_io_threads", self.client_io_threads as u64, 1, 256)?;
+        bounded("max_connections", self.max_connections as u64, 1, 1_000_000)?;
+        bounded("batch_max_commands", self.batch_max_commands as u64, 1, 100_000)?;
+        bounded("batch_max_bytes", self.batch_max_bytes as u64, 1, (self.frame_max / 2) as u64)?;
+        bounded("batch_delay_us", self.batch_delay_us, 0, 1_000_000)?;
+        bounded("pipeline", self.pipeline as u64, 1, 1_024)?;
+        bounded("queue_depth", self.queue_depth as u64, 1, 1 << 20)?;
+        bounded("frame_max", self.frame_max as u64, 1 << 10, 1 << 30)?;
+        bounded("peer_frame_max", self.peer_frame_max as u64, self.frame_max as u64, 1 << 31)?;
+        bounded("reply_window", self.reply_window, 1, 1 << 20)?;
+        bounded("reply_clients", self.reply_clients as u64, 1, 10_000_000)?;
+        bounded("snapshot_every", self.snapshot_every, 1, u64::MAX)?;
+        bounded("tick_ms", self.tick_ms, 1, 10_000)?;
+        bounded("heartbeat_ticks", self.heartbeat_ticks as u64, 1, 1_000)?;
+        if self.election_ticks <= self.heartbeat_ticks {
+            return Err(ConfigError::Invalid(format!(
+                "election_ticks ({}) must exceed heartbeat_ticks ({})",
+                self.election_ticks, self.heartbeat_ticks
+            )));
+        }
+        Ok(())
+    }
+
+    /// The scheduler's kind.
+    pub fn scheduler_kind(&self) -> Result<SchedulerKind, ConfigError> {
+        self.scheduler.kind.parse().map_err(|e: psmr_sched::SchedError| ConfigError::Invalid(e.to_string()))
+    }
+
+    /// The member with `id`.
+    pub fn member(&self, id: u64) -> Result<&Member, ConfigError> {
+        self.replicas.iter().find(|m| m.id == id).ok_or_else(|| {
+            let ids: Vec<String> = self.replicas.iter().map(|m| m.id.to_string()).collect();
+            ConfigError::Invalid(format!("replica {id} is not in the configuration (ids: {})", ids.join(", ")))
+        })
+    }
+
+    /// The raft tick.
+    pub fn tick(&self) -> Duration {
+        Duration::from_millis(self.tick_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> Config {
+        let m = |id: u64| Member {
+            id,
+            client: format!("127.0.0.1:{}", 7000 + id).parse().unwrap(),
+            peer: format!("127.0.0.1:{}", 7100 + id).parse().unwrap(),
+        };
+        Config { replicas: vec![m(1), m(2), m(3)], ..Config::default() }
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let c = three();
+        c.validate().unwrap();
+        let back: Config = toml::from_str(&c.to_toml()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut c = three();
+        c.replicas[1].id = 1;
+        assert!(c.validate().unwrap_err().to_string().contains("replica id 1 is listed twice"));
+        let mut c = three();
+        c.replicas[2].peer = c.replicas[0].client;
+        assert!(c.validate().unwrap_err().to_string().contains("used twice"));
+        let mut c = three();
+        c.scheduler.kind = "fastest".into();
+        assert!(c.validate().unwrap_err().to_string().contains("unknown scheduler \"fastest\""));
+        let mut c = three();
+        c.pipeline = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("pipeline must be between 1 and"));
+        let mut c = three();
+        c.election_ticks = 2;
+        assert!(c.validate().unwrap_err().to_string().contains("must exceed heartbeat_ticks"));
+        assert!(Config::default().validate().unwrap_err().to_string().contains("no replicas"));
+        assert!(three().member(9).unwrap_err().to_string().contains("replica 9 is not in the configuration"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let text = three().to_toml() + "\nbatch_size = 3\n";
+        let e = toml::from_str::<Config>(&text).unwrap_err().to_string();
+        assert!(e.contains("batch_size"), "{e}");
+    }
+}

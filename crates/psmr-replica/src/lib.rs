@@ -1,0 +1,362 @@
+//! # psmr-replica: one replica of a psmr cluster
+//!
+//! Replicas agree on one log with Raft (raft-rs); one log entry is one
+//! batch of client commands; each replica executes the log with the
+//! execution scheduler of its configuration, on many cores, and answers
+//! the clients connected to it. The threads follow the staged architecture
+//! of 002 §V, stages joined by bounded queues:
+//!
+//! ```text
+//! clients ─▶ ClientIO (tokio, N threads) ─▶ Batcher ─▶ Protocol (raft) ─▶ ServiceManager ─▶ scheduler workers
+//!               ▲                                        ▲      │                                     │
+//!               └──────────── replies (router) ◀─────────┼──────┼─────────────────────────────────────┘
+//!                                     ReplicaIO receivers ┘      └▶ ReplicaIO senders (one per peer)
+//! ```
+//!
+//! * ClientIO ([`client_io`]): framed, versioned client protocol
+//!   ([`psmr_model::wire`]); a follower *redirects* clients to the leader
+//!   (it does not forward: a redirect costs one round trip once per leader
+//!   change, forwarding would cost a hop on every request).
+//! * Batcher ([`batcher`]): log entries bounded in commands, bytes and delay.
+//! * Protocol ([`protocol`]): the raft node; pipelining bounded by
+//!   `pipeline` entries proposed and not applied.
+//! * ReplicaIO ([`peer`]): blocking sockets, a sender and a receiver thread
+//!   per peer; never blocks the protocol thread.
+//! * ServiceManager ([`manager`]): reply cache ([`cache`]: each client
+//!   command executes once), scheduler, snapshots and log compaction.
+//!
+//! Storage is in memory (the papers' crash-stop model): a replica that
+//! crashed must not come back under the same id, and its peers refuse it if
+//! it tries (see [`peer`]).
+
+pub mod app;
+pub mod batcher;
+pub mod cache;
+pub mod client_io;
+pub mod config;
+pub mod manager;
+pub mod peer;
+pub mod protocol;
+pub mod router;
+pub mod store;
+
+pub use app::{App, KvApp};
+pub use config::{Config, ConfigError, Member, Storage};
+
+use crate::cache::ReplyCache;
+use crate::manager::{Manager, ManagerSink};
+use crate::router::Router;
+use parking_lot::{Condvar, Mutex};
+use psmr_model::wire::WireError;
+use psmr_model::ClientId;
+use psmr_sched::SchedConfig;
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use thiserror::Error;
+use tracing::{error, info};
+
+/// Errors starting or running a replica.
+#[derive(Debug, Error)]
+pub enum ReplicaError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A socket cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The scheduler cannot be built.
+    #[error("scheduler: {0}")]
+    Scheduler(#[from] psmr_sched::SchedError),
+    /// Raft refused to start.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// A thread or runtime cannot start.
+    #[error("cannot start: {0}")]
+    Start(#[from] std::io::Error),
+    /// The replica stopped because of an error.
+    #[error("replica stopped: {0}")]
+    Failed(String),
+}
+
+/// Checks a client operation the way the service manager will decode it.
+pub(crate) type CheckOp = Arc<dyn Fn(ClientId, u64, &[u8]) -> Result<(), WireError> + Send + Sync>;
+
+/// Counters of a running replica.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Raft messages received from peers.
+    pub peer_in: AtomicU64,
+}
+
+/// State shared by a replica's threads.
+pub struct Shared {
+    /// The configuration.
+    pub config: Config,
+    /// This replica's id.
+    pub id: u64,
+    /// Drawn at start; see [`peer`].
+    pub incarnation: u64,
+    /// Incarnations seen per peer.
+    pub(crate) incarnations: Mutex<HashMap<u64, u64>>,
+    /// Leader id as this replica knows it (0: none).
+    pub leader: AtomicU64,
+    /// Current term.
+    pub term: AtomicU64,
+    /// This replica leads.
+    pub is_leader: AtomicBool,
+    /// Last log index handed to the scheduler.
+    pub applied: AtomicU64,
+    /// Where replies go.
+    pub router: Arc<Router>,
+    /// Counters.
+    pub stats: Stats,
+    stopping: AtomicBool,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    failure: Mutex<Option<String>>,
+    failed: Condvar,
+}
+
+impl Shared {
+    /// True once the replica is stopping.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Completes when the replica stops.
+    pub async fn stopped(&self) {
+        let mut rx = self.stop_tx.subscribe();
+        let _ = rx.wait_for(|&s| s).await;
+    }
+
+    /// Stops the replica because of `why` (the first reason wins).
+    pub fn fail(&self, why: String) {
+        let mut f = self.failure.lock();
+        if f.is_none() {
+            error!("{why}");
+            *f = Some(why);
+        }
+        self.failed.notify_all();
+        drop(f);
+        self.stop();
+    }
+
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.stop_tx.send_replace(true);
+        let _f = self.failure.lock();
+        self.failed.notify_all();
+    }
+}
+
+/// A running replica.
+pub struct Replica {
+    shared: Arc<Shared>,
+    client_addr: SocketAddr,
+    threads: Vec<JoinHandle<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Replica {
+    /// Starts replica `id` of `config` running `app`.
+    pub fn start<A: App>(config: Config, id: u64, app: A) -> Result<Replica, ReplicaError> {
+        config.validate()?;
+        let me = config.member(id)?.clone();
+        let kind = config.scheduler_kind()?;
+        let peer_listener =
+            TcpListener::bind(me.peer).map_err(|source| ReplicaError::Bind { addr: me.peer, source })?;
+        let client_listener =
+            TcpListener::bind(me.client).map_err(|source| ReplicaError::Bind { addr: me.client, source })?;
+        let client_addr = client_listener.local_addr()?;
+        let incarnation = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
+            );
+            h.finish() | 1
+        };
+        let (stop_tx, _) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(Shared {
+            config: config.clone(),
+            id,
+            incarnation,
+            incarnations: Mutex::new(HashMap::new()),
+            leader: AtomicU64::new(0),
+            term: AtomicU64::new(0),
+            is_leader: AtomicBool::new(false),
+            applied: AtomicU64::new(0),
+            router: Arc::new(Router::default()),
+            stats: Stats::default(),
+            stopping: AtomicBool::new(false),
+            stop_tx,
+            failure: Mutex::new(None),
+            failed: Condvar::new(),
+        });
+        let mut replica = Replica { shared: shared.clone(), client_addr, threads: Vec::new(), runtime: None };
+
+        // Execution.
+        let app = Arc::new(app);
+        let cache = Arc::new(ReplyCache::new(config.reply_window, config.reply_clients));
+        let sink = Arc::new(ManagerSink::new(app.clone(), cache.clone(), shared.router.clone()));
+        let mut sched = SchedConfig::new(kind, config.scheduler.workers);
+        if kind.needs_mapping() {
+            sched = sched.with_mapping(app.default_mapping(config.scheduler.workers));
+        }
+        let scheduler = psmr_sched::build(&sched, app.service().clone(), app.model(), sink.clone())?;
+
+        // Queues between the stages.
+        let depth = config.queue_depth;
+        let (inbound_tx, inbound_rx) = crossbeam::channel::bounded(depth);
+        let (proposal_tx, proposal_rx) = crossbeam::channel::bounded(config.pipeline);
+        let (decision_tx, decision_rx) = crossbeam::channel::bounded(depth);
+        let (request_tx, request_rx) = tokio::sync::mpsc::channel(depth);
+
+        // ReplicaIO.
+        let mut peers = HashMap::new();
+        for m in config.replicas.iter().filter(|m| m.id != id) {
+            peers.insert(m.id, peer::spawn_sender(&shared, m.id, m.peer)?);
+        }
+        peer::spawn_listener(&shared, peer_listener, inbound_tx.clone())?;
+
+        // Raft.
+        let voters: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+        let store = store::LogStore::new(voters);
+        let raft_config = raft::Config {
+            id,
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            max_size_per_msg: (config.peer_frame_max / 4) as u64,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..raft::Config::default()
+        };
+        raft_config.validate()?;
+        let logger = slog::Logger::root(RaftLog, slog::o!("replica" => id));
+        let node = raft::RawNode::new(&raft_config, store.clone(), &logger)?;
+        let protocol = protocol::Protocol {
+            shared: shared.clone(),
+            node,
+            store,
+            peers,
+            inbound: inbound_rx,
+            proposals: proposal_rx,
+            decisions: decision_tx.clone(),
+        };
+        let manager = Manager {
+            shared: shared.clone(),
+            app: app.clone(),
+            cache,
+            sink,
+            scheduler,
+            decisions: decision_rx,
+            protocol: inbound_tx,
+            submitted: 0,
+            applied_term: 0,
+            since_snapshot: 0,
+        };
+        replica.spawn("psmr-protocol", move || protocol.run())?;
+        replica.spawn("psmr-manager", move || manager.run())?;
+        let s = shared.clone();
+        replica.spawn("psmr-batcher", move || batcher::run(&s, request_rx, &proposal_tx))?;
+
+        // ClientIO.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.client_io_threads)
+            .thread_name("psmr-client-io")
+            .enable_all()
+            .build()?;
+        let check_app = app.clone();
+        let io = Arc::new(client_io::ClientIo {
+            shared: shared.clone(),
+            requests: request_tx,
+            decisions: decision_tx,
+            check_op: Arc::new(move |client, seq, op| check_app.command(client, seq, op).map(|_| ())),
+            connections: AtomicUsize::new(0),
+            next_conn: AtomicU64::new(0),
+        });
+        client_listener.set_nonblocking(true)?;
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(client_listener)?
+        };
+        runtime.spawn(io.serve(listener));
+        replica.runtime = Some(runtime);
+        info!(id, %client_addr, peer = %me.peer, scheduler = %kind, "replica started");
+        Ok(replica)
+    }
+
+    fn spawn(&mut self, name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+        let h = std::thread::Builder::new().name(name.into()).spawn(f)?;
+        self.threads.push(h);
+        Ok(())
+    }
+
+    /// Where clients connect.
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    /// The shared state (leader, term, applied index, counters).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Blocks until the replica stops; the error if it failed.
+    pub fn wait(&self) -> Result<(), ReplicaError> {
+        let mut f = self.shared.failure.lock();
+        while f.is_none() && !self.shared.stopping() {
+            self.shared.failed.wait(&mut f);
+        }
+        match f.clone() {
+            Some(why) => Err(ReplicaError::Failed(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops every thread and closes every socket.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.shared.stop();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        }
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Sends raft-rs's log records to `tracing`.
+struct RaftLog;
+
+impl slog::Drain for RaftLog {
+    type Ok = ();
+    type Err = slog::Never;
+    fn log(&self, record: &slog::Record<'_>, _values: &slog::OwnedKVList) -> Result<(), slog::Never> {
+        match record.level() {
+            slog::Level::Critical | slog::Level::Error => tracing::error!(target: "raft", "{}", record.msg()),
+            slog::Level::Warning => tracing::warn!(target: "raft", "{}", record.msg()),
+            slog::Level::Info => tracing::info!(target: "raft", "{}", record.msg()),
+            _ => tracing::debug!(target: "raft", "{}", record.msg()),
+        }
+        Ok(())
+    }
+}

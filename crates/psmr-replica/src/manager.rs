@@ -1,0 +1,223 @@
+//! The ServiceManager (002 §V-D): takes committed log entries in order,
+//! consults the reply cache, and hands each entry's new commands as one
+//! batch to the execution scheduler chosen in the configuration. Replies
+//! come back through [`ManagerSink`] on the workers' threads: into the
+//! reply cache, then to the client's connection if it is here.
+//!
+//! Every `snapshot_every` entries it waits until everything submitted has
+//! executed, snapshots the service and the reply cache, and gives the
+//! snapshot to the protocol thread, which compacts the log behind it. A
+//! snapshot from the leader replaces the state the same way.
+
+use crate::app::App;
+use crate::cache::{Admit, ReplyCache};
+use crate::peer::Inbound;
+use crate::router::Router;
+use crate::store::decode_entry;
+use crate::Shared;
+use crossbeam::channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
+use psmr_model::{Batch, ClientId, Digest, Service, BITMAP_BITS_DEFAULT};
+use psmr_sched::{Reply, ReplySink, Scheduler};
+use raft::prelude::{Entry, EntryType, Snapshot};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tracing::{debug, error, info};
+
+/// What the service manager receives, in order.
+pub enum Decision {
+    /// Committed entries, in log order.
+    Entries(Vec<Entry>),
+    /// A snapshot from the leader replaces the state.
+    Snapshot(Box<Snapshot>),
+    /// Report the applied index and the state digest once everything
+    /// before this request has executed.
+    Status(tokio::sync::oneshot::Sender<(u64, Digest)>),
+}
+
+/// Receives replies from the workers.
+pub struct ManagerSink<A: App> {
+    app: Arc<A>,
+    cache: Arc<ReplyCache>,
+    router: Arc<Router>,
+    /// Commands whose reply has come back.
+    done: AtomicU64,
+    /// Somebody waits in [`ManagerSink::wait_for`].
+    waiting: AtomicBool,
+    lock: Mutex<()>,
+    cvar: Condvar,
+}
+
+impl<A: App> ManagerSink<A> {
+    pub(crate) fn new(app: Arc<A>, cache: Arc<ReplyCache>, router: Arc<Router>) -> Self {
+        Self {
+            app,
+            cache,
+            router,
+            done: AtomicU64::new(0),
+            waiting: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            cvar: Condvar::new(),
+        }
+    }
+
+    /// Waits until `submitted` replies have come back.
+    fn wait_for(&self, submitted: u64) {
+        if self.done.load(Ordering::SeqCst) >= submitted {
+            return;
+        }
+        let mut guard = self.lock.lock();
+        self.waiting.store(true, Ordering::SeqCst);
+        while self.done.load(Ordering::SeqCst) < submitted {
+            self.cvar.wait(&mut guard);
+        }
+        self.waiting.store(false, Ordering::SeqCst);
+    }
+}
+
+impl<A: App> ReplySink<<A::S as Service>::Reply> for ManagerSink<A> {
+    fn deliver(&self, _worker: usize, reply: Reply<<A::S as Service>::Reply>) {
+        let bytes = self.app.encode_reply(&reply.value);
+        let (client, seq) = (reply.client.0, reply.seq);
+        self.cache.fill(client, seq, Outcome::Ok(bytes.clone()));
+        self.router.reply(client, seq, Outcome::Ok(bytes));
+        // SeqCst on both sides (with `waiting`): either the waiter sees the
+        // count, or this thread sees the waiter and wakes it.
+        self.done.fetch_add(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) {
+            let _guard = self.lock.lock();
+            self.cvar.notify_all();
+        }
+    }
+}
+
+pub(crate) struct Manager<A: App> {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) app: Arc<A>,
+    pub(crate) cache: Arc<ReplyCache>,
+    pub(crate) sink: Arc<ManagerSink<A>>,
+    pub(crate) scheduler: Box<dyn Scheduler<A::S>>,
+    pub(crate) decisions: Receiver<Decision>,
+    pub(crate) protocol: Sender<Inbound>,
+    /// Commands handed to the scheduler.
+    pub(crate) submitted: u64,
+    pub(crate) applied_term: u64,
+    pub(crate) since_snapshot: u64,
+}
+
+impl<A: App> Manager<A> {
+    pub(crate) fn run(mut self) {
+        while let Ok(d) = self.decisions.recv() {
+            match d {
+                Decision::Entries(entries) => {
+                    for e in entries {
+                        if let Err(why) = self.apply(&e) {
+                            self.shared.fail(why);
+                            return;
+                        }
+                    }
+                }
+                Decision::Snapshot(snap) => {
+                    if let Err(why) = self.restore(&snap) {
+                        self.shared.fail(why);
+                        return;
+                    }
+                }
+                Decision::Status(reply) => {
+                    self.sink.wait_for(self.submitted);
+                    let _ = reply.send((self.shared.applied.load(Ordering::Acquire), self.app.service().digest()));
+                }
+            }
+        }
+        if let Err(e) = self.scheduler.finish() {
+            error!("scheduler: {e}");
+        }
+    }
+
+    fn apply(&mut self, e: &Entry) -> Result<(), String> {
+        if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
+            self.execute(e)?;
+        }
+        self.shared.applied.store(e.index, Ordering::Release);
+        self.applied_term = e.term;
+        self.since_snapshot += 1;
+        if self.since_snapshot >= self.shared.config.snapshot_every {
+            self.since_snapshot = 0;
+            self.snapshot(e.index, e.term);
+        }
+        Ok(())
+    }
+
+    fn execute(&mut self, e: &Entry) -> Result<(), String> {
+        let commands = match decode_entry(&e.data) {
+            Ok(c) => c,
+            Err(err) => {
+                // Every replica decodes the same bytes the same way, so
+                // skipping keeps them equal; it means a bug in a leader.
+                error!(index = e.index, "skipping an undecodable log entry: {err}");
+                return Ok(());
+            }
+        };
+        let router = &self.shared.router;
+        let mut batch = Vec::with_capacity(commands.len());
+        for c in commands {
+            match self.cache.admit(c.client, c.seq, e.index) {
+                Admit::New => match self.app.command(ClientId(c.client), c.seq, &c.op) {
+                    Ok(cmd) => batch.push(cmd),
+                    Err(err) => {
+                        let outcome = Outcome::Rejected(format!("bad operation: {err}"));
+                        self.cache.fill(c.client, c.seq, outcome.clone());
+                        router.reply(c.client, c.seq, outcome);
+                    }
+                },
+                Admit::Done(outcome) => router.reply(c.client, c.seq, outcome),
+                Admit::Pending => {}
+                Admit::Stale => router.reply(
+                    c.client,
+                    c.seq,
+                    Outcome::Rejected(format!(
+                        "sequence number {} is older than the {} this replica remembers for client {}",
+                        c.seq, self.shared.config.reply_window, c.client
+                    )),
+                ),
+            }
+        }
+        if !batch.is_empty() {
+            self.submitted += batch.len() as u64;
+            self.scheduler
+                .submit(Batch::new(batch, BITMAP_BITS_DEFAULT))
+                .map_err(|err| format!("execution failed, the state is no longer trusted: {err}"))?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, index: u64, term: u64) {
+        self.sink.wait_for(self.submitted);
+        let mut enc = Encoder::new();
+        enc.u64(index).u64(term).bytes(&self.app.service().snapshot()).bytes(&self.cache.snapshot());
+        let data = enc.finish();
+        debug!(index, bytes = data.len(), "snapshot taken");
+        let _ = self.protocol.send(Inbound::Snapshot { index, term, data });
+    }
+
+    fn restore(&mut self, snap: &Snapshot) -> Result<(), String> {
+        self.sink.wait_for(self.submitted);
+        let parse = |bytes: &[u8]| -> Result<(u64, Vec<u8>, Vec<u8>), WireError> {
+            let mut d = Decoder::new(bytes, "state snapshot");
+            let (index, _term) = (d.u64()?, d.u64()?);
+            let service = d.bytes()?.to_vec();
+            let cache = d.bytes()?.to_vec();
+            d.end()?;
+            Ok((index, service, cache))
+        };
+        let (index, service, cache) = parse(&snap.data).map_err(|e| format!("snapshot from the leader: {e}"))?;
+        self.app.service().restore(&service).map_err(|e| format!("snapshot from the leader: {e}"))?;
+        self.cache.restore(&cache).map_err(|e| format!("snapshot from the leader: {e}"))?;
+        self.shared.applied.store(index, Ordering::Release);
+        self.applied_term = snap.get_metadata().term;
+        self.since_snapshot = 0;
+        info!(index, "state restored from a snapshot");
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! The raft log in memory, with the service snapshots that replace its
+//! compacted prefix, and the encoding of one log entry (a batch of client
+//! commands).
+
+use parking_lot::Mutex;
+use psmr_model::wire::{Decoder, Encoder, WireError, REQUEST_COMMANDS_MAX};
+use raft::prelude::{Entry, Snapshot};
+use raft::storage::MemStorage;
+use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+use std::sync::Arc;
+
+/// raft-rs's `MemStorage`, except that the snapshots it hands to raft (to
+/// send to a follower that fell behind the compacted log) are the service
+/// snapshots the service manager took, with their data.
+#[derive(Clone)]
+pub struct LogStore {
+    /// The log and hard state.
+    pub mem: MemStorage,
+    snapshot: Arc<Mutex<Option<Snapshot>>>,
+}
+
+impl LogStore {
+    /// A log for a cluster of `voters`.
+    pub fn new(voters: Vec<u64>) -> Self {
+        Self { mem: MemStorage::new_with_conf_state((voters, vec![])), snapshot: Arc::new(Mutex::new(None)) }
+    }
+
+    /// Keeps `snapshot` (taken locally or received) and drops the log up
+    /// to `keep_from` (exclusive), which must not pass the snapshot.
+    pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
+        let index = snapshot.get_metadata().index;
+        *self.snapshot.lock() = Some(snapshot);
+        let mut core = self.mem.wl();
+        let last = core.hard_state().commit;
+        let keep_from = keep_from.min(index).min(last);
+        if keep_from > 1 {
+            core.compact(keep_from)?;
+        }
+        Ok(())
+    }
+
+    /// Index of the newest snapshot kept (0: none).
+    pub fn snapshot_index(&self) -> u64 {
+        self.snapshot.lock().as_ref().map_or(0, |s| s.get_metadata().index)
+    }
+}
+
+impl Storage for LogStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        self.mem.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.mem.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        self.mem.term(idx)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.mem.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.mem.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        match &*self.snapshot.lock() {
+            Some(s) if s.get_metadata().index >= request_index => Ok(s.clone()),
+            // Raft asks again later; by then the service manager has taken
+            // one.
+            _ => Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)),
+        }
+    }
+}
+
+/// One command in a log entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryCommand {
+    /// The client.
+    pub client: u64,
+    /// Its sequence number.
+    pub seq: u64,
+    /// The encoded operation.
+    pub op: Vec<u8>,
+}
+
+/// Encodes a log entry.
+pub fn encode_entry(commands: &[EntryCommand]) -> Vec<u8> {
+    let mut e = Encoder::new();
+    e.u32(commands.len() as u32);
+    for c in commands {
+        e.u64(c.client).u64(c.seq).bytes(&c.op);
+    }
+    e.finish()
+}
+
+/// Decodes a log entry.
+pub fn decode_entry(bytes: &[u8]) -> Result<Vec<EntryCommand>, WireError> {
+    let mut d = Decoder::new(bytes, "log entry");
+    let n = d.count(REQUEST_COMMANDS_MAX * 100, 20)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(EntryCommand { client: d.u64()?, seq: d.u64()?, op: d.bytes()?.to_vec() });
+    }
+    d.end()?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_garbage_is_refused() {
+        let cmds =
+            vec![EntryCommand { client: 1, seq: 2, op: vec![3] }, EntryCommand { client: 4, seq: 5, op: vec![] }];
+        let bytes = encode_entry(&cmds);
+        assert_eq!(decode_entry(&bytes).unwrap(), cmds);
+        assert!(decode_entry(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode_entry(&[0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn snapshots_are_served_once_taken() {
+        let s = LogStore::new(vec![1, 2, 3]);
+        assert!(s.snapshot(0, 2).is_err(), "none taken yet");
+        let mut snap = Snapshot::default();
+        snap.mut_metadata().index = 0;
+        snap.data = vec![1, 2, 3].into();
+        s.install(snap, 0).unwrap();
+        assert_eq!(s.snapshot(0, 2).unwrap().data.to_vec(), vec![1, 2, 3]);
+        assert!(s.snapshot(5, 2).is_err(), "older than asked");
+    }
+}
