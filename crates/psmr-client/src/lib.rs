@@ -20,8 +20,8 @@
 //! [`psmr_model::wire::OpCodec`].
 
 use psmr_model::wire::{
-    frame_len, parse_frame, ClientMsg, Frame, OpCodec, Outcome, ReplicaStatus, ServerMsg, WireCommand, WireError,
-    FRAME_MAX_DEFAULT,
+    frame_len, parse_frame, ClientMsg, Frame, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand,
+    WireError, FRAME_MAX_DEFAULT,
 };
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -210,7 +210,7 @@ impl AsyncClient {
                         return Ok(());
                     }
                 }
-                ServerMsg::Replies { .. } | ServerMsg::Status(_) => {}
+                ServerMsg::Replies { .. } | ServerMsg::Status(_) | ServerMsg::Stats { .. } => {}
                 ServerMsg::Redirect { leader, addr } => {
                     self.leader = addr.parse().ok();
                     return Err(Attempt::Retry(if leader == 0 {
@@ -243,14 +243,29 @@ impl AsyncClient {
 
     /// Asks one replica for its status.
     pub async fn status_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
+        match Self::ask(addr, ClientMsg::Status, timeout).await? {
+            ServerMsg::Status(st) => Ok(st),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Asks one replica how busy its threads are: a clock reading in ns and
+    /// the threads' counters (see [`ServerMsg::Stats`]).
+    pub async fn stats_of(addr: SocketAddr, timeout: Duration) -> Result<(u64, Vec<ThreadStat>), String> {
+        match Self::ask(addr, ClientMsg::Stats, timeout).await? {
+            ServerMsg::Stats { at_ns, threads } => Ok((at_ns, threads)),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    async fn ask(addr: SocketAddr, msg: ClientMsg, timeout: Duration) -> Result<ServerMsg, String> {
         let work = async {
             let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
-            s.write_all(&ClientMsg::Status.to_frame()).await.map_err(|e| e.to_string())?;
+            s.write_all(&msg.to_frame()).await.map_err(|e| e.to_string())?;
             let f = read_frame(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| e.to_string())?;
             match ServerMsg::from_frame(&f).map_err(|e| e.to_string())? {
-                ServerMsg::Status(st) => Ok(st),
                 ServerMsg::Error(e) => Err(e),
-                other => Err(format!("unexpected answer {other:?}")),
+                other => Ok(other),
             }
         };
         tokio::time::timeout(timeout, work).await.map_err(|_| format!("no answer within {timeout:?}"))?
@@ -293,5 +308,10 @@ impl Client {
     /// See [`AsyncClient::status_of`].
     pub fn status_of(&self, addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
         self.rt.block_on(AsyncClient::status_of(addr, timeout))
+    }
+
+    /// See [`AsyncClient::stats_of`].
+    pub fn stats_of(&self, addr: SocketAddr, timeout: Duration) -> Result<(u64, Vec<ThreadStat>), String> {
+        self.rt.block_on(AsyncClient::stats_of(addr, timeout))
     }
 }

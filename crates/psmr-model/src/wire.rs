@@ -294,6 +294,21 @@ pub enum ClientMsg {
     },
     /// Report this replica's state.
     Status,
+    /// Report how busy this replica's threads are.
+    Stats,
+}
+
+/// CPU use of one thread of a replica, cumulative since it started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadStat {
+    /// The thread's name (its stage).
+    pub name: String,
+    /// The thread's id in the operating system.
+    pub tid: u64,
+    /// Time running on a CPU, in ns.
+    pub cpu_ns: u64,
+    /// Time ready to run but waiting for a CPU, in ns.
+    pub runq_ns: u64,
 }
 
 /// What a replica knows about one replica, for `status`.
@@ -338,14 +353,24 @@ pub enum ServerMsg {
     Error(String),
     /// Answer to [`ClientMsg::Status`].
     Status(ReplicaStatus),
+    /// Answer to [`ClientMsg::Stats`]: a monotonic clock reading in ns and
+    /// every thread's counters at that time.
+    Stats {
+        /// Clock reading (ns since the replica started).
+        at_ns: u64,
+        /// The threads.
+        threads: Vec<ThreadStat>,
+    },
 }
 
 const K_REQUEST: u8 = 1;
 const K_STATUS: u8 = 2;
+const K_STATS: u8 = 3;
 const K_REPLIES: u8 = 16;
 const K_REDIRECT: u8 = 17;
 const K_ERROR: u8 = 18;
 const K_STATUS_REPLY: u8 = 19;
+const K_STATS_REPLY: u8 = 20;
 
 impl ClientMsg {
     /// Encodes into a frame.
@@ -360,6 +385,7 @@ impl ClientMsg {
                 frame_bytes(K_REQUEST, &e.finish())
             }
             ClientMsg::Status => frame_bytes(K_STATUS, &[]),
+            ClientMsg::Stats => frame_bytes(K_STATS, &[]),
         }
     }
 
@@ -378,6 +404,7 @@ impl ClientMsg {
                 Ok(ClientMsg::Request { client, commands })
             }
             K_STATUS => Decoder::new(&f.body, "status request").end().map(|_| ClientMsg::Status),
+            K_STATS => Decoder::new(&f.body, "stats request").end().map(|_| ClientMsg::Stats),
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -410,6 +437,13 @@ impl ServerMsg {
             ServerMsg::Status(s) => {
                 e.u64(s.id).str(&s.addr).u32(s.pid).u64(s.leader).u64(s.term).u64(s.applied).str(&s.digest);
                 K_STATUS_REPLY
+            }
+            ServerMsg::Stats { at_ns, threads } => {
+                e.u64(*at_ns).u32(threads.len() as u32);
+                for t in threads {
+                    e.str(&t.name).u64(t.tid).u64(t.cpu_ns).u64(t.runq_ns);
+                }
+                K_STATS_REPLY
             }
         };
         frame_bytes(kind, &e.finish())
@@ -461,6 +495,17 @@ impl ServerMsg {
                 d.end()?;
                 ServerMsg::Status(s)
             }
+            K_STATS_REPLY => {
+                let mut d = Decoder::new(&f.body, "stats");
+                let at_ns = d.u64()?;
+                let n = d.count(1 << 16, 28)?;
+                let mut threads = Vec::with_capacity(n);
+                for _ in 0..n {
+                    threads.push(ThreadStat { name: d.str()?, tid: d.u64()?, cpu_ns: d.u64()?, runq_ns: d.u64()? });
+                }
+                d.end()?;
+                ServerMsg::Stats { at_ns, threads }
+            }
             k => return Err(WireError::UnknownKind(k)),
         };
         Ok(msg)
@@ -509,6 +554,7 @@ mod tests {
         };
         assert_eq!(roundtrip_client(&req), req);
         assert_eq!(roundtrip_client(&ClientMsg::Status), ClientMsg::Status);
+        assert_eq!(roundtrip_client(&ClientMsg::Stats), ClientMsg::Stats);
         for m in [
             ServerMsg::Replies {
                 client: 7,
@@ -516,6 +562,10 @@ mod tests {
             },
             ServerMsg::Redirect { leader: 2, addr: "127.0.0.1:1".into() },
             ServerMsg::Error("overloaded".into()),
+            ServerMsg::Stats {
+                at_ns: 9,
+                threads: vec![ThreadStat { name: "psmr-protocol".into(), tid: 7, cpu_ns: 1, runq_ns: 2 }],
+            },
             ServerMsg::Status(ReplicaStatus {
                 id: 1,
                 addr: "a".into(),

@@ -131,6 +131,12 @@ impl ClientIo {
                         return Ok(());
                     }
                 }
+                ClientMsg::Stats => {
+                    let msg = ServerMsg::Stats { at_ns: crate::stages::now_ns(), threads: crate::stages::threads() };
+                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
+                        return Ok(());
+                    }
+                }
                 ClientMsg::Request { client, commands } => {
                     if !clients.contains(&client) {
                         clients.push(client);

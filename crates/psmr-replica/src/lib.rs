@@ -38,6 +38,7 @@ pub mod manager;
 pub mod peer;
 pub mod protocol;
 pub mod router;
+pub mod stages;
 pub mod store;
 
 pub use app::{App, KvApp};
@@ -168,6 +169,7 @@ impl Replica {
     /// Starts replica `id` of `config` running `app`.
     pub fn start<A: App>(config: Config, id: u64, app: A) -> Result<Replica, ReplicaError> {
         config.validate()?;
+        stages::init();
         let me = config.member(id)?.clone();
         let kind = config.scheduler_kind()?;
         let peer_listener =

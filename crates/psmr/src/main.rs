@@ -4,6 +4,8 @@
 //! the crates' configurations, and prints what they return. Every error ends
 //! up as one `psmr: error: ...` line on stderr and a non-zero exit code.
 
+mod cluster;
+
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use psmr_bench::{format_table, MappingSource, SchedBenchConfig, ServiceKind};
@@ -30,6 +32,13 @@ enum Command {
     /// with the same state digest and reply digest as the first; a mismatch
     /// is an error.
     SchedBench(SchedBenchArgs),
+    /// Run one replica of a cluster described by a configuration file.
+    Replica(cluster::ReplicaArgs),
+    /// Run a local cluster of replica processes on this machine (loopback,
+    /// free ports) until Ctrl-C or SIGTERM.
+    Cluster(cluster::ClusterArgs),
+    /// Talk to a cluster: put, get, delete, status, load.
+    Client(cluster::ClientArgs),
 }
 
 #[derive(Args, Debug)]
@@ -239,6 +248,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::SchedBench(args) => sched_bench(args),
+        Command::Replica(args) => cluster::replica(args),
+        Command::Cluster(args) => cluster::cluster(args),
+        Command::Client(args) => cluster::client(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

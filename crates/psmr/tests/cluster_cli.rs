@@ -1,0 +1,143 @@
+//! `psmr cluster`, `psmr replica` and `psmr client` as separate processes
+//! on loopback: a cluster starts, serves puts and gets, reports equal
+//! digests, refuses a replica that lost its memory and comes back under
+//! the same id, and stops on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn psmr(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_psmr")).args(args).output().expect("psmr runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A running `psmr cluster`, stopped with SIGTERM when dropped.
+struct Cluster {
+    child: Child,
+    /// `(id, addr, pid)` per replica.
+    replicas: Vec<(u64, String, u32)>,
+    dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Self {
+        let dir = std::env::temp_dir().join(format!("psmr-cli-test-{}-{n}", std::process::id()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+            .args(["cluster", "--replicas", &n.to_string(), "--scheduler", "early", "--workers", "2", "--dir"])
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("psmr cluster starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut replicas = Vec::new();
+        while replicas.len() < n {
+            let line = lines.next().expect("a line per replica").unwrap();
+            // replica N listening on HOST:PORT pid PID
+            let w: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!((w[0], w[2], w[3], w[5]), ("replica", "listening", "on", "pid"), "{line}");
+            replicas.push((w[1].parse().unwrap(), w[4].to_string(), w[6].parse().unwrap()));
+        }
+        replicas.sort();
+        Self { child, replicas, dir }
+    }
+
+    fn addrs(&self) -> String {
+        self.replicas.iter().map(|r| r.1.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    fn client(&self, args: &[&str]) -> Output {
+        let addrs = self.addrs();
+        let mut all = vec!["client", "--cluster", &addrs];
+        all.extend_from_slice(args);
+        psmr(&all)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let o = self.client(&["status", "--json"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
+    let cluster = Cluster::start(3);
+    let o = cluster.client(&["put", "7", "seven"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), "created");
+    assert_eq!(text(&cluster.client(&["put", "7", "SEVEN"]).stdout).trim(), "replaced");
+    assert_eq!(text(&cluster.client(&["get", "7"]).stdout).trim(), "SEVEN");
+    let missing = cluster.client(&["get", "8"]);
+    assert!(!missing.status.success());
+    assert!(text(&missing.stderr).contains("key 8 not found"));
+    assert_eq!(text(&cluster.client(&["delete", "7"]).stdout).trim(), "deleted");
+    assert_eq!(text(&cluster.client(&["delete", "7"]).stdout).trim(), "absent");
+
+    // Every replica reaches the same state.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = cluster.status();
+        let reps = st["replicas"].as_array().unwrap();
+        assert_eq!(reps.len(), 3);
+        assert!(st["leader"].as_u64().unwrap() >= 1);
+        let same = reps.windows(2).all(|w| w[0]["digest"] == w[1]["digest"] && w[0]["applied"] == w[1]["applied"]);
+        if same {
+            for (r, (id, addr, pid)) in reps.iter().zip(&cluster.replicas) {
+                assert_eq!((r["id"].as_u64().unwrap(), r["addr"].as_str().unwrap()), (*id, addr.as_str()));
+                assert_eq!(r["pid"].as_u64().unwrap(), u64::from(*pid));
+            }
+            break;
+        }
+        assert!(Instant::now() < deadline, "replicas disagree: {st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Kill replica 2 and start it again under the same id: refused.
+    let (_, _, pid) = cluster.replicas[1];
+    assert!(Command::new("kill").arg("-KILL").arg(pid.to_string()).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(300));
+    let config = cluster.dir.join("cluster.toml");
+    let o = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["replica", "--config", config.to_str().unwrap(), "--id", "2"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("must not rejoin under the same id"), "{}", text(&o.stderr));
+    // The other two go on, and status lists the dead one with an error.
+    assert_eq!(text(&cluster.client(&["put", "9", "nine"]).stdout).trim(), "created");
+    let st = cluster.status();
+    let dead = &st["replicas"][1];
+    assert!(dead["error"].is_string(), "{st}");
+}
+
+#[test]
+fn bad_cluster_and_client_input_is_a_clear_error() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["cluster", "--replicas", "0"], "--replicas must be between 1 and 15"),
+        (&["cluster", "--storage", "disk"], "unknown storage \"disk\""),
+        (&["cluster", "--scheduler", "fastest"], "unknown scheduler \"fastest\""),
+        (&["client", "--cluster", "nowhere", "get", "1"], "bad replica address \"nowhere\""),
+        (&["client", "--cluster", "127.0.0.1:1", "--timeout", "0.3", "get", "1"], "not completed within"),
+        (&["replica", "--config", "/nonexistent.toml", "--id", "1"], "cannot read configuration"),
+    ];
+    for (args, needle) in cases {
+        let o = psmr(args);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: want {needle:?} in {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
