@@ -306,6 +306,16 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_sample_is_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n").expect("a TOML sample") + 8;
+        let sample = &readme[start..start + readme[start..].find("```").expect("its end")];
+        let c: Config = toml::from_str(sample).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.replicas.len(), 3);
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         let text = three().to_toml() + "\nbatch_size = 3\n";
         let e = toml::from_str::<Config>(&text).unwrap_err().to_string();
