@@ -197,8 +197,16 @@ impl<A: App> Manager<A> {
         let mut enc = Encoder::new();
         enc.u64(index).u64(term).bytes(&self.app.service().snapshot()).bytes(&self.cache.snapshot());
         let data = enc.finish();
-        debug!(index, bytes = data.len(), "snapshot taken");
-        let _ = self.protocol.send(Inbound::Snapshot { index, term, data });
+        // Never wait for the protocol thread here: it may be waiting for
+        // this thread to take decisions. A snapshot that does not fit is
+        // taken again a little later.
+        match self.protocol.try_send(Inbound::Snapshot { index, term, data }) {
+            Ok(()) => debug!(index, "snapshot taken"),
+            Err(_) => {
+                debug!(index, "protocol queue full; snapshot postponed");
+                self.since_snapshot = self.shared.config.snapshot_every / 2;
+            }
+        }
     }
 
     fn restore(&mut self, snap: &Snapshot) -> Result<(), String> {
