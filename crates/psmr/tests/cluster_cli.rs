@@ -121,6 +121,17 @@ fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
     let st = cluster.status();
     let dead = &st["replicas"][1];
     assert!(dead["error"].is_string(), "{st}");
+
+    // SIGTERM to `psmr cluster` stops every replica process.
+    let pids: Vec<u32> = cluster.replicas.iter().map(|r| r.2).collect();
+    drop(cluster);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in pids {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "replica process {pid} outlived the cluster");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 #[test]
