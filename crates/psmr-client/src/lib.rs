@@ -20,13 +20,13 @@
 //! [`psmr_model::wire::OpCodec`].
 
 use psmr_model::wire::{
-    frame_len, parse_frame, ClientMsg, Frame, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand,
-    WireError, FRAME_MAX_DEFAULT,
+    read_frame_async, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand, WireError,
+    FRAME_MAX_DEFAULT,
 };
 use std::net::SocketAddr;
 use std::time::Duration;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
@@ -89,19 +89,6 @@ fn random_id() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::process::id() as u64);
     h.finish().max(1)
-}
-
-async fn read_frame(stream: &mut TcpStream, max: usize) -> Result<Frame, WireError> {
-    let mut header = [0u8; 4];
-    match stream.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let len = frame_len(header, max)?;
-    let mut bytes = vec![0u8; len];
-    stream.read_exact(&mut bytes).await?;
-    parse_frame(bytes)
 }
 
 /// The asynchronous client. See the crate documentation.
@@ -195,7 +182,7 @@ impl AsyncClient {
         let stream = self.connection().await.map_err(Attempt::Retry)?;
         stream.write_all(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
         loop {
-            let f = tokio::time::timeout(timeout, read_frame(stream, max))
+            let f = tokio::time::timeout(timeout, read_frame_async(stream, max))
                 .await
                 .map_err(|_| Attempt::Retry(format!("no answer within {timeout:?}")))?
                 .map_err(|e| Attempt::Retry(format!("receive failed: {e}")))?;
@@ -262,7 +249,7 @@ impl AsyncClient {
         let work = async {
             let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
             s.write_all(&msg.to_frame()).await.map_err(|e| e.to_string())?;
-            let f = read_frame(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| e.to_string())?;
+            let f = read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| e.to_string())?;
             match ServerMsg::from_frame(&f).map_err(|e| e.to_string())? {
                 ServerMsg::Error(e) => Err(e),
                 other => Ok(other),

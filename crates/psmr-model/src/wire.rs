@@ -137,6 +137,22 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Frame, WireError> {
     parse_frame(bytes)
 }
 
+/// Reads one frame from an async stream, refusing one longer than `max`
+/// bytes; [`WireError::Closed`] on a clean end of stream between frames.
+#[cfg(feature = "async")]
+pub async fn read_frame_async(r: &mut (impl tokio::io::AsyncReadExt + Unpin), max: usize) -> Result<Frame, WireError> {
+    let mut header = [0u8; 4];
+    match r.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = frame_len(header, max)?;
+    let mut bytes = vec![0u8; len];
+    r.read_exact(&mut bytes).await?;
+    parse_frame(bytes)
+}
+
 /// Appends values to a body.
 #[derive(Default, Debug)]
 pub struct Encoder {
@@ -177,6 +193,15 @@ impl Encoder {
     /// Appends a count-prefixed UTF-8 string.
     pub fn str(&mut self, v: &str) -> &mut Self {
         self.bytes(v.as_bytes())
+    }
+
+    /// Appends an outcome: tag 0 and the reply bytes, or tag 1 and the
+    /// reason.
+    pub fn outcome(&mut self, o: &Outcome) -> &mut Self {
+        match o {
+            Outcome::Ok(b) => self.u8(0).bytes(b),
+            Outcome::Rejected(m) => self.u8(1).str(m),
+        }
     }
 
     /// The body.
@@ -237,6 +262,15 @@ impl<'a> Decoder<'a> {
     pub fn str(&mut self) -> Result<String, WireError> {
         let b = self.bytes()?;
         String::from_utf8(b.to_vec()).map_err(|_| self.error("a string is not UTF-8"))
+    }
+
+    /// Reads an outcome written by [`Encoder::outcome`].
+    pub fn outcome(&mut self) -> Result<Outcome, WireError> {
+        match self.u8()? {
+            0 => Ok(Outcome::Ok(self.bytes()?.to_vec())),
+            1 => Ok(Outcome::Rejected(self.str()?)),
+            t => Err(self.error(format!("unknown outcome tag {t}"))),
+        }
     }
 
     /// Reads a list count, refusing more than `max` items or more items
@@ -418,11 +452,7 @@ impl ServerMsg {
             ServerMsg::Replies { client, replies } => {
                 e.u64(*client).u32(replies.len() as u32);
                 for (seq, outcome) in replies {
-                    e.u64(*seq);
-                    match outcome {
-                        Outcome::Ok(b) => e.u8(0).bytes(b),
-                        Outcome::Rejected(m) => e.u8(1).str(m),
-                    };
+                    e.u64(*seq).outcome(outcome);
                 }
                 K_REPLIES
             }
@@ -458,13 +488,7 @@ impl ServerMsg {
                 let n = d.count(REQUEST_COMMANDS_MAX, 13)?;
                 let mut replies = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let seq = d.u64()?;
-                    let outcome = match d.u8()? {
-                        0 => Outcome::Ok(d.bytes()?.to_vec()),
-                        1 => Outcome::Rejected(d.str()?),
-                        t => return Err(d.error(format!("unknown outcome tag {t}"))),
-                    };
-                    replies.push((seq, outcome));
+                    replies.push((d.u64()?, d.outcome()?));
                 }
                 d.end()?;
                 ServerMsg::Replies { client, replies }

@@ -145,11 +145,7 @@ impl ReplyCache {
         for Saved { id, floor, last, seqs } in all {
             e.u64(id).u64(floor).u64(last).u32(seqs.len() as u32);
             for (seq, outcome) in seqs {
-                e.u64(seq);
-                match outcome {
-                    Outcome::Ok(b) => e.u8(0).bytes(&b),
-                    Outcome::Rejected(m) => e.u8(1).str(&m),
-                };
+                e.u64(seq).outcome(&outcome);
             }
         }
         e.finish()
@@ -166,12 +162,7 @@ impl ReplyCache {
             let mut seqs = BTreeMap::new();
             for _ in 0..k {
                 let seq = d.u64()?;
-                let outcome = match d.u8()? {
-                    0 => Outcome::Ok(d.bytes()?.to_vec()),
-                    1 => Outcome::Rejected(d.str()?),
-                    t => return Err(d.error(format!("unknown outcome tag {t}"))),
-                };
-                seqs.insert(seq, Some(outcome));
+                seqs.insert(seq, Some(d.outcome()?));
             }
             let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
             let shard = &mut shards[h as usize % SHARDS];

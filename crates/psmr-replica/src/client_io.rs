@@ -16,11 +16,11 @@ use crate::router::{Outbox, Outgoing};
 use crate::store::EntryCommand;
 use crate::Shared;
 use crossbeam::channel::Sender;
-use psmr_model::wire::{frame_len, parse_frame, ClientMsg, Frame, Outcome, ReplicaStatus, ServerMsg, WireError};
+use psmr_model::wire::{read_frame_async, ClientMsg, Outcome, ReplicaStatus, ServerMsg, WireError};
 use psmr_model::ClientId;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -34,20 +34,6 @@ pub(crate) struct ClientIo {
     pub(crate) check_op: crate::CheckOp,
     pub(crate) connections: AtomicUsize,
     pub(crate) next_conn: AtomicU64,
-}
-
-/// Reads one frame, refusing one longer than `max` bytes.
-pub async fn read_frame_async(r: &mut (impl AsyncReadExt + Unpin), max: usize) -> Result<Frame, WireError> {
-    let mut header = [0u8; 4];
-    match r.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let len = frame_len(header, max)?;
-    let mut bytes = vec![0u8; len];
-    r.read_exact(&mut bytes).await?;
-    parse_frame(bytes)
 }
 
 impl ClientIo {
