@@ -302,3 +302,21 @@ impl Client {
         self.rt.block_on(AsyncClient::stats_of(addr, timeout))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_configurations_and_unreachable_clusters_are_clear_errors() {
+        assert!(matches!(Client::new(ClientConfig::new(vec![])), Err(ClientError::NoAddresses)));
+        let mut cfg = ClientConfig::new(vec!["127.0.0.1:1".parse().unwrap()]);
+        cfg.id = Some(0);
+        cfg.attempt_timeout = Duration::from_millis(50);
+        cfg.deadline = Duration::from_millis(200);
+        let mut c = Client::new(cfg).unwrap();
+        assert_ne!(c.id(), 0, "id 0 is reserved");
+        let e = c.submit(vec![vec![1]]).unwrap_err().to_string();
+        assert!(e.contains("not completed within") && e.contains("127.0.0.1:1"), "{e}");
+    }
+}
