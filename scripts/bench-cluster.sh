@@ -13,7 +13,7 @@ psmr="$CARGO_TARGET_DIR/release/psmr"
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 for scheduler in sequential early; do
-    "$psmr" cluster --replicas 3 --scheduler "$scheduler" --workers 2 --dir "$out/$scheduler" >"$out/$scheduler.out" &
+    "$psmr" cluster --replicas 3 --scheduler "$scheduler" --workers 2 --storage "${PSMR_STORAGE:-memory}" --data-dir "$out/$scheduler" >"$out/$scheduler.out" &
     pid=$!
     for _ in $(seq 50); do
         [ "$(grep -c listening "$out/$scheduler.out" || true)" -eq 3 ] && break

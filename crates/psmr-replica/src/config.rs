@@ -6,7 +6,7 @@ use psmr_model::wire::FRAME_MAX_DEFAULT;
 use psmr_sched::SchedulerKind;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -52,8 +52,11 @@ pub struct Member {
 pub enum Storage {
     /// In memory: a crashed replica has lost its state and must not rejoin
     /// under the same id (the papers' crash-stop model).
-    #[default]
     Memory,
+    /// On disk under `data_dir` (raft-engine, synced): a replica that
+    /// crashed restarts from its directory and rejoins.
+    #[default]
+    Disk,
 }
 
 /// The replicated service.
@@ -106,6 +109,8 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     /// Where the log lives.
     pub storage: Storage,
+    /// Disk storage: replica `N` keeps its data in `data_dir/replica-N`.
+    pub data_dir: PathBuf,
     /// ClientIO threads.
     pub client_io_threads: usize,
     /// Most client connections at once; more are refused.
@@ -147,7 +152,8 @@ impl Default for Config {
             replicas: Vec::new(),
             service: ServiceConfig::default(),
             scheduler: SchedulerConfig::default(),
-            storage: Storage::Memory,
+            storage: Storage::Disk,
+            data_dir: PathBuf::from("psmr-data"),
             client_io_threads: 2,
             max_connections: 10_000,
             batch_max_commands: 1_000,
@@ -255,6 +261,11 @@ impl Config {
             let ids: Vec<String> = self.replicas.iter().map(|m| m.id.to_string()).collect();
             ConfigError::Invalid(format!("replica {id} is not in the configuration (ids: {})", ids.join(", ")))
         })
+    }
+
+    /// Where replica `id` keeps its data (disk storage).
+    pub fn replica_dir(&self, id: u64) -> PathBuf {
+        self.data_dir.join(format!("replica-{id}"))
     }
 
     /// The raft tick.

@@ -34,6 +34,7 @@ pub mod batcher;
 pub mod cache;
 pub mod client_io;
 pub mod config;
+pub mod disk;
 pub mod manager;
 pub mod peer;
 pub mod protocol;
@@ -79,6 +80,9 @@ pub enum ReplicaError {
     /// Raft refused to start.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
+    /// The data directory cannot be used.
+    #[error(transparent)]
+    Storage(#[from] disk::DiskError),
     /// A thread or runtime cannot start.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),
@@ -177,7 +181,7 @@ impl Replica {
         let client_listener =
             TcpListener::bind(me.client).map_err(|source| ReplicaError::Bind { addr: me.client, source })?;
         let client_addr = client_listener.local_addr()?;
-        let incarnation = {
+        let fresh = {
             use std::hash::{BuildHasher, Hasher};
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
             h.write_u128(
@@ -185,6 +189,19 @@ impl Replica {
             );
             h.finish() | 1
         };
+        // The log: a fresh one in memory, or whatever the data directory
+        // holds (with the snapshot to restore before replaying it).
+        let voters: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+        let (log, incarnation, recovered) = match config.storage {
+            Storage::Memory => (store::Log::Memory(store::LogStore::new(voters)), fresh, None),
+            Storage::Disk => {
+                let disk = disk::DiskStore::open(&config.replica_dir(id), voters)?;
+                let incarnation = disk.incarnation(fresh)?;
+                let snapshot = disk.snapshot_kept();
+                (store::Log::Disk(disk), incarnation, snapshot)
+            }
+        };
+        let recovered_index = recovered.as_ref().map_or(0, |s| s.get_metadata().index);
         let (stop_tx, _) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
             config: config.clone(),
@@ -229,10 +246,10 @@ impl Replica {
         peer::spawn_listener(&shared, peer_listener, inbound_tx.clone())?;
 
         // Raft.
-        let voters: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
-        let store = store::LogStore::new(voters);
+        let store = log;
         let raft_config = raft::Config {
             id,
+            applied: recovered_index,
             election_tick: config.election_ticks,
             heartbeat_tick: config.heartbeat_ticks,
             max_size_per_msg: (config.peer_frame_max / 4) as u64,
@@ -253,7 +270,7 @@ impl Replica {
             proposals: proposal_rx,
             decisions: decision_tx.clone(),
         };
-        let manager = Manager {
+        let mut manager = Manager {
             shared: shared.clone(),
             app: app.clone(),
             cache,
@@ -265,6 +282,9 @@ impl Replica {
             applied_term: 0,
             since_snapshot: 0,
         };
+        if let Some(snapshot) = &recovered {
+            manager.restore(snapshot).map_err(ReplicaError::Failed)?;
+        }
         replica.spawn("psmr-protocol", move || protocol.run())?;
         replica.spawn("psmr-manager", move || manager.run())?;
         let s = shared.clone();

@@ -209,7 +209,7 @@ impl<A: App> Manager<A> {
         }
     }
 
-    fn restore(&mut self, snap: &Snapshot) -> Result<(), String> {
+    pub(crate) fn restore(&mut self, snap: &Snapshot) -> Result<(), String> {
         self.sink.wait_for(self.submitted);
         let parse = |bytes: &[u8]| -> Result<(u64, Vec<u8>, Vec<u8>), WireError> {
             let mut d = Decoder::new(bytes, "state snapshot");
@@ -219,9 +219,10 @@ impl<A: App> Manager<A> {
             d.end()?;
             Ok((index, service, cache))
         };
-        let (index, service, cache) = parse(&snap.data).map_err(|e| format!("snapshot from the leader: {e}"))?;
-        self.app.service().restore(&service).map_err(|e| format!("snapshot from the leader: {e}"))?;
-        self.cache.restore(&cache).map_err(|e| format!("snapshot from the leader: {e}"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {}: {e}", snap.get_metadata().index);
+        let (index, service, cache) = parse(&snap.data).map_err(|e| bad(&e))?;
+        self.app.service().restore(&service).map_err(|e| bad(&e))?;
+        self.cache.restore(&cache).map_err(|e| bad(&e))?;
         self.shared.applied.store(index, Ordering::Release);
         self.applied_term = snap.get_metadata().term;
         self.since_snapshot = 0;

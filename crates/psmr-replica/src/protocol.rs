@@ -6,7 +6,7 @@
 
 use crate::manager::Decision;
 use crate::peer::{Inbound, PeerSender};
-use crate::store::{decode_entry, LogStore};
+use crate::store::{decode_entry, Log};
 use crate::Shared;
 use crossbeam::channel::{Receiver, Select, Sender};
 use psmr_model::wire::ServerMsg;
@@ -31,8 +31,8 @@ const LOG_SLACK: u64 = 1_000;
 
 pub(crate) struct Protocol {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) node: RawNode<LogStore>,
-    pub(crate) store: LogStore,
+    pub(crate) node: RawNode<Log>,
+    pub(crate) store: Log,
     pub(crate) peers: HashMap<u64, PeerSender>,
     pub(crate) inbound: Receiver<Inbound>,
     pub(crate) proposals: Receiver<Proposal>,
@@ -170,12 +170,9 @@ impl Protocol {
         if *ready.snapshot() != Snapshot::default() {
             let snap = ready.snapshot().clone();
             let index = snap.get_metadata().index;
-            // The log's lock must be released before `install` takes it.
-            let applied = self.store.mem.wl().apply_snapshot(snap.clone());
-            match applied {
+            match self.store.apply_snapshot(snap.clone()) {
                 Ok(()) => {
                     info!(index, "installing a snapshot from the leader");
-                    let _ = self.store.install(snap.clone(), 0);
                     if self.decisions.send(Decision::Snapshot(Box::new(snap))).is_err() {
                         self.shared.fail("the service manager stopped".into());
                     }
@@ -184,17 +181,19 @@ impl Protocol {
             }
         }
         self.deliver(ready.take_committed_entries());
-        if let Err(e) = self.store.mem.wl().append(ready.entries()) {
-            self.shared.fail(format!("cannot append to the log: {e}"));
+        // Nothing that depends on these entries or this vote leaves before
+        // they are stored (synced, on disk).
+        if let Err(e) = self.store.append(ready.entries(), ready.hs()) {
+            self.shared.fail(format!("cannot persist the log: {e}"));
             return;
-        }
-        if let Some(hs) = ready.hs() {
-            self.store.mem.wl().set_hardstate(hs.clone());
         }
         self.send(ready.take_persisted_messages());
         let mut light = self.node.advance(ready);
         if let Some(commit) = light.commit_index() {
-            self.store.mem.wl().mut_hard_state().set_commit(commit);
+            if let Err(e) = self.store.set_commit(commit) {
+                self.shared.fail(format!("cannot persist the log: {e}"));
+                return;
+            }
         }
         self.send(light.take_messages());
         self.deliver(light.take_committed_entries());

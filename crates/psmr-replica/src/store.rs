@@ -82,6 +82,114 @@ impl Storage for LogStore {
     }
 }
 
+/// The log a replica keeps: in memory or on disk.
+#[derive(Clone)]
+pub enum Log {
+    /// [`LogStore`].
+    Memory(LogStore),
+    /// [`crate::disk::DiskStore`].
+    Disk(crate::disk::DiskStore),
+}
+
+impl Log {
+    /// Persists a ready's entries and hard state (synced on disk).
+    pub fn append(&self, entries: &[Entry], hs: Option<&raft::prelude::HardState>) -> raft::Result<()> {
+        match self {
+            Log::Memory(m) => {
+                let mut core = m.mem.wl();
+                core.append(entries)?;
+                if let Some(hs) = hs {
+                    core.set_hardstate(hs.clone());
+                }
+                Ok(())
+            }
+            Log::Disk(d) => d.append(entries, hs),
+        }
+    }
+
+    /// Records a new commit index.
+    pub fn set_commit(&self, commit: u64) -> raft::Result<()> {
+        match self {
+            Log::Memory(m) => {
+                m.mem.wl().mut_hard_state().set_commit(commit);
+                Ok(())
+            }
+            Log::Disk(d) => d.set_commit(commit),
+        }
+    }
+
+    /// Keeps a snapshot taken here; compacts the log before `keep_from`.
+    pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
+        match self {
+            Log::Memory(m) => m.install(snapshot, keep_from),
+            Log::Disk(d) => d.install(snapshot, keep_from),
+        }
+    }
+
+    /// Replaces the log with a snapshot from the leader.
+    pub fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
+        match self {
+            Log::Memory(m) => {
+                // The log's lock must be released before `install` takes it.
+                let applied = m.mem.wl().apply_snapshot(snapshot.clone());
+                applied?;
+                m.install(snapshot, 0)
+            }
+            Log::Disk(d) => d.apply_snapshot(snapshot),
+        }
+    }
+}
+
+impl Storage for Log {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        match self {
+            Log::Memory(m) => m.initial_state(),
+            Log::Disk(d) => d.initial_state(),
+        }
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        match self {
+            Log::Memory(m) => m.entries(low, high, max_size, context),
+            Log::Disk(d) => d.entries(low, high, max_size, context),
+        }
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        match self {
+            Log::Memory(m) => m.term(idx),
+            Log::Disk(d) => d.term(idx),
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        match self {
+            Log::Memory(m) => m.first_index(),
+            Log::Disk(d) => d.first_index(),
+        }
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        match self {
+            Log::Memory(m) => m.last_index(),
+            Log::Disk(d) => d.last_index(),
+        }
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        match self {
+            Log::Memory(m) => m.snapshot(request_index, to),
+            Log::Disk(d) => d.snapshot(request_index, to),
+        }
+    }
+}
+
 /// One command in a log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryCommand {

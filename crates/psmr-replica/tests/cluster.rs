@@ -8,7 +8,7 @@
 
 use psmr_client::{Client, ClientConfig};
 use psmr_model::wire::{frame_bytes, Outcome};
-use psmr_replica::{Config, KvApp, Member, Replica};
+use psmr_replica::{Config, KvApp, Member, Replica, Storage};
 use psmr_sched::SchedulerKind;
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use rand::{Rng, SeedableRng};
@@ -34,7 +34,7 @@ fn free_addr() -> SocketAddr {
 
 fn config(n: u64, kind: SchedulerKind, workers: usize) -> Config {
     let replicas = (1..=n).map(|id| Member { id, client: free_addr(), peer: free_addr() }).collect();
-    let mut c = Config { replicas, ..Config::default() };
+    let mut c = Config { replicas, storage: Storage::Memory, ..Config::default() };
     c.scheduler.kind = kind.name().into();
     c.scheduler.workers = workers;
     c.tick_ms = 20;

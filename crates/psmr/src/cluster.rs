@@ -23,11 +23,18 @@ pub struct ReplicaArgs {
     /// This replica's id in the configuration.
     #[arg(long)]
     id: u64,
+    /// Disk storage: keep this replica's data in DIR/replica-ID [default:
+    /// the configuration's data_dir].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 /// Runs one replica until it fails or is killed.
 pub fn replica(args: ReplicaArgs) -> Result<()> {
-    let config = Config::from_file(&args.config)?;
+    let mut config = Config::from_file(&args.config)?;
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
     let replica = Replica::start(config.clone(), args.id, KvApp::new(&config.service))
         .with_context(|| format!("replica {} cannot start", args.id))?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
@@ -59,8 +66,9 @@ pub struct ClusterArgs {
     /// Worker threads per replica.
     #[arg(long, default_value_t = 2)]
     workers: usize,
-    /// Where the log lives: memory (the only storage so far).
-    #[arg(long, default_value = "memory")]
+    /// Where each replica keeps its log: disk (synced, survives crashes) or
+    /// memory (a crashed replica cannot rejoin).
+    #[arg(long, default_value = "disk")]
     storage: String,
     /// ClientIO threads per replica.
     #[arg(long, default_value_t = 2)]
@@ -74,13 +82,19 @@ pub struct ClusterArgs {
     /// Log entries proposed and not yet applied, at most.
     #[arg(long, default_value_t = 8)]
     pipeline: usize,
+    /// Log entries between snapshots.
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_every: u64,
     /// Host the replicas listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    /// Where to write the cluster's configuration [default: a fresh
-    /// directory under the system's temporary directory].
-    #[arg(long)]
-    dir: Option<PathBuf>,
+    /// The cluster's directory: its configuration (cluster.toml) and each
+    /// replica's data (replica-N). If DIR/cluster.toml exists, the cluster
+    /// starts again from it and its data, on the same addresses, and the
+    /// other flags are ignored [default: a fresh directory under the
+    /// system's temporary directory].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 fn free_port(host: &str) -> Result<SocketAddr> {
@@ -96,9 +110,20 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
     }
     let storage = match args.storage.as_str() {
         "memory" => Storage::Memory,
-        other => bail!("unknown storage {other:?} (known: memory)"),
+        "disk" => Storage::Disk,
+        other => bail!("unknown storage {other:?} (known: disk, memory)"),
     };
-    let mut config = Config { storage, ..Config::default() };
+    let dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("psmr-cluster-{}", std::process::id())),
+    };
+    let path = dir.join("cluster.toml");
+    if path.exists() {
+        let config = Config::from_file(&path)?;
+        eprintln!("cluster configuration: {} (existing; starting again from its data)", path.display());
+        return run_cluster(&path, &config);
+    }
+    let mut config = Config { storage, data_dir: dir.clone(), ..Config::default() };
     for id in 1..=args.replicas {
         config.replicas.push(Member { id, client: free_port(&args.host)?, peer: free_port(&args.host)? });
     }
@@ -112,16 +137,17 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
     config.batch_max_commands = args.batch_max_commands;
     config.batch_delay_us = args.batch_delay_us;
     config.pipeline = args.pipeline;
+    config.snapshot_every = args.snapshot_every;
     config.validate()?;
-    let dir = match args.dir {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("psmr-cluster-{}", std::process::id())),
-    };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join("cluster.toml");
     std::fs::write(&path, config.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("cluster configuration: {}", path.display());
+    run_cluster(&path, &config)
+}
 
+/// Runs one `psmr replica` process per member of `config` (read from
+/// `path`) until Ctrl-C or SIGTERM.
+fn run_cluster(path: &std::path::Path, config: &Config) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -133,7 +159,7 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
         let child = Command::new(&exe)
             .arg("replica")
             .arg("--config")
-            .arg(&path)
+            .arg(path)
             .arg("--id")
             .arg(m.id.to_string())
             .spawn()

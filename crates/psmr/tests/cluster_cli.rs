@@ -24,11 +24,11 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(n: usize) -> Self {
-        let dir = std::env::temp_dir().join(format!("psmr-cli-test-{}-{n}", std::process::id()));
+    fn start(n: usize, storage: &str, dir: &std::path::Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
-            .args(["cluster", "--replicas", &n.to_string(), "--scheduler", "early", "--workers", "2", "--dir"])
-            .arg(&dir)
+            .args(["cluster", "--replicas", &n.to_string(), "--scheduler", "early", "--workers", "2"])
+            .args(["--snapshot-every", "4", "--storage", storage, "--data-dir"])
+            .arg(dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -43,7 +43,34 @@ impl Cluster {
             replicas.push((w[1].parse().unwrap(), w[4].to_string(), w[6].parse().unwrap()));
         }
         replicas.sort();
-        Self { child, replicas, dir }
+        Self { child, replicas, dir: dir.to_path_buf() }
+    }
+
+    fn kill_replica(&self, i: usize) {
+        let pid = self.replicas[i].2;
+        assert!(Command::new("kill").arg("-KILL").arg(pid.to_string()).status().unwrap().success());
+        while std::path::Path::new(&format!("/proc/{pid}/status")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default().contains("zombie")
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until every listed replica reports the same applied index and
+    /// digest.
+    fn converged(&self) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let st = self.status();
+            let reps = st["replicas"].as_array().unwrap();
+            let same = reps.iter().all(|r| r["error"].is_null())
+                && reps.windows(2).all(|w| w[0]["digest"] == w[1]["digest"] && w[0]["applied"] == w[1]["applied"]);
+            if same {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "replicas disagree: {st}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn addrs(&self) -> String {
@@ -68,13 +95,19 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn test_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("psmr-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
 }
 
 #[test]
 fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
-    let cluster = Cluster::start(3);
+    let dir = test_dir("memory");
+    let cluster = Cluster::start(3, "memory", &dir);
     let o = cluster.client(&["put", "7", "seven"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(text(&o.stdout).trim(), "created");
@@ -132,13 +165,97 @@ fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn put_keys(cluster: &Cluster, keys: std::ops::Range<u64>) {
+    for k in keys {
+        let o = cluster.client(&["put", &k.to_string(), &format!("v{k}")]);
+        assert!(o.status.success(), "put {k}: {}", text(&o.stderr));
+    }
+}
+
+fn check_keys(cluster: &Cluster, keys: std::ops::Range<u64>) {
+    for k in keys {
+        let o = cluster.client(&["get", &k.to_string()]);
+        assert_eq!(text(&o.stdout).trim(), format!("v{k}"), "key {k}: {}", text(&o.stderr));
+    }
+}
+
+#[test]
+fn a_disk_cluster_loses_nothing_when_a_majority_or_everything_is_killed() {
+    let dir = test_dir("disk");
+    let cluster = Cluster::start(3, "disk", &dir);
+    put_keys(&cluster, 0..10);
+    // A majority dies; its members restart from their directories and
+    // rejoin under their ids.
+    cluster.kill_replica(0);
+    cluster.kill_replica(1);
+    let config = dir.join("cluster.toml");
+    let restart = |id: u64| {
+        Command::new(env!("CARGO_BIN_EXE_psmr"))
+            .args(["replica", "--config", config.to_str().unwrap(), "--id", &id.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut restarted = vec![restart(1), restart(2)];
+    check_keys(&cluster, 0..10);
+    put_keys(&cluster, 10..20);
+    cluster.converged();
+    // Everything dies at once, the cluster process too; `psmr cluster`
+    // over the same directory brings the same cluster back.
+    for c in &mut restarted {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    cluster.kill_replica(2);
+    drop(cluster);
+    let again = Cluster::start(3, "disk", &dir);
+    check_keys(&again, 0..20);
+    put_keys(&again, 20..25);
+    let st = again.converged();
+    assert!(st["replicas"][0]["applied"].as_u64().unwrap() >= 25, "{st}");
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_damaged_or_unusable_data_directory_stops_the_replica_with_a_reason() {
+    let dir = test_dir("damaged");
+    let cluster = Cluster::start(3, "disk", &dir);
+    put_keys(&cluster, 0..6);
+    cluster.converged();
+    cluster.kill_replica(0);
+    drop(cluster);
+    let config = dir.join("cluster.toml");
+    let replica = |extra: &[&str]| {
+        let mut args = vec!["replica", "--config", config.to_str().unwrap(), "--id", "1"];
+        args.extend_from_slice(extra);
+        psmr(&args)
+    };
+    // A damaged snapshot.
+    let snap = dir.join("replica-1").join("snapshot.bin");
+    let mut bytes = std::fs::read(&snap).expect("a snapshot was taken");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&snap, &bytes).unwrap();
+    let o = replica(&[]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("checksum mismatch"), "{}", text(&o.stderr));
+    // An unwritable directory.
+    let o = replica(&["--data-dir", "/proc/psmr-nowhere"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("data directory /proc/psmr-nowhere/replica-1"), "{}", text(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_cluster_and_client_input_is_a_clear_error() {
     let cases: [(&[&str], &str); 6] = [
         (&["cluster", "--replicas", "0"], "--replicas must be between 1 and 15"),
-        (&["cluster", "--storage", "disk"], "unknown storage \"disk\""),
+        (&["cluster", "--storage", "tape"], "unknown storage \"tape\""),
         (&["cluster", "--scheduler", "fastest"], "unknown scheduler \"fastest\""),
         (&["client", "--cluster", "nowhere", "get", "1"], "bad replica address \"nowhere\""),
         (&["client", "--cluster", "127.0.0.1:1", "--timeout", "0.3", "get", "1"], "not completed within"),
