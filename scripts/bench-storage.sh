@@ -22,7 +22,7 @@ for storage in memory disk; do
     for clients in 8 64; do
         for per in 1 50; do
             echo "== $storage, $clients clients, $per commands per request"
-            "$psmr" client --cluster "$addrs" load --clients "$clients" --per-request "$per" "$@" | head -1
+            "$psmr" client --cluster "$addrs" load --clients "$clients" --per-request "$per" "$@" | grep 'commands/s' 
         done
     done
     kill -TERM "$pid"

@@ -25,9 +25,10 @@
 //! * ServiceManager ([`manager`]): reply cache ([`cache`]: each client
 //!   command executes once), scheduler, snapshots and log compaction.
 //!
-//! Storage is in memory (the papers' crash-stop model): a replica that
-//! crashed must not come back under the same id, and its peers refuse it if
-//! it tries (see [`peer`]).
+//! Storage ([`store::Log`]) is on disk ([`disk`]: raft-engine, synced,
+//! recovered after a crash) or in memory (the papers' crash-stop model: a
+//! replica that crashed must not come back under the same id, and its peers
+//! refuse it if it tries, see [`peer`]).
 
 pub mod app;
 pub mod batcher;

@@ -9,10 +9,12 @@
 //!
 //! The incarnation enforces the crash-stop rule of in-memory storage: a
 //! replica that lost its log must not come back under the same id, since
-//! it could vote twice in a term. Each replica draws a fresh incarnation
-//! when it starts; a receiver remembers the first incarnation it sees per
-//! peer and refuses any other, with a message that the refused replica
-//! prints before it stops.
+//! it could vote twice in a term. A replica draws its incarnation when it
+//! starts in memory, or once when its data directory is created on disk
+//! (so a disk replica that restarts keeps it, and one whose directory was
+//! wiped gets a new one); a receiver remembers the first incarnation it
+//! sees per peer and refuses any other, with a message that the refused
+//! replica prints before it stops.
 
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
@@ -199,8 +201,8 @@ fn receive(shared: &Shared, stream: &mut TcpStream, inbound: &Sender<Inbound>) -
         let mut known = shared.incarnations.lock();
         match known.get(&peer) {
             Some(&seen) if seen != incarnation => Some(format!(
-                "replica {peer} ran here before and lost its state (in-memory storage); \
-                 it must not rejoin under the same id: Raft could lose acknowledged commands"
+                "replica {peer} ran here before and lost its state (in-memory storage or a wiped \
+                 data directory); it must not rejoin under the same id: Raft could lose acknowledged commands"
             )),
             _ => {
                 known.insert(peer, incarnation);

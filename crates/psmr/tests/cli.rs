@@ -214,3 +214,18 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["sched-bench", "--metrics", "0"], "--metrics must be between 1 and 60000 ms");
     fails_with(&["frobnicate"], "unrecognized subcommand");
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["sched-bench", "--scheduler", "all", "--commands", "2000", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // like `| head -0`
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+}
