@@ -269,3 +269,50 @@ fn bad_cluster_and_client_input_is_a_clear_error() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A full disk, simulated with a file size limit (`ulimit -f`, with
+/// SIGXFSZ ignored so that writes fail instead of killing the process):
+/// the replica stops with the reason, and every write it acknowledged is
+/// there when it restarts with room to write.
+#[test]
+fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
+    let dir = test_dir("full");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = |_: ()| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (client, peer) = (port(()), port(()));
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!("data_dir = {:?}\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n", dir.to_str().unwrap()),
+    )
+    .unwrap();
+    let start = |limited: bool| {
+        let limit = if limited { "trap '' XFSZ; ulimit -f 64; " } else { "" };
+        let cmd = format!("{limit}exec {} replica --config {} --id 1", env!("CARGO_BIN_EXE_psmr"), config.display());
+        Command::new("sh").arg("-c").arg(cmd).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let put =
+        |k: u32| psmr(&["client", "--cluster", &client, "--timeout", "3", "put", &k.to_string(), &"x".repeat(3000)]);
+    let full = start(true);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut acknowledged = 0;
+    for k in 0..200 {
+        if !put(k).status.success() {
+            break;
+        }
+        acknowledged += 1;
+    }
+    let out = full.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("cannot persist the log"), "{}", text(&out.stderr));
+    assert!(acknowledged > 0 && acknowledged < 200, "{acknowledged} writes fit in 64 KiB?");
+    let mut again = start(false);
+    std::thread::sleep(Duration::from_millis(500));
+    for k in 0..acknowledged {
+        let o = psmr(&["client", "--cluster", &client, "get", &k.to_string()]);
+        assert_eq!(text(&o.stdout).trim().len(), 3000, "key {k}: {}", text(&o.stderr));
+    }
+    let _ = again.kill();
+    let _ = again.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
