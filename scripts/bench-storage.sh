@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Disk against memory storage (the durability issue): a local 3-replica kv
-# cluster (`early`, 2 workers), 8 and 64 closed-loop clients with 1 and 50
+# cluster (`sequential`, so that execution stays out of the way; set
+# PSMR_SCHEDULER to change it), 8 and 64 closed-loop clients with 1 and 50
 # commands per request (50 % puts, 10k keys). Builds in release. Extra
 # arguments go to every `psmr client load` call (e.g. --duration 10).
 set -euo pipefail
@@ -11,7 +12,7 @@ psmr="$CARGO_TARGET_DIR/release/psmr"
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 for storage in memory disk; do
-    "$psmr" cluster --replicas 3 --scheduler early --workers 2 --storage "$storage" --data-dir "$out/$storage" \
+    "$psmr" cluster --replicas 3 --scheduler "${PSMR_SCHEDULER:-sequential}" --workers 2 --storage "$storage" --data-dir "$out/$storage" \
         >"$out/$storage.out" &
     pid=$!
     for _ in $(seq 50); do
