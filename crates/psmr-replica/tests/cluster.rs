@@ -33,7 +33,12 @@ fn free_addr() -> SocketAddr {
 }
 
 fn config(n: u64, kind: SchedulerKind, workers: usize) -> Config {
-    let replicas = (1..=n).map(|id| Member { id, client: free_addr(), peer: free_addr() }).collect();
+    // Every listener stays open until all ports are chosen: a port closed
+    // at once may be handed out again.
+    let held: Vec<TcpListener> = (0..2 * n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let addr = |i: u64| held[i as usize].local_addr().unwrap();
+    let replicas = (1..=n).map(|id| Member { id, client: addr(2 * id - 2), peer: addr(2 * id - 1) }).collect();
+    drop(held);
     let mut c = Config { replicas, storage: Storage::Memory, ..Config::default() };
     c.scheduler.kind = kind.name().into();
     c.scheduler.workers = workers;

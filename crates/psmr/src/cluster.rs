@@ -97,9 +97,13 @@ pub struct ClusterArgs {
     data_dir: Option<PathBuf>,
 }
 
-fn free_port(host: &str) -> Result<SocketAddr> {
-    let l = TcpListener::bind((host, 0)).with_context(|| format!("cannot bind a port on {host}"))?;
-    Ok(l.local_addr()?)
+/// Picks `n` free ports on `host`. Every listener stays open until all are
+/// chosen: a port closed at once may be handed out again.
+fn free_ports(host: &str, n: usize) -> Result<Vec<SocketAddr>> {
+    let held = (0..n)
+        .map(|_| TcpListener::bind((host, 0)).with_context(|| format!("cannot bind a port on {host}")))
+        .collect::<Result<Vec<_>>>()?;
+    held.iter().map(|l| Ok(l.local_addr()?)).collect()
 }
 
 /// Starts a local cluster of replica processes and waits for Ctrl-C or
@@ -124,8 +128,9 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
         return run_cluster(&path, &config);
     }
     let mut config = Config { storage, data_dir: dir.clone(), ..Config::default() };
-    for id in 1..=args.replicas {
-        config.replicas.push(Member { id, client: free_port(&args.host)?, peer: free_port(&args.host)? });
+    let ports = free_ports(&args.host, 2 * args.replicas as usize)?;
+    for (id, pair) in (1..=args.replicas).zip(ports.chunks(2)) {
+        config.replicas.push(Member { id, client: pair[0], peer: pair[1] });
     }
     config.service.kind = args.service;
     config.service.model = args.model;

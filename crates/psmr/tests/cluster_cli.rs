@@ -278,8 +278,10 @@ fn bad_cluster_and_client_input_is_a_clear_error() {
 fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
     let dir = test_dir("full");
     std::fs::create_dir_all(&dir).unwrap();
-    let port = |_: ()| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let (client, peer) = (port(()), port(()));
+    let held =
+        [std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap()];
+    let (client, peer) = (held[0].local_addr().unwrap().to_string(), held[1].local_addr().unwrap().to_string());
+    drop(held);
     let config = dir.join("c.toml");
     std::fs::write(
         &config,
