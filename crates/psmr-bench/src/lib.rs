@@ -8,7 +8,11 @@
 //! a fresh service and ends with the service's state digest and a digest of
 //! all replies; a parallel scheduler that disagrees with `sequential` is an
 //! error, not a number.
+//!
+//! [`history`] reads client histories of the key-value store and checks
+//! them for linearizability (`psmr check-history`).
 
+pub mod history;
 pub mod sched_bench;
 
 pub use sched_bench::{

@@ -205,6 +205,41 @@ fn kill_all(children: &mut [(u64, Child)]) {
     }
 }
 
+/// `psmr check-history`.
+#[derive(Args, Debug)]
+pub struct CheckHistoryArgs {
+    /// The history: one JSON operation per line (see the README).
+    file: PathBuf,
+    /// Give up on a key after this many search states (the verdict is then
+    /// "undecided", exit code 2).
+    #[arg(long, default_value_t = psmr_bench::history::MAX_STATES_DEFAULT)]
+    max_states: usize,
+}
+
+/// Checks a kv history for linearizability: exit code 0 only when it is.
+pub fn check_history(args: CheckHistoryArgs) -> Result<std::process::ExitCode> {
+    use psmr_bench::history::{check_linearizable, read, Verdict};
+    let file = std::fs::File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
+    let ops = read(std::io::BufReader::new(file)).with_context(|| format!("{}", args.file.display()))?;
+    match check_linearizable(&ops, args.max_states) {
+        Verdict::Linearizable => {
+            println!("linearizable: {} operations", ops.len());
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Verdict::Violation { key, ops: bad } => {
+            println!("not linearizable: key {key}; operations that fit no linearization:");
+            for i in bad {
+                println!("  line {}: {}", i + 1, serde_json::to_string(&ops[i])?);
+            }
+            Ok(std::process::ExitCode::from(1))
+        }
+        Verdict::TooHard { key, states } => {
+            println!("undecided: key {key} needs more than {states} search states (raise --max-states)");
+            Ok(std::process::ExitCode::from(2))
+        }
+    }
+}
+
 /// `psmr client`.
 #[derive(Args, Debug)]
 pub struct ClientArgs {
@@ -268,6 +303,70 @@ struct LoadArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Write every operation to FILE, one JSON line each (the schema of
+    /// `psmr check-history`). Values are the decimal numbers the load
+    /// writes.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+}
+
+/// Where the load's client threads append their operations.
+struct Recorder {
+    out: std::sync::Mutex<std::io::BufWriter<std::fs::File>>,
+    origin: Instant,
+}
+
+impl Recorder {
+    fn ns(&self, t: Instant) -> u64 {
+        t.duration_since(self.origin).as_nanos() as u64
+    }
+
+    /// Records one request: its operations, their outcomes (or why the
+    /// request as a whole failed) and its times.
+    fn request(
+        &self,
+        client: u64,
+        ops: &[KvOp],
+        outcome: &std::result::Result<Vec<std::result::Result<KvReply, String>>, String>,
+        invoked: Instant,
+        completed: Instant,
+    ) -> Result<()> {
+        use psmr_bench::history::{OpKind, Operation, Status};
+        use std::io::Write as _;
+        let mut lines = String::new();
+        for (i, op) in ops.iter().enumerate() {
+            let (kind, key, value) = match op {
+                KvOp::Read { key } => (OpKind::Read, *key, None),
+                KvOp::Put { key, value } => (OpKind::Write, *key, Some(String::from_utf8_lossy(value).into_owned())),
+                KvOp::Delete { key } => (OpKind::Delete, *key, None),
+                other => bail!("the load does not issue {other:?}"),
+            };
+            let (status, result) = match outcome.as_ref().map(|r| &r[i]) {
+                Ok(Ok(KvReply::Value(v))) => (
+                    Status::Ok,
+                    v.as_ref().map_or(serde_json::Value::Null, |v| String::from_utf8_lossy(v).into_owned().into()),
+                ),
+                Ok(Ok(KvReply::Done(existed))) => (Status::Ok, (*existed).into()),
+                Ok(Err(_refused)) => (Status::Fail, serde_json::Value::Null),
+                Err(_) => (Status::Unknown, serde_json::Value::Null),
+            };
+            let record = Operation {
+                client,
+                op: kind,
+                key,
+                value,
+                result,
+                invoke_ns: self.ns(invoked),
+                complete_ns: if status == Status::Ok { self.ns(completed) } else { 0 },
+                status,
+            };
+            lines.push_str(&serde_json::to_string(&record)?);
+            lines.push('\n');
+        }
+        let mut out = self.out.lock().map_err(|_| anyhow!("a client thread panicked"))?;
+        out.write_all(lines.as_bytes())?;
+        Ok(())
+    }
 }
 
 fn resolve(list: &[String]) -> Result<Vec<SocketAddr>> {
@@ -359,10 +458,18 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
     let warmup = Duration::from_secs(1);
     let start = Instant::now();
     let (measure_from, measure_to) = (start + warmup, start + warmup + duration);
+    let recorder = match &l.history {
+        Some(path) => {
+            let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            Some(Arc::new(Recorder { out: std::sync::Mutex::new(std::io::BufWriter::new(file)), origin: start }))
+        }
+        None => None,
+    };
     let mut handles = Vec::new();
     for i in 0..l.clients {
         let mut client = Client::new(config())?;
         let (per, keys, write_pct) = (l.per_request, l.keys, l.write_pct as u64);
+        let recorder = recorder.clone();
         handles.push(std::thread::spawn(move || -> Result<(u64, hdrhistogram::Histogram<u64>)> {
             let mut hist = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
             let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -382,13 +489,18 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
                     .map(|_| {
                         let key = next() % keys;
                         if next() % 100 < write_pct {
-                            KvOp::Put { key, value: next().to_le_bytes().to_vec() }
+                            KvOp::Put { key, value: next().to_string().into_bytes() }
                         } else {
                             KvOp::Read { key }
                         }
                     })
                     .collect();
-                client.call(&KvCodec, &ops)?;
+                let outcome = client.call(&KvCodec, &ops);
+                if let Some(r) = &recorder {
+                    let shown = outcome.as_ref().map(Clone::clone).map_err(|e| e.to_string());
+                    r.request(client.id(), &ops, &shown, now, Instant::now())?;
+                }
+                outcome?;
                 if now >= measure_from {
                     commands += per as u64;
                     hist.record(now.elapsed().as_micros().max(1) as u64)?;
@@ -407,6 +519,10 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         let (c, hist) = h.join().map_err(|_| anyhow!("a client thread panicked"))??;
         commands += c;
         total.add(&hist)?;
+    }
+    if let Some(r) = recorder {
+        use std::io::Write as _;
+        r.out.lock().map_err(|_| anyhow!("a client thread panicked"))?.flush()?;
     }
     let secs = duration.as_secs_f64();
     let (p50, p99) = (total.value_at_quantile(0.5), total.value_at_quantile(0.99));

@@ -39,6 +39,9 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Talk to a cluster: put, get, delete, status, load.
     Client(cluster::ClientArgs),
+    /// Check a key-value history (one JSON operation per line) for
+    /// linearizability; exit code 0 only when it is linearizable.
+    CheckHistory(cluster::CheckHistoryArgs),
 }
 
 #[derive(Args, Debug)]
@@ -261,6 +264,10 @@ fn main() -> ExitCode {
         Command::Replica(args) => cluster::replica(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Client(args) => cluster::client(args),
+        Command::CheckHistory(args) => match cluster::check_history(args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -318,3 +318,49 @@ fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
     let _ = again.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A load's history is linearizable; the same history with one read
+/// changed is not, and `psmr check-history` names the operation.
+#[test]
+fn histories_of_a_cluster_are_linearizable_and_a_doctored_one_is_not() {
+    let dir = test_dir("history");
+    let cluster = Cluster::start(3, "memory", &dir);
+    let history = dir.join("history.jsonl");
+    let o = cluster.client(&[
+        "load",
+        "--clients",
+        "4",
+        "--per-request",
+        "5",
+        "--duration",
+        "1",
+        "--keys",
+        "10",
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let check = |path: &std::path::Path| psmr(&["check-history", path.to_str().unwrap()]);
+    let ok = check(&history);
+    assert!(ok.status.success(), "{}{}", text(&ok.stdout), text(&ok.stderr));
+    assert!(text(&ok.stdout).starts_with("linearizable"));
+
+    let lines: Vec<String> = std::fs::read_to_string(&history).unwrap().lines().map(String::from).collect();
+    let read = lines.iter().rposition(|l| l.contains("\"op\":\"read\"") && l.contains("\"status\":\"ok\"")).unwrap();
+    let mut doctored = lines.clone();
+    let mut op: serde_json::Value = serde_json::from_str(&doctored[read]).unwrap();
+    op["result"] = "a value nobody wrote".into();
+    doctored[read] = op.to_string();
+    let bad = dir.join("doctored.jsonl");
+    std::fs::write(&bad, doctored.join("\n")).unwrap();
+    let o = check(&bad);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert!(text(&o.stdout).contains(&format!("line {}:", read + 1)), "{}", text(&o.stdout));
+
+    std::fs::write(&bad, "{\"op\":\"read\"}\n").unwrap();
+    let o = check(&bad);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("line 1:"), "{}", text(&o.stderr));
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}

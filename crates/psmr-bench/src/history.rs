@@ -1,0 +1,392 @@
+//! Client histories of the key-value store, and a linearizability checker.
+//!
+//! A history is one JSON object per line, one line per client operation:
+//!
+//! ```json
+//! {"client":7,"op":"write","key":3,"value":"v1","result":false,"invoke_ns":100,"complete_ns":250,"status":"ok"}
+//! ```
+//!
+//! * `op`: `read` (result: the value, or `null` if the key is absent),
+//!   `write` (sets the value; result: whether the key existed before) or
+//!   `delete` (result: whether the key existed).
+//! * `status`: `ok` (completed; `result` is what the cluster answered),
+//!   `fail` (definitely not executed, for example refused), or `unknown`
+//!   (no answer: it may have taken effect at any time after its invocation,
+//!   or never). `complete_ns` is ignored unless `ok`.
+//! * Times are nanoseconds on one clock shared by all clients.
+//!
+//! The store is linearizable when its operations can be put in one order
+//! that respects real time (an operation that completed before another was
+//! invoked comes first) and in which every `ok` operation's result is what
+//! a sequential store would answer. Keys are independent registers, and
+//! linearizability is local (Herlihy and Wing): the history is linearizable
+//! exactly when each key's sub-history is, so each key is checked on its
+//! own, with the search of Wing and Gong as refined by Lowe: take, among
+//! the operations that may come next, one whose effect matches, and
+//! backtrack on failure, remembering the (set of operations done, state)
+//! pairs already explored so that none is explored twice. Each key's search
+//! is bounded (`max_states`): a history too hard to decide is reported as
+//! such, never as linearizable.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::io::BufRead;
+use thiserror::Error;
+
+/// One operation of a history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Operation {
+    /// The client that issued it.
+    pub client: u64,
+    /// `read`, `write` or `delete`.
+    pub op: OpKind,
+    /// The key.
+    pub key: u64,
+    /// `write`: the value written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// What the store answered (see the module documentation).
+    #[serde(default)]
+    pub result: serde_json::Value,
+    /// When the client invoked it.
+    pub invoke_ns: u64,
+    /// When the answer arrived (`ok` only).
+    #[serde(default)]
+    pub complete_ns: u64,
+    /// `ok`, `fail` or `unknown`.
+    pub status: Status,
+}
+
+/// The kind of an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// Get the value.
+    Read,
+    /// Set the value.
+    Write,
+    /// Remove the key.
+    Delete,
+}
+
+/// What became of an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Completed with a result.
+    Ok,
+    /// Definitely not executed.
+    Fail,
+    /// No answer.
+    Unknown,
+}
+
+/// Errors reading a history.
+#[derive(Debug, Error)]
+pub enum HistoryError {
+    /// The file cannot be read.
+    #[error("cannot read the history: {0}")]
+    Io(#[from] std::io::Error),
+    /// A line is not an operation.
+    #[error("line {line}: {message}")]
+    Parse {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Reads a history, one JSON operation per line (blank lines skipped).
+pub fn read(r: impl BufRead) -> Result<Vec<Operation>, HistoryError> {
+    let mut ops = Vec::new();
+    for (i, line) in r.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let op: Operation =
+            serde_json::from_str(&line).map_err(|e| HistoryError::Parse { line: i + 1, message: e.to_string() })?;
+        check(&op).map_err(|message| HistoryError::Parse { line: i + 1, message })?;
+        ops.push(op);
+    }
+    Ok(ops)
+}
+
+fn check(op: &Operation) -> Result<(), String> {
+    if op.op == OpKind::Write && op.value.is_none() {
+        return Err("a write needs a value".into());
+    }
+    if op.status == Status::Ok {
+        if op.complete_ns < op.invoke_ns {
+            return Err("completed before it was invoked".into());
+        }
+        let ok = match op.op {
+            OpKind::Read => op.result.is_null() || op.result.is_string(),
+            OpKind::Write | OpKind::Delete => op.result.is_boolean(),
+        };
+        if !ok {
+            return Err(format!("result {} does not fit a {:?}", op.result, op.op));
+        }
+    }
+    Ok(())
+}
+
+/// The verdict on a history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every key's operations have a linearization.
+    Linearizable,
+    /// Key `key` has none; `ops` are the operations (indices into the
+    /// history) that could not be placed: the first of them found no
+    /// consistent position in the longest prefix the search reached.
+    Violation {
+        /// The key.
+        key: u64,
+        /// Indices into the history.
+        ops: Vec<usize>,
+    },
+    /// The search for key `key` gave up after `states` states.
+    TooHard {
+        /// The key.
+        key: u64,
+        /// States explored.
+        states: usize,
+    },
+}
+
+/// Default bound on the states explored per key.
+pub const MAX_STATES_DEFAULT: usize = 2_000_000;
+
+/// Checks a history (see the module documentation).
+pub fn check_linearizable(history: &[Operation], max_states: usize) -> Verdict {
+    let mut by_key: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, op) in history.iter().enumerate() {
+        if op.status != Status::Fail {
+            by_key.entry(op.key).or_default().push(i);
+        }
+    }
+    for (key, ids) in by_key {
+        match check_key(history, &ids, max_states) {
+            KeyVerdict::Ok => {}
+            KeyVerdict::Stuck(ops) => return Verdict::Violation { key, ops },
+            KeyVerdict::TooHard(states) => return Verdict::TooHard { key, states },
+        }
+    }
+    Verdict::Linearizable
+}
+
+enum KeyVerdict {
+    Ok,
+    Stuck(Vec<usize>),
+    TooHard(usize),
+}
+
+/// The register's value: `None` when the key is absent.
+type Value = Option<String>;
+
+/// Applies `op` to `state`; `None` if an `ok` operation's result does not
+/// match what a sequential store would answer.
+fn step(op: &Operation, state: &Value) -> Option<Value> {
+    let ok = op.status == Status::Ok;
+    match op.op {
+        OpKind::Read => {
+            let matches = match (&op.result, state) {
+                (serde_json::Value::Null, None) => true,
+                (serde_json::Value::String(r), Some(v)) => r == v,
+                _ => false,
+            };
+            (!ok || matches).then(|| state.clone())
+        }
+        OpKind::Write => (!ok || op.result.as_bool() == Some(state.is_some())).then(|| op.value.clone()),
+        OpKind::Delete => (!ok || op.result.as_bool() == Some(state.is_some())).then_some(None),
+    }
+}
+
+fn check_key(history: &[Operation], ids: &[usize], max_states: usize) -> KeyVerdict {
+    let n = ids.len();
+    let ops: Vec<&Operation> = ids.iter().map(|&i| &history[i]).collect();
+    // An unknown operation may take effect any time after its invocation.
+    let end = |o: &Operation| if o.status == Status::Ok { o.complete_ns } else { u64::MAX };
+    let words = n.div_ceil(64);
+    let mut done = vec![0u64; words];
+    let is_done = |d: &[u64], i: usize| d[i / 64] >> (i % 64) & 1 == 1;
+    // Depth-first search over (done set, state), each explored once.
+    let mut seen: HashSet<(Vec<u64>, Value)> = HashSet::new();
+    let mut stack: Vec<(usize, Value)> = Vec::new(); // (op placed, state before it)
+    let mut state: Value = None;
+    let mut next_try = 0usize; // first candidate index to try at this depth
+    let mut best: (usize, Vec<usize>) = (0, Vec::new());
+    let mut states = 0usize;
+    let required = ops.iter().filter(|o| o.status == Status::Ok).count();
+    let mut placed_ok = 0usize;
+    loop {
+        if placed_ok == required {
+            return KeyVerdict::Ok;
+        }
+        // The earliest end among operations not done bounds which may go
+        // next: one invoked after it would break real-time order.
+        let horizon = (0..n).filter(|&i| !is_done(&done, i)).map(|i| end(ops[i])).min().unwrap_or(u64::MAX);
+        let mut advanced = false;
+        let mut i = next_try;
+        while i < n {
+            if !is_done(&done, i) && ops[i].invoke_ns <= horizon {
+                if let Some(after) = step(ops[i], &state) {
+                    let mut d = done.clone();
+                    d[i / 64] |= 1 << (i % 64);
+                    states += 1;
+                    if states > max_states {
+                        return KeyVerdict::TooHard(states);
+                    }
+                    if seen.insert((d.clone(), after.clone())) {
+                        stack.push((i, std::mem::replace(&mut state, after)));
+                        done = d;
+                        placed_ok += usize::from(ops[i].status == Status::Ok);
+                        next_try = 0;
+                        advanced = true;
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        if advanced {
+            continue;
+        }
+        if stack.len() >= best.0 {
+            let pending: Vec<usize> = (0..n)
+                .filter(|&i| !is_done(&done, i) && ops[i].status == Status::Ok && ops[i].invoke_ns <= horizon)
+                .map(|i| ids[i])
+                .collect();
+            best = (stack.len(), pending);
+        }
+        // Backtrack.
+        let Some((i, before)) = stack.pop() else {
+            return KeyVerdict::Stuck(best.1);
+        };
+        done[i / 64] &= !(1 << (i % 64));
+        placed_ok -= usize::from(ops[i].status == Status::Ok);
+        state = before;
+        next_try = i + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn op(client: u64, kind: OpKind, value: Option<&str>, result: serde_json::Value, t: (u64, u64)) -> Operation {
+        Operation {
+            client,
+            op: kind,
+            key: 1,
+            value: value.map(str::to_string),
+            result,
+            invoke_ns: t.0,
+            complete_ns: t.1,
+            status: Status::Ok,
+        }
+    }
+
+    fn w(c: u64, v: &str, existed: bool, t: (u64, u64)) -> Operation {
+        op(c, OpKind::Write, Some(v), existed.into(), t)
+    }
+
+    fn r(c: u64, v: Option<&str>, t: (u64, u64)) -> Operation {
+        op(c, OpKind::Read, None, v.map_or(serde_json::Value::Null, |v| v.into()), t)
+    }
+
+    #[test]
+    fn concurrent_operations_may_go_either_way() {
+        // The read overlaps the write: old or new value are both fine.
+        let h = vec![w(1, "a", false, (0, 10)), w(1, "b", true, (20, 40)), r(2, Some("a"), (25, 30))];
+        assert_eq!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Linearizable);
+        let h = vec![w(1, "a", false, (0, 10)), w(1, "b", true, (20, 40)), r(2, Some("b"), (25, 30))];
+        assert_eq!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Linearizable);
+    }
+
+    #[test]
+    fn a_stale_read_after_a_completed_write_is_caught() {
+        let h = vec![w(1, "a", false, (0, 10)), w(1, "b", true, (20, 30)), r(2, Some("a"), (40, 50))];
+        match check_linearizable(&h, MAX_STATES_DEFAULT) {
+            Verdict::Violation { key: 1, ops } => assert_eq!(ops, vec![2]),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_operations_may_or_may_not_have_happened() {
+        let mut lost = w(1, "b", false, (20, 0));
+        lost.status = Status::Unknown;
+        lost.result = serde_json::Value::Null;
+        for seen in [None, Some("b")] {
+            let h = vec![lost.clone(), r(2, seen, (100, 110))];
+            assert_eq!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Linearizable, "{seen:?}");
+        }
+        // But not a value nobody wrote.
+        let h = vec![lost, r(2, Some("c"), (100, 110))];
+        assert!(matches!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Violation { .. }));
+    }
+
+    #[test]
+    fn results_of_writes_and_deletes_count() {
+        // The second write says the key did not exist: impossible.
+        let h = vec![w(1, "a", false, (0, 10)), w(1, "b", false, (20, 30))];
+        assert!(matches!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Violation { .. }));
+        let del = op(1, OpKind::Delete, None, true.into(), (40, 50));
+        let h = vec![w(1, "a", false, (0, 10)), del, r(2, None, (60, 70))];
+        assert_eq!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Linearizable);
+    }
+
+    /// Histories of a real sequential register with random overlapping
+    /// timestamps around the true order are linearizable; changing one
+    /// read's result to a value never written makes them not.
+    #[test]
+    fn random_histories_of_a_real_register() {
+        let seed: u64 = std::env::var("PSMR_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+        eprintln!("PSMR_TEST_SEED={seed}");
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        for _ in 0..50 {
+            let mut state: Value = None;
+            let mut h = Vec::new();
+            for j in 0..30u64 {
+                // The operation takes effect at 100 j; it was invoked a bit
+                // before and completes a bit after.
+                let t = (100 * j - rng.gen_range(0..=(100 * j).min(150)), 100 * j + rng.gen_range(0..150));
+                let kind = rng.gen_range(0..3);
+                let o = match kind {
+                    0 => r(j % 4, state.as_deref(), t),
+                    1 => {
+                        let v = format!("v{j}");
+                        let o = w(j % 4, &v, state.is_some(), t);
+                        state = Some(v);
+                        o
+                    }
+                    _ => {
+                        let o = op(j % 4, OpKind::Delete, None, state.is_some().into(), t);
+                        state = None;
+                        o
+                    }
+                };
+                h.push(o);
+            }
+            assert_eq!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Linearizable);
+            if let Some(i) = h.iter().position(|o| o.op == OpKind::Read) {
+                h[i].result = "never written".into();
+                assert!(matches!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Violation { .. }));
+            }
+        }
+    }
+
+    #[test]
+    fn bad_lines_are_named() {
+        let text = "{\"client\":1,\"op\":\"write\",\"key\":1,\"result\":true,\"invoke_ns\":1,\"complete_ns\":2,\"status\":\"ok\"}\n";
+        let e = read(text.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("line 1: a write needs a value"), "{e}");
+        let e = read("\n{\"op\":\"jump\"}\n".as_bytes()).unwrap_err().to_string();
+        assert!(e.starts_with("line 2:"), "{e}");
+    }
+}
