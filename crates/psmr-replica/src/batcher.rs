@@ -1,8 +1,10 @@
 //! The Batcher thread (002 §V-C1): turns client requests into log entries
-//! of at most `batch_max_commands` commands and `batch_max_bytes` bytes of
-//! operations, waiting at most `batch_delay_us` for an entry to fill, and
-//! hands them to the protocol thread through a queue of `pipeline`
-//! entries. When that queue is full the batcher stops taking requests, the
+//! and hands them to the protocol thread through a queue of `pipeline`
+//! entries. An entry stops taking requests once it holds
+//! `batch_max_commands` commands or `batch_max_bytes` bytes of operations,
+//! or `batch_delay_us` after its first request; a request is never split
+//! (ClientIO refuses requests above either limit), so an entry holds at
+//! most twice the limits. When that queue is full the batcher stops taking requests, the
 //! request queue fills, ClientIO stops reading sockets, and TCP slows the
 //! clients down.
 
