@@ -40,6 +40,7 @@ mod early;
 mod exec;
 mod late;
 mod metrics;
+pub mod optimizer;
 mod sequential;
 mod sink;
 mod sync;
