@@ -1,6 +1,7 @@
 //! The scheduler benchmark (`psmr sched-bench`).
 
 use psmr_model::{Batch, ClassModel, Command, Mapping, MappingError, Service, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
+use psmr_sched::optimizer::{self, OptimizerError, Problem, Weighting};
 use psmr_sched::{DigestSink, SchedConfig, SchedError, SchedulerKind, GRAPH_MAX_DEFAULT, QUEUE_DEPTH_DEFAULT};
 use psmr_services::{kv, list, Cost, WorkloadConfig, WorkloadError};
 use serde::Serialize;
@@ -51,28 +52,56 @@ impl FromStr for ServiceKind {
     }
 }
 
-/// Where the early scheduler's mapping comes from.
+/// Where the early schedulers' mapping comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum MappingSource {
     /// The documented default of the class model.
     #[default]
     Default,
+    /// The optimizer's mapping (003 Alg. 3, `psmr_sched::optimizer`) for
+    /// class weights equal to the workload's class frequencies, with the
+    /// given weighting of O.1.
+    Optimal(Weighting),
+    /// The naive mapping of 003 §6.5 for the same weights.
+    Naive,
     /// A JSON file (`{"classes":[{"name":..,"mode":..,"threads":[..]}]}`).
     File(PathBuf),
     /// The compact form `R=conc:0,1;W=seq:0-1`.
     Spec(String),
 }
 
+impl MappingSource {
+    /// The name reports show: `default`, `optimal`, `naive`, the file, or
+    /// the spec.
+    pub fn label(&self) -> String {
+        match self {
+            MappingSource::Default => "default".into(),
+            MappingSource::Optimal(Weighting::AsWritten) => "optimal".into(),
+            MappingSource::Optimal(w) => format!("optimal:{w}"),
+            MappingSource::Naive => "naive".into(),
+            MappingSource::File(path) => path.display().to_string(),
+            MappingSource::Spec(spec) => spec.clone(),
+        }
+    }
+}
+
 impl FromStr for MappingSource {
-    type Err = std::convert::Infallible;
-    /// `default`, a spec containing `=`, or else a file path.
+    type Err = BenchError;
+    /// `default`, `optimal` (O.1 as written), `optimal:as-written`,
+    /// `optimal:total`, `naive`, a spec containing `=`, or else a file path.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(if s == "default" {
-            MappingSource::Default
-        } else if s.contains('=') {
-            MappingSource::Spec(s.to_string())
-        } else {
-            MappingSource::File(PathBuf::from(s))
+        Ok(match s {
+            "default" => MappingSource::Default,
+            "optimal" | "optimal:as-written" => MappingSource::Optimal(Weighting::AsWritten),
+            "optimal:total" => MappingSource::Optimal(Weighting::Total),
+            "naive" => MappingSource::Naive,
+            _ if s.starts_with("optimal:") => {
+                return Err(BenchError::Config(format!(
+                    "unknown mapping {s:?}: the optimizer's weightings are optimal:as-written and optimal:total"
+                )))
+            }
+            _ if s.contains('=') => MappingSource::Spec(s.to_string()),
+            _ => MappingSource::File(PathBuf::from(s)),
         })
     }
 }
@@ -102,8 +131,10 @@ pub struct SchedBenchConfig {
     pub graph_max: usize,
     /// Early: per-worker queue bound, in batches.
     pub queue_depth: usize,
-    /// Early: mapping source.
-    pub mapping: MappingSource,
+    /// Early schedulers: where mappings come from. Each scheduler that
+    /// needs a mapping runs once with each, so that mappings compare side
+    /// by side in one invocation.
+    pub mappings: Vec<MappingSource>,
     /// Runs of each variant; the report gives the median.
     pub repeat: usize,
     /// `early-busywait`: spin budget of a waiting thread (`None`: automatic,
@@ -130,7 +161,7 @@ impl Default for SchedBenchConfig {
             bitmap_bits: BITMAP_BITS_DEFAULT,
             graph_max: GRAPH_MAX_DEFAULT,
             queue_depth: QUEUE_DEPTH_DEFAULT,
-            mapping: MappingSource::Default,
+            mappings: vec![MappingSource::Default],
             repeat: 1,
             spin: None,
             metrics_interval_ms: None,
@@ -151,6 +182,9 @@ pub enum BenchError {
     /// The mapping is invalid.
     #[error("invalid mapping: {0}")]
     Mapping(#[from] MappingError),
+    /// The optimizer failed.
+    #[error("mapping optimizer: {0}")]
+    Optimizer(#[from] OptimizerError),
     /// The mapping file cannot be read.
     #[error("cannot read mapping file {path}: {source}")]
     MappingFile {
@@ -230,6 +264,17 @@ pub struct RunReport {
     pub shards: usize,
     /// Skew.
     pub skew: f64,
+    /// Skew of local writes, when it differs from `skew`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_skew: Option<f64>,
+    /// Early schedulers: where the mapping came from (`default`,
+    /// `optimal`, `naive`, a file or a spec).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<String>,
+    /// Early schedulers: the mapping that ran, in the compact form
+    /// `--mapping` accepts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping_spec: Option<String>,
     /// Commands per batch.
     pub batch: usize,
     /// Workload seed.
@@ -294,6 +339,9 @@ impl SchedBenchConfig {
         if self.list_size == Some(0) {
             return Err(BenchError::Config("--list-size must be at least 1".into()));
         }
+        if self.mappings.is_empty() {
+            return Err(BenchError::Config("no mapping given".into()));
+        }
         Ok(())
     }
 
@@ -341,14 +389,42 @@ struct Setup<'a, S> {
     make: &'a dyn Fn() -> S,
 }
 
+/// Class weights for the optimizer: each class's share of the commands.
+fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) -> Vec<f64> {
+    let mut counts = vec![0u64; model.len()];
+    for c in commands {
+        if let Some(n) = counts.get_mut(c.class.index()) {
+            *n += 1;
+        }
+    }
+    let total = commands.len().max(1) as f64;
+    counts.into_iter().map(|n| n as f64 / total).collect()
+}
+
 fn mapping_for(
-    config: &SchedBenchConfig,
+    source: &MappingSource,
     setup_model: &ClassModel,
     default: &dyn Fn(usize) -> Mapping,
+    weights: &[f64],
     workers: usize,
 ) -> Result<Mapping, BenchError> {
-    let mapping = match &config.mapping {
+    let problem = |weighting| -> Result<Problem, BenchError> {
+        Ok(Problem::new(setup_model.clone(), workers)?.with_weights(weights.to_vec())?.with_weighting(weighting))
+    };
+    let mapping = match source {
         MappingSource::Default => default(workers),
+        MappingSource::Optimal(weighting) => {
+            let solution = optimizer::optimize(&problem(*weighting)?)?;
+            tracing::info!(
+                workers,
+                objective = %solution.objective,
+                elapsed_ms = solution.stats.elapsed.as_secs_f64() * 1e3,
+                "optimal mapping {}",
+                solution.mapping.to_spec(setup_model)
+            );
+            solution.mapping
+        }
+        MappingSource::Naive => optimizer::naive(&problem(Weighting::AsWritten)?),
         MappingSource::Spec(spec) => Mapping::from_spec(setup_model, workers, spec)?,
         MappingSource::File(path) => {
             let text = std::fs::read_to_string(path)
@@ -370,31 +446,42 @@ where
     S::Op: Clone,
 {
     let n = commands.len();
+    let weights = class_frequencies(&setup.model, &commands);
     let batches: Vec<Batch<S::Op>> =
         commands.chunks(config.batch).map(|c| Batch::new(c.to_vec(), config.bitmap_bits)).collect();
     drop(commands);
-    let mut plan: Vec<(SchedulerKind, usize)> = Vec::new();
+    // One variant per (scheduler, workers, mapping source); schedulers
+    // without a mapping run once per worker count.
+    let mut plan: Vec<(SchedulerKind, usize, Option<usize>)> = Vec::new();
     for &kind in &config.schedulers {
-        if kind == SchedulerKind::Sequential {
-            if !plan.contains(&(kind, 1)) {
-                plan.push((kind, 1));
-            }
-        } else {
-            for &w in &config.workers {
-                if !plan.contains(&(kind, w)) {
-                    plan.push((kind, w));
+        let sources: Vec<Option<usize>> =
+            if kind.needs_mapping() { (0..config.mappings.len()).map(Some).collect() } else { vec![None] };
+        let worker_counts: &[usize] = if kind == SchedulerKind::Sequential { &[1] } else { &config.workers };
+        for &w in worker_counts {
+            for &m in &sources {
+                if !plan.contains(&(kind, w, m)) {
+                    plan.push((kind, w, m));
                 }
             }
         }
     }
-    // Mappings are checked before anything runs: a bad mapping file must not
-    // cost a long sequential run first.
+    // Mappings are made and checked before anything runs: a bad mapping
+    // file must not cost a long sequential run first. Each (source,
+    // workers) pair is solved once.
+    let mut made: Vec<((usize, usize), Mapping)> = Vec::new();
     let mut mappings = Vec::with_capacity(plan.len());
-    for &(kind, w) in &plan {
-        mappings.push(if kind.needs_mapping() {
-            Some(mapping_for(config, &setup.model, setup.default_mapping, w)?)
-        } else {
-            None
+    for &(_, w, m) in &plan {
+        mappings.push(match m {
+            None => None,
+            Some(i) => {
+                if let Some((_, mapping)) = made.iter().find(|(key, _)| *key == (i, w)) {
+                    Some(mapping.clone())
+                } else {
+                    let mapping = mapping_for(&config.mappings[i], &setup.model, setup.default_mapping, &weights, w)?;
+                    made.push(((i, w), mapping.clone()));
+                    Some(mapping)
+                }
+            }
         });
     }
     // Rounds run the whole plan in turn, so that drift in the machine's
@@ -403,7 +490,7 @@ where
     let mut outcomes: Vec<Option<Outcome>> = vec![None; plan.len()];
     let mut reference: Option<(SchedulerKind, Outcome)> = None;
     for _round in 0..config.repeat {
-        for (i, (&(kind, workers), mapping)) in plan.iter().zip(&mappings).enumerate() {
+        for (i, (&(kind, workers, _), mapping)) in plan.iter().zip(&mappings).enumerate() {
             let (secs, outcome) = run_once(config, &setup, &batches, kind, workers, mapping.clone())?;
             if let Some((ref_kind, r)) = &reference {
                 if r.digest != outcome.digest || r.reply_digest != outcome.reply_digest {
@@ -426,7 +513,7 @@ where
     }
     let mut reports: Vec<RunReport> = Vec::new();
     let mut sequential_cps = None;
-    for (i, &(kind, workers)) in plan.iter().enumerate() {
+    for (i, &(kind, workers, source)) in plan.iter().enumerate() {
         let times = &mut elapsed[i];
         times.sort_by(f64::total_cmp);
         let elapsed_s = times[times.len() / 2];
@@ -453,6 +540,9 @@ where
             workload: config.workload.mix.to_string(),
             shards: config.workload.shards,
             skew: config.workload.skew,
+            write_skew: config.workload.write_skew,
+            mapping: source.map(|m| config.mappings[m].label()),
+            mapping_spec: mappings[i].as_ref().map(|m| m.to_spec(&setup.model)),
             batch: config.batch,
             seed: config.workload.seed,
             executed_per_worker: outcome.executed_per_worker,
@@ -664,21 +754,52 @@ pub fn format_metrics_table(reports: &[RunReport]) -> String {
 pub fn format_table(reports: &[RunReport]) -> String {
     let mut out = String::new();
     if let Some(r) = reports.first() {
+        let write_skew = r.write_skew.map(|w| format!(" write-skew {w}")).unwrap_or_default();
         out.push_str(&format!(
-            "service {} model {} cost {} workload {} shards {} skew {} batch {} commands {} seed {}\n",
+            "service {} model {} cost {} workload {} shards {} skew {}{write_skew} batch {} commands {} seed {}\n",
             r.service, r.model, r.cost, r.workload, r.shards, r.skew, r.batch, r.commands, r.seed
         ));
     }
+    // The mapping column only when mappings are compared.
+    let labels: Vec<&str> = reports.iter().filter_map(|r| r.mapping.as_deref()).collect();
+    let show_mapping = labels.iter().any(|&l| l != "default");
+    let width = labels.iter().map(|l| l.len()).max().unwrap_or(0).clamp(7, 40);
+    let mapping_cell =
+        |m: Option<&str>| if show_mapping { format!(" {:<width$}", m.unwrap_or("-")) } else { String::new() };
     out.push_str(&format!(
-        "{:<18} {:>7} {:>10} {:>14} {:>8}  {}\n",
-        "scheduler", "workers", "elapsed_s", "throughput_cps", "vs_seq", "digest"
+        "{:<18} {:>7}{} {:>10} {:>14} {:>8}  {}\n",
+        "scheduler",
+        "workers",
+        mapping_cell(Some("mapping")),
+        "elapsed_s",
+        "throughput_cps",
+        "vs_seq",
+        "digest"
     ));
     for r in reports {
         let vs = r.vs_sequential.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<18} {:>7} {:>10.3} {:>14.0} {:>8}  {}\n",
-            r.scheduler, r.workers, r.elapsed_s, r.throughput_cps, vs, r.digest
+            "{:<18} {:>7}{} {:>10.3} {:>14.0} {:>8}  {}\n",
+            r.scheduler,
+            r.workers,
+            mapping_cell(r.mapping.as_deref()),
+            r.elapsed_s,
+            r.throughput_cps,
+            vs,
+            r.digest
         ));
+    }
+    if show_mapping {
+        out.push_str("mappings that ran:\n");
+        let mut seen = Vec::new();
+        for r in reports {
+            if let (Some(label), Some(spec)) = (&r.mapping, &r.mapping_spec) {
+                if !seen.contains(&(label, r.workers)) {
+                    seen.push((label, r.workers));
+                    out.push_str(&format!("  {label} with {} workers: {spec}\n", r.workers));
+                }
+            }
+        }
     }
     out
 }

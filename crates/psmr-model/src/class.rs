@@ -1,6 +1,7 @@
 //! Request classes and their conflict relation (003 Def. 2-3).
 
 use crate::command::{ClassId, ClientId, Command, Key};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
 use thiserror::Error;
@@ -20,6 +21,20 @@ pub enum ClassModelError {
     /// More classes than a [`ClassId`] can number.
     #[error("too many classes: {0} (at most {max})", max = u16::MAX)]
     TooMany(usize),
+    /// A model file is not the JSON [`ClassModel::from_json`] reads.
+    #[error("bad class model JSON: {0}")]
+    Parse(String),
+}
+
+/// The JSON form of a class model, as read by [`ClassModel::from_json`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonModel {
+    #[serde(default)]
+    name: String,
+    classes: Vec<String>,
+    #[serde(default)]
+    conflicts: Vec<(String, String)>,
 }
 
 /// Request classes and the classes each conflicts with (003 Def. 2).
@@ -85,6 +100,39 @@ impl ClassModel {
     /// Starts a model called `name` (for messages and tables).
     pub fn builder(name: impl Into<String>) -> ClassModelBuilder {
         ClassModelBuilder { name: name.into(), ..Default::default() }
+    }
+
+    /// Reads a model from JSON:
+    /// `{"name":"kv","classes":["R","W"],"conflicts":[["R","W"],["W","W"]]}`.
+    ///
+    /// `name` is optional; a pair `[A, A]` declares internal conflicts of
+    /// `A`. A conflict naming an undeclared class is an error, as is a class
+    /// declared twice.
+    pub fn from_json(text: &str) -> Result<Self, ClassModelError> {
+        let parsed: JsonModel = serde_json::from_str(text).map_err(|e| ClassModelError::Parse(e.to_string()))?;
+        let mut builder = ClassModel::builder(parsed.name);
+        for class in parsed.classes {
+            builder = builder.class(class);
+        }
+        for (a, b) in parsed.conflicts {
+            builder = builder.conflict(a, b);
+        }
+        builder.build()
+    }
+
+    /// The JSON form read by [`ClassModel::from_json`]; each conflicting
+    /// pair appears once, the lower class id first.
+    pub fn to_json(&self) -> String {
+        let mut conflicts = Vec::new();
+        for a in 0..self.classes.len() {
+            for b in a..self.classes.len() {
+                if self.conflicts[a][b] {
+                    conflicts.push((self.classes[a].clone(), self.classes[b].clone()));
+                }
+            }
+        }
+        let json = JsonModel { name: self.name.clone(), classes: self.classes.clone(), conflicts };
+        serde_json::to_string(&json).expect("class model serializes")
     }
 
     /// The model's name.
@@ -243,6 +291,22 @@ mod tests {
             Err(ClassModelError::DuplicateClass("A".into()))
         );
         assert_eq!(ClassModel::builder("x").build(), Err(ClassModelError::Empty));
+    }
+
+    #[test]
+    fn json_round_trips_and_rejects_bad_models() {
+        let m = rw();
+        assert_eq!(ClassModel::from_json(&m.to_json()).unwrap(), m);
+        let parsed = ClassModel::from_json(r#"{"classes":["A","B"],"conflicts":[["B","A"]]}"#).unwrap();
+        assert!(parsed.conflicts(ClassId(0), ClassId(1)) && !parsed.self_conflicting(ClassId(0)));
+        assert_eq!(
+            ClassModel::from_json(r#"{"classes":["A"],"conflicts":[["A","Z"]]}"#),
+            Err(ClassModelError::UnknownClass("Z".into()))
+        );
+        assert_eq!(ClassModel::from_json(r#"{"classes":[]}"#), Err(ClassModelError::Empty));
+        for bad in ["", "[]", r#"{"classes":["A"],"extra":1}"#, r#"{"classes":["A"],"conflicts":[["A"]]}"#] {
+            assert!(matches!(ClassModel::from_json(bad), Err(ClassModelError::Parse(_))), "{bad:?}");
+        }
     }
 
     #[test]

@@ -309,6 +309,30 @@ impl Mapping {
         serde_json::to_string(&JsonMapping { classes, objective: None }).expect("mapping serializes")
     }
 
+    /// The compact form read by [`Mapping::from_spec`], with runs of
+    /// consecutive threads as ranges: `R=conc:0-1;W=seq:0-3`.
+    pub fn to_spec(&self, model: &ClassModel) -> String {
+        let mut parts = Vec::with_capacity(model.len());
+        for c in model.class_ids() {
+            let m = self.class(c);
+            let mode = match m.mode {
+                Mode::Sequential => "seq",
+                Mode::Concurrent => "conc",
+            };
+            let mut runs: Vec<String> = Vec::new();
+            let mut threads = m.threads.iter().copied().peekable();
+            while let Some(first) = threads.next() {
+                let mut last = first;
+                while threads.peek() == Some(&(last + 1)) {
+                    last = threads.next().unwrap_or(last);
+                }
+                runs.push(if first == last { first.to_string() } else { format!("{first}-{last}") });
+            }
+            parts.push(format!("{}={mode}:{}", model.class_name(c), runs.join(",")));
+        }
+        parts.join(";")
+    }
+
     /// A table like 000 Table 4.1: one row per class, its mode, and an `x`
     /// under each of its threads.
     pub fn table(&self, model: &ClassModel) -> String {
@@ -386,6 +410,7 @@ mod tests {
         let m = Mapping::from_spec(&sharded2(), 4, TABLE_4_1).unwrap();
         assert_eq!(m.class(ClassId(5)).threads, vec![0, 1, 2, 3]);
         let back = Mapping::from_json(&sharded2(), 4, &m.to_json(&sharded2())).unwrap();
+        assert_eq!(Mapping::from_spec(&sharded2(), 4, &m.to_spec(&sharded2())).unwrap(), m);
         assert_eq!(back, m);
         assert!(m.table(&sharded2()).contains("Wg     sequential   x   x   x   x"));
     }

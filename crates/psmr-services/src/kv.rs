@@ -429,12 +429,14 @@ pub fn default_mapping(model: KvModel, shards: usize, workers: usize) -> Mapping
     Mapping::new(workers, classes)
 }
 
-/// Draws keys, honouring the skew: with `shards > 1` and `skew > 0` a key
-/// of the first shard with probability `skew`, otherwise a key of another.
+/// Draws keys, honouring the skew: with `shards > 1` and a skew above 0 (for
+/// reads `cfg.skew`, for writes `cfg.write_skew` when set) a key of the
+/// first shard with that probability, otherwise a key of another.
 enum KeyPicker {
     Uniform(u64),
     /// The keys of the first shard and of the others, listed.
     Listed {
+        keys: u64,
         first: Vec<Key>,
         rest: Vec<Key>,
     },
@@ -448,33 +450,40 @@ enum KeyPicker {
 
 impl KeyPicker {
     fn new(cfg: &WorkloadConfig) -> Result<Self, WorkloadError> {
-        let (keys, shards, skew) = (cfg.keys, cfg.shards, cfg.skew);
-        if shards <= 1 || skew == 0.0 {
+        let (keys, shards) = (cfg.keys, cfg.shards);
+        let skews: Vec<f64> = [Some(cfg.skew), cfg.write_skew].into_iter().flatten().filter(|&s| s > 0.0).collect();
+        if shards <= 1 || skews.is_empty() {
             return Ok(KeyPicker::Uniform(keys));
         }
         if keys > ENUMERATE_KEYS_MAX {
             return Ok(KeyPicker::Rejection { keys, shards });
         }
         let (first, rest): (Vec<Key>, Vec<Key>) = (0..keys).partition(|&k| shard_of(k, shards) == 0);
-        let unreachable = |target| WorkloadError::SkewUnreachable { skew, target, keys, shards };
+        let unreachable = |skew, target| WorkloadError::SkewUnreachable { skew, target, keys, shards };
         if first.is_empty() {
-            return Err(unreachable("the first shard"));
+            return Err(unreachable(skews[0], "the first shard"));
         }
-        if rest.is_empty() && skew < 1.0 {
-            return Err(unreachable("the other shards"));
+        if let Some(&skew) = skews.iter().find(|&&s| s < 1.0) {
+            if rest.is_empty() {
+                return Err(unreachable(skew, "the other shards"));
+            }
         }
-        Ok(KeyPicker::Listed { first, rest })
+        Ok(KeyPicker::Listed { keys, first, rest })
     }
 
-    fn draw(&self, draws: &mut Draws, cfg: &WorkloadConfig) -> Result<Key, WorkloadError> {
+    fn draw(&self, draws: &mut Draws, write: bool) -> Result<Key, WorkloadError> {
+        let skewed = draws.skew(write) > 0.0;
         match self {
             KeyPicker::Uniform(keys) => Ok(draws.rng.gen_range(0..*keys)),
-            KeyPicker::Listed { first, rest } => {
-                let side = if draws.picks_first_shard() { first } else { rest };
+            KeyPicker::Listed { keys, .. } | KeyPicker::Rejection { keys, .. } if !skewed => {
+                Ok(draws.rng.gen_range(0..*keys))
+            }
+            KeyPicker::Listed { first, rest, .. } => {
+                let side = if draws.picks_first_shard(write) { first } else { rest };
                 Ok(side[draws.rng.gen_range(0..side.len())])
             }
             KeyPicker::Rejection { keys, shards } => {
-                let want_first = draws.picks_first_shard();
+                let want_first = draws.picks_first_shard(write);
                 for _ in 0..REJECTION_TRIES {
                     let k = draws.rng.gen_range(0..*keys);
                     if (shard_of(k, *shards) == 0) == want_first {
@@ -482,7 +491,7 @@ impl KeyPicker {
                     }
                 }
                 Err(WorkloadError::SkewUnreachable {
-                    skew: cfg.skew,
+                    skew: draws.skew(write),
                     target: if want_first { "the first shard" } else { "the other shards" },
                     keys: *keys,
                     shards: *shards,
@@ -499,8 +508,8 @@ impl KeyPicker {
 /// [`crate::Spread`]) and are creates, updates and deletes with equal
 /// probability, with 8-byte values drawn from the generator. Keys are
 /// uniform over `0..cfg.keys`; with skew, a key of the first shard
-/// ([`shard_of`] with `cfg.shards`) with probability `cfg.skew` and a key
-/// of another shard otherwise.
+/// ([`shard_of`] with `cfg.shards`) with probability `cfg.skew` (for writes
+/// `cfg.write_skew` when set) and a key of another shard otherwise.
 ///
 /// Errors: an invalid `cfg`, global operations (`β > 0`, which the store
 /// does not have), or a skew towards shards that own no key of a small key
@@ -516,7 +525,7 @@ pub fn generate(model: KvModel, cfg: &WorkloadConfig) -> Result<Vec<Command<KvOp
     let mut out = Vec::with_capacity(cfg.commands);
     for j in 0..cfg.commands {
         let read = draws.kind() == Kind::LocalRead;
-        let key = picker.draw(&mut draws, cfg)?;
+        let key = picker.draw(&mut draws, !read)?;
         let op = if read {
             KvOp::Read { key }
         } else {

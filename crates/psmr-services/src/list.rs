@@ -373,7 +373,7 @@ fn class_of(model: ListModel, shards: usize, kind: Kind, shard: usize) -> ClassI
 /// conflicting position is a local write, a global write or a global read
 /// in the proportions `α : β·γ : β·(1-γ)`, by a random draw; the other
 /// positions are local reads. Local operations go to a shard drawn with
-/// `cfg.skew`; values are drawn from `0..2 * list_size`, so about half of
+/// `cfg.skew` (writes with `cfg.write_skew` when set); values are drawn from `0..2 * list_size`, so about half of
 /// the adds add something and a list at most doubles.
 ///
 /// Errors: an invalid `cfg`, `list_size` outside `1..=LIST_SIZE_MAX`, or
@@ -400,7 +400,8 @@ pub fn generate(
     for j in 0..cfg.commands {
         let kind = draws.kind();
         let shard = match kind {
-            Kind::LocalRead | Kind::LocalWrite => draws.local_shard(),
+            Kind::LocalRead => draws.local_shard(false),
+            Kind::LocalWrite => draws.local_shard(true),
             Kind::GlobalRead | Kind::GlobalWrite => 0,
         };
         let value = draws.rng.gen_range(0..values);

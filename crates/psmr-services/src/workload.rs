@@ -277,6 +277,11 @@ pub struct WorkloadConfig {
     /// others are spread evenly over the other shards. 0 means balanced:
     /// every shard equally likely. Ignored with one shard.
     pub skew: f64,
+    /// Share of local *writes* sent to the first shard, when it differs
+    /// from `skew` (which then applies to local reads only): 003 §6.5
+    /// Workload 3 sends 67% of writes but 33% of reads to shard 1. `None`:
+    /// writes follow `skew`. 0 means balanced, as for `skew`.
+    pub write_skew: Option<f64>,
     /// How conflicting commands are placed among concurrent ones.
     pub spread: Spread,
     /// The α-β-γ mix.
@@ -296,6 +301,7 @@ impl Default for WorkloadConfig {
             seed: 1,
             shards: 1,
             skew: 0.0,
+            write_skew: None,
             spread: Spread::Uniform,
             mix: Mix::default(),
             keys: 100_000,
@@ -310,8 +316,10 @@ impl WorkloadConfig {
         if !(1..=SHARDS_MAX).contains(&self.shards) {
             return Err(WorkloadError::Shards(self.shards));
         }
-        if !(0.0..=1.0).contains(&self.skew) {
-            return Err(WorkloadError::Skew(self.skew));
+        for skew in [Some(self.skew), self.write_skew].into_iter().flatten() {
+            if !(0.0..=1.0).contains(&skew) {
+                return Err(WorkloadError::Skew(skew));
+            }
         }
         if !(1..=KEYS_MAX).contains(&self.keys) {
             return Err(WorkloadError::Keys(self.keys));
@@ -355,6 +363,7 @@ pub(crate) struct Draws {
     beta_gamma: f64,
     shards: usize,
     skew: f64,
+    write_skew: f64,
 }
 
 impl Draws {
@@ -372,6 +381,7 @@ impl Draws {
             beta_gamma: m.global_pct * m.global_write_pct / 100.0,
             shards: cfg.shards,
             skew: cfg.skew,
+            write_skew: cfg.write_skew.unwrap_or(cfg.skew),
         }
     }
 
@@ -400,13 +410,23 @@ impl Draws {
         }
     }
 
-    /// A shard for a local operation: the first with probability `skew`,
-    /// otherwise one of the others uniformly; uniform over all without skew.
-    pub(crate) fn local_shard(&mut self) -> usize {
+    /// The skew that applies to a local read (`write == false`) or write.
+    pub(crate) fn skew(&self, write: bool) -> f64 {
+        if write {
+            self.write_skew
+        } else {
+            self.skew
+        }
+    }
+
+    /// A shard for a local read or write: the first with probability
+    /// [`Draws::skew`], otherwise one of the others uniformly; uniform over
+    /// all when that skew is 0.
+    pub(crate) fn local_shard(&mut self, write: bool) -> usize {
         if self.shards <= 1 {
             0
-        } else if self.skew > 0.0 {
-            if self.picks_first_shard() {
+        } else if self.skew(write) > 0.0 {
+            if self.picks_first_shard(write) {
                 0
             } else {
                 1 + self.rng.gen_range(0..self.shards - 1)
@@ -417,9 +437,9 @@ impl Draws {
     }
 
     /// Whether a skewed draw goes to the first shard. Only for `shards > 1`
-    /// and `skew > 0`.
-    pub(crate) fn picks_first_shard(&mut self) -> bool {
-        self.rng.gen::<f64>() < self.skew
+    /// and a skew above 0.
+    pub(crate) fn picks_first_shard(&mut self, write: bool) -> bool {
+        self.rng.gen::<f64>() < self.skew(write)
     }
 }
 
@@ -556,7 +576,7 @@ mod tests {
             let mut d = Draws::new(&cfg);
             let mut counts = vec![0usize; shards];
             for _ in 0..n {
-                counts[d.local_shard()] += 1;
+                counts[d.local_shard(false)] += 1;
             }
             let first = if shards == 1 {
                 1.0
@@ -571,5 +591,19 @@ mod tests {
                 assert!((c as f64 / n as f64 - want).abs() < 0.01, "{shards} shards skew {skew}: {counts:?}");
             }
         }
+    }
+
+    #[test]
+    fn write_skew_applies_to_writes_only() {
+        let n = 50_000;
+        let cfg = WorkloadConfig { shards: 2, skew: 0.33, write_skew: Some(0.67), ..WorkloadConfig::default() };
+        let mut d = Draws::new(&cfg);
+        let share = |d: &mut Draws, write| (0..n).filter(|_| d.local_shard(write) == 0).count() as f64 / n as f64;
+        assert!((share(&mut d, false) - 0.33).abs() < 0.01);
+        assert!((share(&mut d, true) - 0.67).abs() < 0.01);
+        let balanced_writes = WorkloadConfig { write_skew: Some(0.0), ..cfg.clone() };
+        assert!((share(&mut Draws::new(&balanced_writes), true) - 0.5).abs() < 0.01);
+        let bad = WorkloadConfig { write_skew: Some(1.5), ..cfg };
+        assert!(matches!(bad.validate(), Err(WorkloadError::Skew(s)) if s == 1.5));
     }
 }

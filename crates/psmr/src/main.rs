@@ -5,6 +5,7 @@
 //! up as one `psmr: error: ...` line on stderr and a non-zero exit code.
 
 mod cluster;
+mod mapping;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -42,6 +43,9 @@ enum Command {
     /// Check a key-value history (one JSON operation per line) for
     /// linearizability; exit code 0 only when it is linearizable.
     CheckHistory(cluster::CheckHistoryArgs),
+    /// Map request classes to worker threads for early scheduling: the
+    /// optimizer of 003 Alg. 3 (proven optimal) or the naive mapping.
+    Mapping(mapping::MappingArgs),
 }
 
 #[derive(Args, Debug)]
@@ -85,6 +89,10 @@ struct SchedBenchArgs {
     /// Share of local operations sent to shard 1 (0 = balanced).
     #[arg(long, default_value_t = 0.0)]
     skew: f64,
+    /// Share of local writes sent to shard 1, when it differs from --skew
+    /// (which then applies to local reads only; 0 = balanced).
+    #[arg(long)]
+    write_skew: Option<f64>,
     /// How conflicting commands are spread among the others: uniform or exponential.
     #[arg(long, default_value = "uniform", value_parser = parse_spread)]
     spread: Spread,
@@ -106,9 +114,14 @@ struct SchedBenchArgs {
     /// Early: most batches waiting in one worker's queue.
     #[arg(long, default_value_t = psmr_sched::QUEUE_DEPTH_DEFAULT)]
     queue_depth: usize,
-    /// Early: `default`, a JSON mapping file, or a spec like `R=conc:0,1;W=seq:0-1`.
-    #[arg(long, default_value = "default")]
-    mapping: String,
+    /// Early schedulers: `default`; `optimal` (003 Alg. 3 for weights equal
+    /// to the workload's class frequencies; `optimal:total` weighs O.1 by
+    /// all classes, see `psmr mapping --help`); `naive` (003 §6.5); a JSON
+    /// mapping file; or a spec like `R=conc:0,1;W=seq:0-1`. Repeat the flag,
+    /// or list keywords comma-separated (`naive,optimal`), to run each
+    /// scheduler with each mapping.
+    #[arg(long = "mapping", default_value = "default")]
+    mappings: Vec<String>,
     /// early-busywait and work stealing: rounds a waiting worker spins before
     /// it yields and naps [default: 2000 when every worker has a core, else 0].
     #[arg(long)]
@@ -136,6 +149,23 @@ fn parse_service(s: &str) -> Result<ServiceKind, String> {
 
 fn parse_victims(s: &str) -> Result<psmr_sched::Victims, String> {
     s.parse().map_err(|e: psmr_sched::SchedError| e.to_string())
+}
+
+/// `--mapping` values: a spec (which has commas of its own) or a file is
+/// one source; a comma-separated list of keywords is several.
+fn mapping_sources(values: &[String]) -> Result<Vec<MappingSource>, psmr_bench::BenchError> {
+    let keyword = |s: &str| s.trim().starts_with("optimal") || matches!(s.trim(), "default" | "naive");
+    let mut out = Vec::new();
+    for v in values {
+        if v.contains(',') && v.split(',').all(keyword) {
+            for s in v.split(',') {
+                out.push(s.trim().parse()?);
+            }
+        } else {
+            out.push(v.parse()?);
+        }
+    }
+    Ok(out)
 }
 
 fn parse_cost(s: &str) -> Result<Cost, String> {
@@ -177,6 +207,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
             seed: args.seed,
             shards: args.shards,
             skew: args.skew,
+            write_skew: args.write_skew,
             spread: args.spread,
             mix,
             keys: args.keys,
@@ -185,7 +216,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         bitmap_bits: args.bitmap_bits,
         graph_max: args.graph_max,
         queue_depth: args.queue_depth,
-        mapping: args.mapping.parse::<MappingSource>().expect("infallible"),
+        mappings: mapping_sources(&args.mappings)?,
         repeat: args.repeat,
         spin: args.spin,
         metrics_interval_ms: args.metrics,
@@ -264,6 +295,7 @@ fn main() -> ExitCode {
         Command::Replica(args) => cluster::replica(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Client(args) => cluster::client(args),
+        Command::Mapping(args) => mapping::mapping(args),
         Command::CheckHistory(args) => match cluster::check_history(args) {
             Ok(code) => return code,
             Err(e) => Err(e),
