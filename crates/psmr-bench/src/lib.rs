@@ -9,10 +9,16 @@
 //! all replies; a parallel scheduler that disagrees with `sequential` is an
 //! error, not a number.
 //!
+//! [`scenario`] names the end-to-end experiments of `psmr bench` and
+//! expands their parameter sweeps; [`report`] writes their results as
+//! JSON, CSV, SVG plots and a Markdown report.
+//!
 //! [`history`] reads client histories of the key-value store and checks
 //! them for linearizability (`psmr check-history`).
 
 pub mod history;
+pub mod report;
+pub mod scenario;
 pub mod sched_bench;
 
 pub use sched_bench::{

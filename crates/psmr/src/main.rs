@@ -4,7 +4,9 @@
 //! the crates' configurations, and prints what they return. Every error ends
 //! up as one `psmr: error: ...` line on stderr and a non-zero exit code.
 
+mod bench;
 mod cluster;
+mod load;
 mod mapping;
 
 use anyhow::{bail, Context, Result};
@@ -43,6 +45,10 @@ enum Command {
     /// Check a key-value history (one JSON operation per line) for
     /// linearizability; exit code 0 only when it is linearizable.
     CheckHistory(cluster::CheckHistoryArgs),
+    /// Run a named end-to-end scenario (local clusters, closed-loop
+    /// clients, sweeps) and write its report: JSON, CSV, SVG plots and
+    /// Markdown.
+    Bench(bench::BenchArgs),
     /// Map request classes to worker threads for early scheduling: the
     /// optimizer of 003 Alg. 3 (proven optimal) or the naive mapping.
     Mapping(mapping::MappingArgs),
@@ -295,6 +301,7 @@ fn main() -> ExitCode {
         Command::Replica(args) => cluster::replica(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Client(args) => cluster::client(args),
+        Command::Bench(args) => bench::bench(args),
         Command::Mapping(args) => mapping::mapping(args),
         Command::CheckHistory(args) => match cluster::check_history(args) {
             Ok(code) => return code,

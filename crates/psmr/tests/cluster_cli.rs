@@ -364,3 +364,42 @@ fn histories_of_a_cluster_are_linearizable_and_a_doctored_one_is_not() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_drives_an_existing_cluster() {
+    let dir = test_dir("bench");
+    let cluster = Cluster::start(3, "memory", &dir.join("cluster"));
+    let out = dir.join("out");
+    let addrs = cluster.addrs();
+    let o = psmr(&[
+        "bench",
+        "--cluster",
+        &addrs,
+        "--scenario",
+        "latency-throughput",
+        "--sweep",
+        "clients=1,2",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // The scenario's scheduler sweep gives way to the cluster's own.
+    assert!(text(&o.stderr).contains("the cluster's own settings replace the sweep scheduler="), "{}", text(&o.stderr));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let points = results["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for p in points {
+        assert!(p["commands_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert_eq!(p["stages"].as_array().unwrap().iter().filter(|s| s["stage"] == "psmr-protocol").count(), 3);
+    }
+    // What the bench wrote is in every replica.
+    let st = cluster.converged();
+    assert!(st["replicas"][0]["applied"].as_u64().unwrap() > 0);
+    drop(cluster);
+    std::fs::remove_dir_all(&dir).ok();
+}

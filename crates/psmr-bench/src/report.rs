@@ -1,0 +1,477 @@
+//! What `psmr bench` writes into its output directory: `results.json`,
+//! `results.csv`, SVG plots and `report.md`.
+
+use crate::scenario::{Point, Scenario, Sweep};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Latency percentiles of one command kind, in µs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+/// Busy time of one stage of one replica (002 Fig. 8 style).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageRow {
+    /// The replica's client address.
+    pub replica: String,
+    /// The stage.
+    pub stage: String,
+    /// Share of the measured window on a CPU.
+    pub busy: f64,
+    /// Share runnable but waiting for a CPU.
+    pub waiting_cpu: f64,
+    /// Share blocked.
+    pub blocked: f64,
+}
+
+/// The measurements of one point.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PointResult {
+    /// `scheduler=early workers=2`.
+    pub name: String,
+    /// The swept values.
+    pub label: BTreeMap<String, String>,
+    /// Every parameter.
+    pub params: BTreeMap<String, String>,
+    /// Commands per second over the measured window.
+    pub commands_per_s: f64,
+    /// Requests per second.
+    pub requests_per_s: f64,
+    /// Latency per command kind (`read`, `write`) and per `request`.
+    pub latency_us: BTreeMap<String, Percentiles>,
+    /// Commands completed in each second of the window.
+    pub timeline: Vec<u64>,
+    /// Per replica and stage.
+    pub stages: Vec<StageRow>,
+}
+
+impl PointResult {
+    /// A result for `point` with everything else empty.
+    pub fn new(point: &Point) -> Self {
+        let params =
+            crate::scenario::KEYS.iter().filter_map(|k| point.params.get(k).map(|v| (k.to_string(), v))).collect();
+        Self {
+            name: point.name(),
+            label: point.label.iter().cloned().collect(),
+            params,
+            commands_per_s: 0.0,
+            requests_per_s: 0.0,
+            latency_us: BTreeMap::new(),
+            timeline: Vec::new(),
+            stages: Vec::new(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Results<'a> {
+    scenario: &'a str,
+    source: &'a str,
+    about: &'a str,
+    sweeps: Vec<String>,
+    points: &'a [PointResult],
+}
+
+/// Writes `results.json`, `results.csv`, `throughput.svg`, `latency.svg`
+/// and `report.md` into `dir` (created if needed). Returns the files.
+pub fn write_all(
+    dir: &Path,
+    scenario: &Scenario,
+    sweeps: &[Sweep],
+    points: &[PointResult],
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let results = Results {
+        scenario: scenario.name,
+        source: scenario.source,
+        about: scenario.about,
+        sweeps: sweeps.iter().map(ToString::to_string).collect(),
+        points,
+    };
+    let files = [
+        ("results.json", serde_json::to_string_pretty(&results).map_err(std::io::Error::other)? + "\n"),
+        ("results.csv", csv(points)),
+        ("throughput.svg", throughput_svg(scenario, sweeps, points)),
+        ("latency.svg", latency_svg(scenario, sweeps, points)),
+        ("report.md", markdown(scenario, sweeps, points)),
+    ];
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+const KINDS: [&str; 3] = ["read", "write", "request"];
+
+/// One row per point: its parameters, throughput and percentiles per kind.
+pub fn csv(points: &[PointResult]) -> String {
+    let mut out = String::new();
+    let keys: Vec<&String> = points.first().map(|p| p.params.keys().collect()).unwrap_or_default();
+    let mut header: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    header.extend(["commands_per_s".into(), "requests_per_s".into()]);
+    for kind in KINDS {
+        for q in ["count", "p50_us", "p90_us", "p99_us", "p999_us", "max_us"] {
+            header.push(format!("{kind}_{q}"));
+        }
+    }
+    out.push_str(&header.join(","));
+    out.push('\n');
+    for p in points {
+        let mut row: Vec<String> = keys.iter().map(|k| p.params.get(*k).cloned().unwrap_or_default()).collect();
+        row.push(format!("{:.1}", p.commands_per_s));
+        row.push(format!("{:.1}", p.requests_per_s));
+        for kind in KINDS {
+            let l = p.latency_us.get(kind).cloned().unwrap_or_default();
+            row.extend([l.count, l.p50, l.p90, l.p99, l.p999, l.max].map(|v| v.to_string()));
+        }
+        out.push_str(&row.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The points grouped into series by every sweep but the first; within a
+/// series, the points in order of the first sweep.
+fn series(sweeps: &[Sweep], points: &[PointResult]) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        let name = sweeps
+            .iter()
+            .skip(1)
+            .map(|s| format!("{}={}", s.key, p.label.get(&s.key).map_or("", String::as_str)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => v.push(i),
+            None => out.push((name, vec![i])),
+        }
+    }
+    out
+}
+
+/// Throughput against the first sweep: a line per series, the x axis
+/// numeric when every value is a number, else one slot per value.
+pub fn throughput_svg(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -> String {
+    let Some(first) = sweeps.first() else {
+        let lines = vec![("".to_string(), vec![(0.0, points.first().map_or(0.0, |p| p.commands_per_s))])];
+        return chart(&format!("{}: throughput", scenario.name), "", "commands/s", &lines, &[]);
+    };
+    let numeric = first.values.iter().all(|v| v.parse::<f64>().is_ok());
+    let x_of = |p: &PointResult| -> f64 {
+        let v = p.label.get(&first.key).map_or("", String::as_str);
+        if numeric {
+            v.parse().unwrap_or(0.0)
+        } else {
+            first.values.iter().position(|w| w == v).unwrap_or(0) as f64
+        }
+    };
+    let lines: Vec<(String, Vec<(f64, f64)>)> = series(sweeps, points)
+        .into_iter()
+        .map(|(name, idx)| (name, idx.iter().map(|&i| (x_of(&points[i]), points[i].commands_per_s)).collect()))
+        .collect();
+    let categories: Vec<String> = if numeric { Vec::new() } else { first.values.clone() };
+    chart(&format!("{}: throughput", scenario.name), &first.key, "commands/s", &lines, &categories)
+}
+
+/// p99 request latency against throughput, a line per series (003 Fig. 3).
+pub fn latency_svg(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -> String {
+    let lines: Vec<(String, Vec<(f64, f64)>)> = series(sweeps, points)
+        .into_iter()
+        .map(|(name, idx)| {
+            let mut pts: Vec<(f64, f64)> = idx
+                .iter()
+                .map(|&i| {
+                    let p99 = points[i].latency_us.get("request").map_or(0, |l| l.p99);
+                    (points[i].commands_per_s, p99 as f64 / 1000.0)
+                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (name, pts)
+        })
+        .collect();
+    chart(&format!("{}: p99 latency against throughput", scenario.name), "commands/s", "p99 latency (ms)", &lines, &[])
+}
+
+/// A round number at or above `v` for an axis end, so that fifths of it
+/// are round too.
+fn nice_ceiling(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0].into_iter().map(|m| m * p).find(|&c| c >= v).unwrap_or(10.0 * p)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn short(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+
+/// A line chart with markers, axes from 0, a legend. With `categories` the
+/// x values are slot indexes labeled by them.
+pub fn chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+    categories: &[String],
+) -> String {
+    // Category names are set at a slant below the axis and need more room.
+    let bottom = if categories.is_empty() { 60.0 } else { 110.0 };
+    let (w, h, left, right, top) = (720.0, 400.0 + bottom, 80.0, 200.0, 40.0);
+    let (pw, ph) = (w - left - right, h - top - bottom);
+    let all = lines.iter().flat_map(|(_, p)| p.iter());
+    let x_max = if categories.is_empty() {
+        nice_ceiling(all.clone().map(|p| p.0).fold(0.0, f64::max))
+    } else {
+        (categories.len().max(2) - 1) as f64
+    };
+    let y_max = nice_ceiling(all.map(|p| p.1).fold(0.0, f64::max));
+    let (x0, y0) = if categories.is_empty() { (0.0, 0.0) } else { (-0.5, 0.0) };
+    let x_span = if categories.is_empty() { x_max } else { x_max + 1.0 };
+    let sx = |x: f64| left + (x - x0) / x_span * pw;
+    let sy = |y: f64| top + ph - (y - y0) / y_max * ph;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(s, r#"<text x="{}" y="24" font-size="15" text-anchor="middle">{}</text>"#, w / 2.0, escape(title));
+    for i in 0..=5 {
+        let y = y_max * i as f64 / 5.0;
+        let (x_end, y_at, x_text, y_text) = (left + pw, sy(y), left - 6.0, sy(y) + 4.0);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" x2="{x_end}" y1="{y_at}" y2="{y_at}" stroke="#ddd"/><text x="{x_text}" y="{y_text}" text-anchor="end">{}</text>"##,
+            short(y)
+        );
+    }
+    if categories.is_empty() {
+        for i in 0..=5 {
+            let x = x_max * i as f64 / 5.0;
+            let _ =
+                writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, sx(x), top + ph + 18.0, short(x));
+        }
+    } else {
+        for (i, c) in categories.iter().enumerate() {
+            let (x, y) = (sx(i as f64), top + ph + 16.0);
+            let _ = writeln!(
+                s,
+                r#"<text x="{x}" y="{y}" text-anchor="end" transform="rotate(-30 {x} {y})">{}</text>"#,
+                escape(c)
+            );
+        }
+    }
+    let (axis_y, axis_x_end) = (top + ph, left + pw);
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left}" x2="{left}" y1="{top}" y2="{axis_y}" stroke="black"/><line x1="{left}" x2="{axis_x_end}" y1="{axis_y}" y2="{axis_y}" stroke="black"/>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        left + pw / 2.0,
+        h - 16.0,
+        escape(x_label)
+    );
+    let _ = writeln!(
+        s,
+        r#"<text transform="translate(18 {}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        top + ph / 2.0,
+        escape(y_label)
+    );
+    for (k, (name, pts)) in lines.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let path: Vec<String> = pts.iter().map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y))).collect();
+        let _ = writeln!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, path.join(" "));
+        for &(x, y) in pts {
+            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}"/>"#, sx(x), sy(y));
+        }
+        if !name.is_empty() {
+            let ly = top + 10.0 + 18.0 * k as f64;
+            let _ = writeln!(
+                s,
+                r#"<rect x="{}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{}">{}</text>"#,
+                left + pw + 16.0,
+                ly - 10.0,
+                left + pw + 34.0,
+                ly,
+                escape(name)
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The report: what ran, a table of results, the plots, the stages.
+pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# psmr bench: {}\n", scenario.name);
+    let _ = writeln!(s, "{}.\n", scenario.about);
+    let _ = writeln!(s, "Follows: {}.\n", scenario.source);
+    if let Some(p) = points.first() {
+        let fixed: Vec<String> = p
+            .params
+            .iter()
+            .filter(|(k, _)| !sweeps.iter().any(|s| &s.key == *k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(s, "Fixed: {}.\n", fixed.join(", "));
+    }
+    let swept: Vec<String> = sweeps.iter().map(ToString::to_string).collect();
+    if !swept.is_empty() {
+        let _ = writeln!(s, "Swept: {}.\n", swept.join("; "));
+    }
+    let _ =
+        writeln!(s, "| point | commands/s | read p50 / p99 / p99.9 ms | write p50 / p99 / p99.9 ms | request max ms |");
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: |");
+    let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+    for p in points {
+        let kind = |k: &str| {
+            p.latency_us
+                .get(k)
+                .filter(|l| l.count > 0)
+                .map_or("-".to_string(), |l| format!("{} / {} / {}", ms(l.p50), ms(l.p99), ms(l.p999)))
+        };
+        let max = p.latency_us.get("request").map_or("-".to_string(), |l| ms(l.max));
+        let _ =
+            writeln!(s, "| {} | {:.0} | {} | {} | {} |", p.name, p.commands_per_s, kind("read"), kind("write"), max);
+    }
+    let _ = writeln!(s, "\n![throughput](throughput.svg)\n\n![latency](latency.svg)\n");
+    let _ = writeln!(s, "## Where the replicas' threads spent the window\n");
+    let _ = writeln!(s, "Averaged over the replicas; busy is on a CPU, waiting is runnable without one.\n");
+    let _ = writeln!(s, "| point | stage | busy | waiting for CPU | blocked |");
+    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: |");
+    for p in points {
+        let mut stages: BTreeMap<&str, (f64, f64, f64, usize)> = BTreeMap::new();
+        for r in &p.stages {
+            let e = stages.entry(&r.stage).or_default();
+            e.0 += r.busy;
+            e.1 += r.waiting_cpu;
+            e.2 += r.blocked;
+            e.3 += 1;
+        }
+        for (stage, (b, wc, bl, n)) in stages {
+            let n = n as f64;
+            let _ = writeln!(
+                s,
+                "| {} | {stage} | {:.0} % | {:.0} % | {:.0} % |",
+                p.name,
+                100.0 * b / n,
+                100.0 * wc / n,
+                100.0 * bl / n
+            );
+        }
+    }
+    let _ =
+        writeln!(s, "\nThroughput per second of each point: `results.json` (`timeline`); every number: `results.csv`.");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{expand, find};
+
+    fn results(name: &str) -> (Scenario, Vec<PointResult>) {
+        let scenario = find(name).unwrap();
+        let points = expand(&scenario.base, &scenario.sweeps).unwrap();
+        let results = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut r = PointResult::new(p);
+                r.commands_per_s = 1000.0 * (i + 1) as f64;
+                r.latency_us.insert(
+                    "request".into(),
+                    Percentiles { count: 10, p50: 100, p90: 200, p99: 300 + i as u64, p999: 400, max: 500 },
+                );
+                r
+            })
+            .collect();
+        (scenario, results)
+    }
+
+    #[test]
+    fn csv_has_a_row_per_point_and_a_column_per_field() {
+        let (_, points) = results("workers");
+        let text = csv(&points);
+        let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 1 + points.len());
+        assert!(rows.iter().all(|r| r.len() == rows[0].len()));
+        let col = |name: &str| rows[0].iter().position(|c| *c == name).unwrap();
+        assert_eq!(rows[2][col("commands_per_s")], "2000.0");
+        assert_eq!(rows[2][col("request_p99_us")], "301");
+        assert_eq!(rows[2][col("read_count")], "0");
+        assert_eq!(rows[3][col("workers")], "2");
+    }
+
+    #[test]
+    fn plots_have_one_line_per_series_and_every_point() {
+        let (scenario, points) = results("workers");
+        let svg = throughput_svg(&scenario, &scenario.sweeps, &points);
+        assert_eq!(svg.matches("<polyline").count(), 2, "early and late-batch-bitmap");
+        assert_eq!(svg.matches("<circle").count(), points.len());
+        assert!(svg.contains("scheduler=early") && svg.contains("scheduler=late-batch-bitmap"));
+        let (scenario, points) = results("schedulers");
+        let svg = throughput_svg(&scenario, &scenario.sweeps, &points);
+        assert!(svg.contains(">early-ws-optimistic</text>"), "scheduler names label the x axis");
+        let lat = latency_svg(&scenario, &scenario.sweeps, &points);
+        assert_eq!(lat.matches("<circle").count(), points.len());
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn the_report_names_every_point() {
+        let (scenario, points) = results("latency-throughput");
+        let md = markdown(&scenario, &scenario.sweeps, &points);
+        for p in &points {
+            assert!(md.contains(&format!("| {} |", p.name)), "{}", p.name);
+        }
+        assert!(md.contains("Swept: clients=1,4,16,64; scheduler=sequential,early."));
+    }
+
+    #[test]
+    fn axis_ends_are_round() {
+        assert_eq!(nice_ceiling(0.0), 1.0);
+        assert_eq!(nice_ceiling(7.0), 10.0);
+        assert_eq!(nice_ceiling(130_000.0), 150_000.0);
+        assert_eq!(nice_ceiling(208_400.0), 250_000.0);
+        assert_eq!(nice_ceiling(0.3), 0.5);
+        assert_eq!(short(250_000.0), "250k");
+        assert_eq!(escape("a<b&"), "a&lt;b&amp;");
+    }
+}

@@ -1,0 +1,438 @@
+//! Named end-to-end scenarios of `psmr bench` and the sweeps over their
+//! parameters.
+//!
+//! A scenario is a base set of [`Params`] (cluster and load) plus sweeps:
+//! each sweep names a parameter and its values, and the scenario runs once
+//! per point of their cartesian product. `psmr bench --sweep KEY=V1,V2`
+//! replaces a scenario's sweep over KEY or adds one.
+
+use std::fmt;
+use thiserror::Error;
+
+/// Most points one invocation runs (each starts a cluster).
+pub const POINTS_MAX: usize = 256;
+
+/// Bad scenario names, sweeps and parameter values.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ScenarioError {
+    /// No scenario has that name.
+    #[error("unknown scenario {name:?} (known: {known}; `psmr bench --list` describes them)")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+    /// A sweep is not `KEY=V1,V2,...`.
+    #[error("malformed sweep {0:?}: expected KEY=V1,V2,... such as workers=1,2,4")]
+    SweepFormat(String),
+    /// A sweep or parameter names no parameter.
+    #[error("unknown parameter {key:?} (known: {known})")]
+    UnknownKey {
+        /// The key given.
+        key: String,
+        /// The keys there are.
+        known: String,
+    },
+    /// A value does not parse or is out of range.
+    #[error("bad value {value:?} for {key}: {why}")]
+    BadValue {
+        /// The parameter.
+        key: String,
+        /// The value given.
+        value: String,
+        /// What is expected.
+        why: String,
+    },
+    /// The same parameter is swept twice.
+    #[error("{0} is swept twice")]
+    DuplicateSweep(String),
+    /// The sweeps multiply to too many points.
+    #[error("the sweeps make {got} points, more than {max}", max = POINTS_MAX)]
+    TooManyPoints {
+        /// Points the sweeps make.
+        got: usize,
+    },
+}
+
+/// Every parameter of one end-to-end run: the cluster and the load.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    /// Replicas (2f+1).
+    pub replicas: u64,
+    /// Execution scheduler of every replica.
+    pub scheduler: String,
+    /// Worker threads per replica.
+    pub workers: usize,
+    /// `memory` or `disk`.
+    pub storage: String,
+    /// ClientIO threads per replica.
+    pub client_io_threads: usize,
+    /// Longest a command waits for its log entry to fill, µs.
+    pub batch_delay_us: u64,
+    /// Log entries in flight.
+    pub pipeline: usize,
+    /// Closed-loop clients.
+    pub clients: usize,
+    /// Commands per client request.
+    pub per_request: usize,
+    /// Percentage of writes.
+    pub write_pct: u8,
+    /// Keys the load touches.
+    pub keys: u64,
+    /// Warm-up, seconds.
+    pub warmup_s: f64,
+    /// Measured time, seconds.
+    pub duration_s: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            replicas: 3,
+            scheduler: "early".into(),
+            workers: 2,
+            storage: "memory".into(),
+            client_io_threads: 2,
+            batch_delay_us: 200,
+            pipeline: 8,
+            clients: 64,
+            per_request: 50,
+            write_pct: 15,
+            keys: 10_000,
+            warmup_s: 1.0,
+            duration_s: 5.0,
+        }
+    }
+}
+
+/// The parameters a sweep or `--set` may name.
+pub const KEYS: [&str; 13] = [
+    "replicas",
+    "scheduler",
+    "workers",
+    "storage",
+    "client_io_threads",
+    "batch_delay_us",
+    "pipeline",
+    "clients",
+    "per_request",
+    "write_pct",
+    "keys",
+    "warmup_s",
+    "duration_s",
+];
+
+/// Parameters that shape the cluster rather than the load: they cannot
+/// vary against an existing cluster (`--cluster`).
+pub const CLUSTER_KEYS: [&str; 7] =
+    ["replicas", "scheduler", "workers", "storage", "client_io_threads", "batch_delay_us", "pipeline"];
+
+fn num<T: std::str::FromStr>(key: &str, value: &str, why: &str) -> Result<T, ScenarioError> {
+    value.trim().parse().map_err(|_| ScenarioError::BadValue { key: key.into(), value: value.into(), why: why.into() })
+}
+
+impl Params {
+    /// Sets `key` (a name of [`KEYS`]; `-` may stand for `_`) to `value`.
+    /// Only the syntax is checked here; ranges are the cluster's and the
+    /// load's to check, with their own messages.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ScenarioError> {
+        let key = key.trim().replace('-', "_");
+        let count = "a whole number";
+        match key.as_str() {
+            "replicas" => self.replicas = num(&key, value, count)?,
+            "scheduler" => self.scheduler = value.trim().to_string(),
+            "workers" => self.workers = num(&key, value, count)?,
+            "storage" => match value.trim() {
+                s @ ("memory" | "disk") => self.storage = s.to_string(),
+                _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "memory or disk".into() }),
+            },
+            "client_io_threads" => self.client_io_threads = num(&key, value, count)?,
+            "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
+            "pipeline" => self.pipeline = num(&key, value, count)?,
+            "clients" => self.clients = num(&key, value, count)?,
+            "per_request" => self.per_request = num(&key, value, count)?,
+            "write_pct" => self.write_pct = num(&key, value, "a percentage 0-100")?,
+            "keys" => self.keys = num(&key, value, count)?,
+            "warmup_s" | "duration_s" => {
+                let s: f64 = num(&key, value, "seconds")?;
+                if !(0.0..=3600.0).contains(&s) || (key == "duration_s" && s == 0.0) {
+                    return Err(ScenarioError::BadValue { key, value: value.into(), why: "seconds, 0-3600".into() });
+                }
+                if key == "warmup_s" {
+                    self.warmup_s = s;
+                } else {
+                    self.duration_s = s;
+                }
+            }
+            _ => return Err(ScenarioError::UnknownKey { key, known: KEYS.join(", ") }),
+        }
+        Ok(())
+    }
+
+    /// The value of `key` as text, as [`Params::set`] reads it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        Some(match key {
+            "replicas" => self.replicas.to_string(),
+            "scheduler" => self.scheduler.clone(),
+            "workers" => self.workers.to_string(),
+            "storage" => self.storage.clone(),
+            "client_io_threads" => self.client_io_threads.to_string(),
+            "batch_delay_us" => self.batch_delay_us.to_string(),
+            "pipeline" => self.pipeline.to_string(),
+            "clients" => self.clients.to_string(),
+            "per_request" => self.per_request.to_string(),
+            "write_pct" => self.write_pct.to_string(),
+            "keys" => self.keys.to_string(),
+            "warmup_s" => self.warmup_s.to_string(),
+            "duration_s" => self.duration_s.to_string(),
+            _ => return None,
+        })
+    }
+}
+
+/// One swept parameter and its values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// The parameter (a name of [`KEYS`]).
+    pub key: String,
+    /// Its values, in order.
+    pub values: Vec<String>,
+}
+
+impl std::str::FromStr for Sweep {
+    type Err = ScenarioError;
+
+    /// `KEY=V1,V2,...`; every value is checked against the key.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (key, values) = s.split_once('=').ok_or_else(|| ScenarioError::SweepFormat(s.to_string()))?;
+        let key = key.trim().replace('-', "_");
+        let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).collect();
+        if key.is_empty() || values.iter().any(String::is_empty) {
+            return Err(ScenarioError::SweepFormat(s.to_string()));
+        }
+        let mut probe = Params::default();
+        for v in &values {
+            probe.set(&key, v)?;
+        }
+        Ok(Sweep { key, values })
+    }
+}
+
+impl fmt::Display for Sweep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.key, self.values.join(","))
+    }
+}
+
+/// A named end-to-end experiment.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// The figure or table of the papers it follows, if any.
+    pub source: &'static str,
+    /// One line: what it shows.
+    pub about: &'static str,
+    /// The base parameters.
+    pub base: Params,
+    /// Its sweeps; the first one is the x axis of the throughput plot.
+    pub sweeps: Vec<Sweep>,
+}
+
+fn sweep(key: &str, values: &[&str]) -> Sweep {
+    Sweep { key: key.into(), values: values.iter().map(|v| v.to_string()).collect() }
+}
+
+/// Every scenario, the default (`schedulers`) first.
+pub fn scenarios() -> Vec<Scenario> {
+    let base = Params::default();
+    vec![
+        Scenario {
+            name: "schedulers",
+            source: "003 Fig. 2-3, 000 Fig. 7.1 (end to end, kv)",
+            about: "every kind of scheduler end to end: 3 kv replicas, 64 clients x 50 commands, 15 % writes",
+            base: base.clone(),
+            sweeps: vec![sweep(
+                "scheduler",
+                &["sequential", "late-batch-bitmap", "early", "early-busywait", "early-ws-optimistic"],
+            )],
+        },
+        Scenario {
+            name: "latency-throughput",
+            source: "003 Fig. 3 (latency against throughput)",
+            about: "more and more closed-loop clients, sequential against early: latency as load grows",
+            base: Params { per_request: 1, ..base.clone() },
+            sweeps: vec![sweep("clients", &["1", "4", "16", "64"]), sweep("scheduler", &["sequential", "early"])],
+        },
+        Scenario {
+            name: "workers",
+            source: "003 Fig. 2, 004 Fig. 4 (throughput against workers)",
+            about: "worker threads per replica, early against late-batch-bitmap",
+            base: base.clone(),
+            sweeps: vec![sweep("workers", &["1", "2", "4"]), sweep("scheduler", &["early", "late-batch-bitmap"])],
+        },
+        Scenario {
+            name: "write-ratio",
+            source: "003 Fig. 2(d-f), 004 Fig. 5 (conflict rates)",
+            about: "share of writes (conflicting commands), sequential against early and late-batch-bitmap",
+            base: base.clone(),
+            sweeps: vec![
+                sweep("write_pct", &["0", "15", "50", "100"]),
+                sweep("scheduler", &["sequential", "early", "late-batch-bitmap"]),
+            ],
+        },
+        Scenario {
+            name: "clientio",
+            source: "002 Fig. 9 (number of ClientIO threads)",
+            about: "ClientIO threads per replica with 64 clients sending one command per request",
+            base: Params { per_request: 1, scheduler: "sequential".into(), ..base.clone() },
+            sweeps: vec![sweep("client_io_threads", &["1", "2", "4"])],
+        },
+        Scenario {
+            name: "client-batching",
+            source: "004 §VI, 003 §6.1 (client proxies that batch)",
+            about: "commands per client request, 64 clients",
+            base: Params { scheduler: "sequential".into(), ..base.clone() },
+            sweeps: vec![sweep("per_request", &["1", "10", "50"])],
+        },
+        Scenario {
+            name: "storage",
+            source: "the durability issue (disk against memory)",
+            about: "raft log in memory against synced on disk, 8 and 64 clients",
+            base: Params { scheduler: "sequential".into(), ..base },
+            sweeps: vec![sweep("clients", &["8", "64"]), sweep("storage", &["memory", "disk"])],
+        },
+    ]
+}
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Result<Scenario, ScenarioError> {
+    let all = scenarios();
+    let known = all.iter().map(|s| s.name).collect::<Vec<_>>().join(", ");
+    all.into_iter().find(|s| s.name == name).ok_or(ScenarioError::Unknown { name: name.into(), known })
+}
+
+/// `sweeps` with each of `overrides` replacing the sweep over its key, or
+/// appended when the key is not swept yet. Two overrides of one key are an
+/// error.
+pub fn merge(sweeps: &[Sweep], overrides: &[Sweep]) -> Result<Vec<Sweep>, ScenarioError> {
+    let mut out = sweeps.to_vec();
+    for (i, o) in overrides.iter().enumerate() {
+        if overrides[..i].iter().any(|p| p.key == o.key) {
+            return Err(ScenarioError::DuplicateSweep(o.key.clone()));
+        }
+        match out.iter_mut().find(|s| s.key == o.key) {
+            Some(s) => s.values = o.values.clone(),
+            None => out.push(o.clone()),
+        }
+    }
+    Ok(out)
+}
+
+/// One point of a sweep: its parameters and the swept values that made it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// The full parameters.
+    pub params: Params,
+    /// `(key, value)` of every sweep, in sweep order.
+    pub label: Vec<(String, String)>,
+}
+
+impl Point {
+    /// `scheduler=early workers=2`, or `base` when nothing is swept.
+    pub fn name(&self) -> String {
+        if self.label.is_empty() {
+            return "base".into();
+        }
+        self.label.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// The cartesian product of `sweeps` over `base`, the last sweep varying
+/// fastest.
+pub fn expand(base: &Params, sweeps: &[Sweep]) -> Result<Vec<Point>, ScenarioError> {
+    let count = sweeps.iter().try_fold(1usize, |n, s| n.checked_mul(s.values.len()));
+    match count {
+        Some(n) if n <= POINTS_MAX => {}
+        other => return Err(ScenarioError::TooManyPoints { got: other.unwrap_or(usize::MAX) }),
+    }
+    let mut points = vec![Point { params: base.clone(), label: Vec::new() }];
+    for s in sweeps {
+        let mut next = Vec::with_capacity(points.len() * s.values.len());
+        for p in &points {
+            for v in &s.values {
+                let mut q = p.clone();
+                q.params.set(&s.key, v)?;
+                q.label.push((s.key.clone(), v.clone()));
+                next.push(q);
+            }
+        }
+        points = next;
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_parse_and_reject_bad_input() {
+        let s: Sweep = "workers=1, 2,4".parse().unwrap();
+        assert_eq!(s, sweep("workers", &["1", "2", "4"]));
+        assert_eq!(s.to_string(), "workers=1,2,4");
+        assert_eq!("per-request=1".parse::<Sweep>().unwrap().key, "per_request");
+        assert!(matches!("workers".parse::<Sweep>(), Err(ScenarioError::SweepFormat(_))));
+        assert!(matches!("workers=1,,2".parse::<Sweep>(), Err(ScenarioError::SweepFormat(_))));
+        assert!(matches!("=1".parse::<Sweep>(), Err(ScenarioError::SweepFormat(_))));
+        assert!(matches!("cores=1".parse::<Sweep>(), Err(ScenarioError::UnknownKey { .. })));
+        assert!(matches!("workers=two".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("storage=tape".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("duration_s=0".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("write_pct=300".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+    }
+
+    #[test]
+    fn expand_makes_the_cartesian_product_in_order() {
+        let sweeps = [sweep("workers", &["1", "2"]), sweep("scheduler", &["a", "b", "c"])];
+        let points = expand(&Params::default(), &sweeps).unwrap();
+        assert_eq!(points.len(), 6);
+        assert_eq!(points[0].name(), "workers=1 scheduler=a");
+        assert_eq!(points[5].name(), "workers=2 scheduler=c");
+        assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
+        for key in KEYS {
+            assert!(Params::default().get(key).is_some(), "{key}");
+            let mut p = Params::default();
+            p.set(key, &Params::default().get(key).unwrap()).unwrap();
+            assert_eq!(p, Params::default(), "{key} round-trips");
+        }
+        assert_eq!(expand(&Params::default(), &[]).unwrap()[0].name(), "base");
+        let big = [sweep("clients", &["1"; 20]), sweep("keys", &["1"; 20])];
+        assert_eq!(expand(&Params::default(), &big), Err(ScenarioError::TooManyPoints { got: 400 }));
+    }
+
+    #[test]
+    fn overrides_replace_or_add_sweeps() {
+        let base = [sweep("workers", &["1", "2"])];
+        let merged = merge(&base, &[sweep("workers", &["4"]), sweep("clients", &["8"])]).unwrap();
+        assert_eq!(merged, [sweep("workers", &["4"]), sweep("clients", &["8"])]);
+        assert_eq!(
+            merge(&base, &[sweep("clients", &["8"]), sweep("clients", &["9"])]),
+            Err(ScenarioError::DuplicateSweep("clients".into()))
+        );
+    }
+
+    #[test]
+    fn every_scenario_expands_and_names_are_unique() {
+        let all = scenarios();
+        assert_eq!(all[0].name, "schedulers");
+        for (i, s) in all.iter().enumerate() {
+            assert!(all[..i].iter().all(|t| t.name != s.name), "{} twice", s.name);
+            let points = expand(&s.base, &s.sweeps).unwrap();
+            assert!(!points.is_empty() && points.len() <= 16, "{}: {} points", s.name, points.len());
+            assert_eq!(find(s.name).unwrap().name, s.name);
+        }
+        assert!(matches!(find("fig9"), Err(ScenarioError::Unknown { .. })));
+    }
+}

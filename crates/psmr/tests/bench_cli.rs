@@ -1,0 +1,127 @@
+//! `psmr bench` end to end: the scenario list, bad input, and a real run
+//! against a local cluster whose report files hold what they promise and
+//! whose history is linearizable.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn psmr(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_psmr")).args(args).output().expect("psmr runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let o = psmr(args);
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "{args:?} should fail");
+    assert!(err.contains(needle), "{args:?}: stderr should mention {needle:?}, got:\n{err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked:\n{err}");
+}
+
+fn test_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("psmr-bench-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn list_names_every_scenario_once() {
+    let o = psmr(&["bench", "--list"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let names: Vec<String> =
+        text(&o.stdout).lines().map(|l| l.split_whitespace().next().unwrap_or("").to_string()).collect();
+    for want in ["schedulers", "latency-throughput", "workers", "write-ratio", "clientio", "client-batching", "storage"]
+    {
+        assert_eq!(names.iter().filter(|n| *n == want).count(), 1, "{want} in {names:?}");
+    }
+    assert_eq!(names[0], "schedulers", "the default scenario comes first");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    fails_with(&["bench", "--scenario", "fig99"], "unknown scenario \"fig99\"");
+    fails_with(&["bench", "--sweep", "workers"], "malformed sweep \"workers\"");
+    fails_with(&["bench", "--sweep", "workers=1,,2"], "malformed sweep");
+    fails_with(&["bench", "--sweep", "cores=1,2"], "unknown parameter \"cores\"");
+    fails_with(&["bench", "--sweep", "workers=two"], "bad value \"two\" for workers");
+    fails_with(&["bench", "--sweep", "clients=1", "--sweep", "clients=2"], "clients is swept twice");
+    fails_with(&["bench", "--set", "clients"], "malformed --set");
+    fails_with(&["bench", "--set", "clients=0"], "--clients must be between 1 and 4096");
+    fails_with(&["bench", "--sweep", "scheduler=early,fastest"], "unknown scheduler \"fastest\"");
+    fails_with(&["bench", "--cluster", "127.0.0.1:1"], "no replica of --cluster answered");
+    fails_with(&["bench", "--cluster", "127.0.0.1:1", "--sweep", "workers=1,2"], "workers cannot be swept");
+    fails_with(&["bench", "--cluster", "not an address"], "bad replica address");
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+#[test]
+fn a_run_writes_its_report_and_a_linearizable_history() {
+    let dir = test_dir("run");
+    let out = dir.join("out");
+    let history = dir.join("h.jsonl");
+    let o = psmr(&[
+        "bench",
+        "--scenario",
+        "client-batching",
+        "--sweep",
+        "per_request=1,5",
+        "--set",
+        "clients=3",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--set",
+        "keys=20",
+        "--set",
+        "write_pct=50",
+        "--out",
+        out.to_str().unwrap(),
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let results = read_json(&out.join("results.json"));
+    assert_eq!(results["scenario"], "client-batching");
+    let points = results["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for (p, per) in points.iter().zip(["1", "5"]) {
+        assert_eq!(p["label"]["per_request"], per);
+        assert_eq!(p["params"]["clients"], "3");
+        assert!(p["commands_per_s"].as_f64().unwrap() > 0.0, "{p}");
+        let request = &p["latency_us"]["request"];
+        assert!(request["count"].as_u64().unwrap() > 0, "{p}");
+        let q = |k: &str| request[k].as_u64().unwrap();
+        assert!(q("p50") <= q("p90") && q("p90") <= q("p99") && q("p99") <= q("p999") && q("p999") <= q("max"));
+        let reads = p["latency_us"]["read"]["count"].as_u64().unwrap();
+        let writes = p["latency_us"]["write"]["count"].as_u64().unwrap();
+        let per: u64 = per.parse().unwrap();
+        assert_eq!(reads + writes, request["count"].as_u64().unwrap() * per, "one sample per command");
+        let timeline: u64 = p["timeline"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).sum();
+        let commands = (p["commands_per_s"].as_f64().unwrap() * 1.0).round() as u64;
+        assert_eq!(timeline, commands, "the timeline adds up to the commands measured");
+        assert!(!p["stages"].as_array().unwrap().is_empty(), "stage busy times of the replicas");
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    for svg in ["throughput.svg", "latency.svg"] {
+        let s = std::fs::read_to_string(out.join(svg)).unwrap();
+        assert!(s.starts_with("<svg") && s.matches("<circle").count() == 2, "{svg}:\n{s}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("| per_request=1 |") && report.contains("| per_request=5 |"), "{report}");
+    for i in 0..2 {
+        let h = dir.join(format!("h.{i}.jsonl"));
+        let check = psmr(&["check-history", h.to_str().unwrap()]);
+        assert!(check.status.success(), "{}{}", text(&check.stdout), text(&check.stderr));
+        assert!(text(&check.stdout).starts_with("linearizable"), "{}", text(&check.stdout));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
