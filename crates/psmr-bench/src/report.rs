@@ -467,10 +467,11 @@ mod tests {
     #[test]
     fn axis_ends_are_round() {
         assert_eq!(nice_ceiling(0.0), 1.0);
-        assert_eq!(nice_ceiling(7.0), 10.0);
+        assert_eq!(nice_ceiling(7.0), 8.0);
+        assert_eq!(nice_ceiling(9.0), 10.0);
         assert_eq!(nice_ceiling(130_000.0), 150_000.0);
         assert_eq!(nice_ceiling(208_400.0), 250_000.0);
-        assert_eq!(nice_ceiling(0.3), 0.5);
+        assert!((nice_ceiling(0.35) - 0.4).abs() < 1e-12);
         assert_eq!(short(250_000.0), "250k");
         assert_eq!(escape("a<b&"), "a&lt;b&amp;");
     }
