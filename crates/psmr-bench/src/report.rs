@@ -39,6 +39,20 @@ pub struct StageRow {
     pub blocked: f64,
 }
 
+/// Something done to the cluster during a point (`psmr bench` faults).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Event {
+    /// Seconds since the point's load started (warm-up included).
+    pub at_s: f64,
+    /// `kill` (SIGKILL) or `restart`.
+    pub action: String,
+    /// The replica.
+    pub replica: u64,
+    /// Why it could not be done, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// The measurements of one point.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PointResult {
@@ -52,12 +66,16 @@ pub struct PointResult {
     pub commands_per_s: f64,
     /// Requests per second.
     pub requests_per_s: f64,
+    /// Requests that failed (timed out or refused), warm-up included.
+    pub failed_requests: u64,
     /// Latency per command kind (`read`, `write`) and per `request`.
     pub latency_us: BTreeMap<String, Percentiles>,
     /// Commands completed in each second of the window.
     pub timeline: Vec<u64>,
     /// Per replica and stage.
     pub stages: Vec<StageRow>,
+    /// Faults injected, in order.
+    pub events: Vec<Event>,
 }
 
 impl PointResult {
@@ -71,9 +89,11 @@ impl PointResult {
             params,
             commands_per_s: 0.0,
             requests_per_s: 0.0,
+            failed_requests: 0,
             latency_us: BTreeMap::new(),
             timeline: Vec::new(),
             stages: Vec::new(),
+            events: Vec::new(),
         }
     }
 }
@@ -395,6 +415,22 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
                 100.0 * bl / n
             );
         }
+    }
+    let faults: Vec<&PointResult> = points.iter().filter(|p| !p.events.is_empty()).collect();
+    if !faults.is_empty() {
+        let _ = writeln!(s, "\n## Faults\n");
+        let _ = writeln!(s, "| point | at (s) | action | replica | failed requests in the point |");
+        let _ = writeln!(s, "| --- | ---: | --- | ---: | ---: |");
+        for p in faults {
+            for e in &p.events {
+                let what = match &e.error {
+                    Some(err) => format!("{} (failed: {err})", e.action),
+                    None => e.action.clone(),
+                };
+                let _ = writeln!(s, "| {} | {:.1} | {what} | {} | {} |", p.name, e.at_s, e.replica, p.failed_requests);
+            }
+        }
+        let _ = writeln!(s, "\nThe per-second `timeline` in `results.json` shows what each fault cost.");
     }
     let _ =
         writeln!(s, "\nThroughput per second of each point: `results.json` (`timeline`); every number: `results.csv`.");

@@ -5,7 +5,7 @@ use crate::cluster::{fresh_config, parse_storage, ClusterArgs, LocalCluster};
 use crate::load::{LoadResult, LoadSpec};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use psmr_bench::report::{self, Percentiles, PointResult, StageRow};
+use psmr_bench::report::{self, Event, Percentiles, PointResult, StageRow};
 use psmr_bench::scenario::{self, Params, Point, Sweep, CLUSTER_KEYS};
 use psmr_client::{Client, ClientConfig};
 use std::io::IsTerminal;
@@ -36,8 +36,9 @@ pub struct BenchArgs {
     /// Set a parameter of every point, KEY=VALUE (repeatable; same keys).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// Where to write results.json, results.csv, the SVG plots and
-    /// report.md [default: psmr-bench-out/SCENARIO].
+    /// Where to write results.json, results.csv, the SVG plots, report.md
+    /// and the replicas' logs (logs/point-N/replica-M.log) [default:
+    /// psmr-bench-out/SCENARIO].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Drive an existing cluster (client addresses HOST:PORT,...) instead
@@ -49,6 +50,136 @@ pub struct BenchArgs {
     /// to FILE with `.N` before its extension.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
+    /// Fault: every DURATION (`2s`, `500ms`, `1.5`), kill the leader with
+    /// SIGKILL and restart it `--restart-after` later. Faults restart
+    /// replicas from their data, so storage defaults to disk.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    kill_leader_every: Option<Duration>,
+    /// Fault: kill replica N (its id, from 1) with SIGKILL at `--at`.
+    #[arg(long, value_name = "N")]
+    kill_replica: Option<u64>,
+    /// When `--kill-replica` strikes, counted from the start of the load
+    /// (warm-up included).
+    #[arg(long, value_name = "T", requires = "kill_replica", value_parser = parse_duration)]
+    at: Option<Duration>,
+    /// How long a killed replica stays down before it restarts.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    restart_after: Duration,
+}
+
+/// `2s`, `500ms`, `1m` or plain seconds (`1.5`), at most an hour.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        _ => return Err(format!("bad duration {s:?}: use e.g. 500ms, 2s, 1m or 1.5")),
+    };
+    let plain = !number.is_empty() && number.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let value: f64 = plain
+        .then(|| number.parse().ok())
+        .flatten()
+        .ok_or_else(|| format!("bad duration {s:?}: use e.g. 500ms, 2s, 1m or 1.5"))?;
+    let secs = value * scale;
+    if !(secs > 0.0 && secs <= 3600.0) {
+        return Err(format!("duration {s:?} must be above 0 and at most an hour"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The faults to inject into every point.
+#[derive(Clone, Debug, Default)]
+struct Faults {
+    kill_leader_every: Option<Duration>,
+    kill_replica: Option<(u64, Duration)>,
+    restart_after: Duration,
+}
+
+impl Faults {
+    fn any(&self) -> bool {
+        self.kill_leader_every.is_some() || self.kill_replica.is_some()
+    }
+}
+
+/// What the fault thread does next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Action {
+    KillLeader,
+    Kill(u64),
+    Restart(u64),
+}
+
+/// Injects `faults` into `cluster` from `start` until `stop` is set;
+/// returns what it did.
+fn inject(
+    cluster: &std::sync::Mutex<LocalCluster>,
+    faults: &Faults,
+    start: std::time::Instant,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<Event> {
+    use std::sync::atomic::Ordering;
+    let mut pending: Vec<(Duration, Action)> = Vec::new();
+    if let Some(every) = faults.kill_leader_every {
+        pending.push((every, Action::KillLeader));
+    }
+    if let Some((id, at)) = faults.kill_replica {
+        pending.push((at, Action::Kill(id)));
+    }
+    let mut events = Vec::new();
+    while !pending.is_empty() {
+        pending.sort_by_key(|p| std::cmp::Reverse(p.0));
+        let (at, action) = pending.pop().expect("not empty");
+        while start.elapsed() < at {
+            if stop.load(Ordering::SeqCst) {
+                return events;
+            }
+            std::thread::sleep(Duration::from_millis(10).min(at.saturating_sub(start.elapsed())));
+        }
+        let mut cluster = match cluster.lock() {
+            Ok(c) => c,
+            Err(_) => return events,
+        };
+        let mut record = |action: &str, replica: u64, result: Result<()>| {
+            let error = result.err().map(|e| format!("{e:#}"));
+            events.push(Event { at_s: start.elapsed().as_secs_f64(), action: action.into(), replica, error });
+        };
+        match action {
+            Action::KillLeader => {
+                if let Some(every) = faults.kill_leader_every {
+                    pending.push((at + every, Action::KillLeader));
+                }
+                match cluster.leader() {
+                    Some(id) => {
+                        let result = cluster.kill(id);
+                        let ok = result.is_ok();
+                        record("kill leader", id, result);
+                        if ok {
+                            pending.push((start.elapsed() + faults.restart_after, Action::Restart(id)));
+                        }
+                    }
+                    None => record("kill leader", 0, Err(anyhow::anyhow!("no leader to kill"))),
+                }
+            }
+            Action::Kill(id) => {
+                let result = cluster.kill(id);
+                let ok = result.is_ok();
+                record("kill", id, result);
+                if ok {
+                    pending.push((start.elapsed() + faults.restart_after, Action::Restart(id)));
+                }
+            }
+            Action::Restart(id) => {
+                let result = cluster.restart(id);
+                record("restart", id, result);
+            }
+        }
+    }
+    events
 }
 
 /// `FILE` for one point, else `FILE` with `.N` before its extension.
@@ -89,7 +220,19 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         kept
     };
     let sweeps = scenario::merge(&scenario_sweeps, &overrides)?;
+    let faults = Faults {
+        kill_leader_every: args.kill_leader_every,
+        kill_replica: args.kill_replica.map(|id| (id, args.at.unwrap_or(Duration::from_secs(1)))),
+        restart_after: args.restart_after,
+    };
     let mut base = scenario.base.clone();
+    if faults.any() {
+        if !args.cluster.is_empty() {
+            bail!("faults kill and restart replica processes, which psmr bench can do only to clusters it started (drop --cluster)");
+        }
+        // A replica restarted from memory would have forgotten its log.
+        base.storage = "disk".into();
+    }
     if args.quick {
         base.warmup_s = 0.5;
         base.duration_s = 2.0;
@@ -107,6 +250,14 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         load_spec(&point.params, None).validate().with_context(|| format!("point {}", point.name()))?;
         if args.cluster.is_empty() {
             cluster_config(&point.params, &std::env::temp_dir()).with_context(|| format!("point {}", point.name()))?;
+        }
+        if faults.any() && point.params.storage == "memory" {
+            bail!("point {}: faults restart replicas, which memory storage cannot (it forgets the log)", point.name());
+        }
+        if let Some((id, _)) = faults.kill_replica {
+            if id == 0 || id > point.params.replicas {
+                bail!("--kill-replica {id}: point {} has replicas 1 to {}", point.name(), point.params.replicas);
+            }
         }
     }
     let existing = if args.cluster.is_empty() { None } else { Some(reachable(&args.cluster)?) };
@@ -131,7 +282,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             eprint!("{tag}: running ({:.0} s)...\r", point.params.warmup_s + point.params.duration_s);
         }
         let history = args.history.as_deref().map(|f| history_path(f, i, points.len()));
-        match run_point(point, existing.as_deref(), history) {
+        let logs = out.join("logs").join(format!("point-{i}"));
+        match run_point(point, existing.as_deref(), history, &faults, &logs) {
             Ok(r) => {
                 let p99 = r.latency_us.get("request").map_or(0, |l| l.p99);
                 eprintln!("{tag}: {:.0} commands/s, request p99 {:.2} ms{clear}", r.commands_per_s, p99 as f64 / 1e3);
@@ -195,21 +347,29 @@ fn load_spec(p: &Params, history: Option<PathBuf>) -> LoadSpec {
 
 /// Runs one point: a fresh local cluster (unless `existing`), the load,
 /// the cluster stopped and its data removed.
-fn run_point(point: &Point, existing: Option<&[SocketAddr]>, history: Option<PathBuf>) -> Result<PointResult> {
+fn run_point(
+    point: &Point,
+    existing: Option<&[SocketAddr]>,
+    history: Option<PathBuf>,
+    faults: &Faults,
+    logs: &Path,
+) -> Result<PointResult> {
     let p = &point.params;
     let spec = load_spec(p, history);
     spec.validate()?;
-    let load = match existing {
-        Some(addrs) => crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?,
+    let (load, events) = match existing {
+        Some(addrs) => (crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?, Vec::new()),
         None => {
             let dir = std::env::temp_dir().join(format!("psmr-bench-{}-{}", std::process::id(), next_dir_number()));
-            let result = run_local(p, &dir, &spec);
+            let result = run_local(p, &dir, &spec, faults, logs);
             // The data of a finished point is of no further use.
             let _ = std::fs::remove_dir_all(&dir);
             result?
         }
     };
-    Ok(to_result(point, &load))
+    let mut result = to_result(point, &load);
+    result.events = events;
+    Ok(result)
 }
 
 fn next_dir_number() -> u64 {
@@ -240,19 +400,37 @@ fn cluster_config(p: &Params, dir: &Path) -> Result<psmr_replica::Config> {
     fresh_config(&args, parse_storage(&p.storage)?, dir)
 }
 
-fn run_local(p: &Params, dir: &Path, spec: &LoadSpec) -> Result<LoadResult> {
+fn run_local(
+    p: &Params,
+    dir: &Path,
+    spec: &LoadSpec,
+    faults: &Faults,
+    logs: &Path,
+) -> Result<(LoadResult, Vec<Event>)> {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let config = cluster_config(p, dir)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join("cluster.toml");
     std::fs::write(&path, config.to_toml()).with_context(|| format!("cannot write {}", path.display()))?;
-    let mut cluster = LocalCluster::start(&path, &config, true)?;
+    let mut cluster = LocalCluster::start(&path, &config, Some(logs))?;
     cluster.wait_ready(READY_TIMEOUT)?;
     let addrs = cluster.addrs.clone();
-    let result = crate::load::run(&addrs, || ClientConfig::new(addrs.clone()), spec)?;
+    let cluster = std::sync::Mutex::new(cluster);
+    let stop = AtomicBool::new(false);
+    let start = std::time::Instant::now();
+    let (result, events) = std::thread::scope(|scope| {
+        let injector = faults.any().then(|| scope.spawn(|| inject(&cluster, faults, start, &stop)));
+        let result = crate::load::run(&addrs, || ClientConfig::new(addrs.clone()), spec);
+        stop.store(true, Ordering::SeqCst);
+        let events = injector.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        (result, events)
+    });
+    let result = result?;
+    let mut cluster = cluster.into_inner().map_err(|_| anyhow::anyhow!("the fault thread panicked"))?;
     if let Some((id, status)) = cluster.exited().into_iter().next() {
         bail!("replica {id} exited during the run: {status}");
     }
-    Ok(result)
+    Ok((result, events))
 }
 
 fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
@@ -270,6 +448,7 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     let mut r = PointResult::new(point);
     r.commands_per_s = load.commands_per_s();
     r.requests_per_s = load.requests as f64 / load.seconds;
+    r.failed_requests = load.errors;
     r.latency_us.insert("read".into(), percentiles(&load.read_latency));
     r.latency_us.insert("write".into(), percentiles(&load.write_latency));
     r.latency_us.insert("request".into(), percentiles(&load.request_latency));
@@ -291,6 +470,17 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_reject_nonsense() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "0", "0s", "-1s", "2h", "fast", "1e3", "NaN", "2 s s", "7200"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn history_files_are_numbered_per_point() {

@@ -167,30 +167,93 @@ pub(crate) struct LocalCluster {
     children: Vec<(u64, Child)>,
     /// Client addresses, in replica id order.
     pub(crate) addrs: Vec<SocketAddr>,
+    path: PathBuf,
+    exe: PathBuf,
+    /// Where each replica's stderr goes (`replica-N.log`, appended), and
+    /// its stdout nowhere; `None`: both inherited.
+    logs: Option<PathBuf>,
+    /// Replicas killed on purpose and not restarted yet.
+    killed: Vec<u64>,
 }
 
 impl LocalCluster {
-    /// Starts one `psmr replica --config path --id N` per member.
-    pub(crate) fn start(path: &std::path::Path, config: &Config, quiet: bool) -> Result<Self> {
+    /// Starts one `psmr replica --config path --id N` per member; with
+    /// `logs`, their output goes to files there.
+    pub(crate) fn start(path: &std::path::Path, config: &Config, logs: Option<&std::path::Path>) -> Result<Self> {
         let exe = std::env::current_exe().context("cannot find the psmr executable")?;
-        let mut cluster =
-            LocalCluster { children: Vec::new(), addrs: config.replicas.iter().map(|m| m.client).collect() };
+        let mut cluster = LocalCluster {
+            children: Vec::new(),
+            addrs: config.replicas.iter().map(|m| m.client).collect(),
+            path: path.to_path_buf(),
+            exe,
+            logs: logs.map(std::path::Path::to_path_buf),
+            killed: Vec::new(),
+        };
         for m in &config.replicas {
-            let mut command = Command::new(&exe);
-            command.arg("replica").arg("--config").arg(path).arg("--id").arg(m.id.to_string());
-            if quiet {
-                command.stdout(std::process::Stdio::null());
-            }
             // On error the cluster is dropped, which stops those started.
-            let child = command.spawn().with_context(|| format!("cannot start replica {}", m.id))?;
+            let child = cluster.spawn(m.id)?;
             cluster.children.push((m.id, child));
         }
         Ok(cluster)
     }
 
-    /// Replicas that have exited since the last call, with their status.
+    fn spawn(&self, id: u64) -> Result<Child> {
+        let mut command = Command::new(&self.exe);
+        command.arg("replica").arg("--config").arg(&self.path).arg("--id").arg(id.to_string());
+        if let Some(dir) = &self.logs {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let file = dir.join(format!("replica-{id}.log"));
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&file)
+                .with_context(|| format!("cannot open {}", file.display()))?;
+            command.stdout(std::process::Stdio::null()).stderr(log);
+        }
+        command.spawn().with_context(|| format!("cannot start replica {id}"))
+    }
+
+    /// Kills replica `id` with SIGKILL (a crash) and waits for it to die.
+    pub(crate) fn kill(&mut self, id: u64) -> Result<()> {
+        let (_, child) =
+            self.children.iter_mut().find(|(i, _)| *i == id).ok_or_else(|| anyhow!("no replica {id} to kill"))?;
+        child.kill().with_context(|| format!("cannot kill replica {id}"))?;
+        let _ = child.wait();
+        self.killed.push(id);
+        Ok(())
+    }
+
+    /// Starts replica `id` again from its data directory.
+    pub(crate) fn restart(&mut self, id: u64) -> Result<()> {
+        let child = self.spawn(id)?;
+        if let Some(slot) = self.children.iter_mut().find(|(i, _)| *i == id) {
+            slot.1 = child;
+        }
+        self.killed.retain(|&k| k != id);
+        Ok(())
+    }
+
+    /// The leader, as the replicas that answer see it (the highest term
+    /// wins), if any.
+    pub(crate) fn leader(&self) -> Option<u64> {
+        let probe = Client::new(ClientConfig::new(self.addrs.clone())).ok()?;
+        self.addrs
+            .iter()
+            .filter_map(|&a| probe.status_of(a, Duration::from_millis(500)).ok())
+            .filter(|s| s.leader != 0)
+            .max_by_key(|s| s.term)
+            .map(|s| s.leader)
+    }
+
+    /// Replicas that have exited on their own (not killed on purpose),
+    /// with their status.
     pub(crate) fn exited(&mut self) -> Vec<(u64, std::process::ExitStatus)> {
-        self.children.iter_mut().filter_map(|(id, c)| c.try_wait().ok().flatten().map(|s| (*id, s))).collect()
+        let killed = self.killed.clone();
+        self.children
+            .iter_mut()
+            .filter(|(id, _)| !killed.contains(id))
+            .filter_map(|(id, c)| c.try_wait().ok().flatten().map(|s| (*id, s)))
+            .collect()
     }
 
     /// Waits until every replica answers and one of them leads.
@@ -227,7 +290,7 @@ fn run_cluster(path: &std::path::Path, config: &Config) -> Result<()> {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst)).context("cannot handle Ctrl-C")?;
     }
-    let mut cluster = LocalCluster::start(path, config, false)?;
+    let mut cluster = LocalCluster::start(path, config, None)?;
     let mut reported = std::collections::HashSet::new();
     while !stop.load(Ordering::SeqCst) {
         for (id, status) in cluster.exited() {
@@ -465,17 +528,19 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
             "{}",
             serde_json::json!({"clients": l.clients, "per_request": l.per_request, "seconds": r.seconds,
                 "commands_per_s": r.commands_per_s(), "requests_per_s": r.requests as f64 / r.seconds,
-                "p50_us": p50, "p99_us": p99, "max_us": r.request_latency.max(), "stages": stages})
+                "p50_us": p50, "p99_us": p99, "max_us": r.request_latency.max(), "failed_requests": r.errors,
+                "stages": stages})
         );
     } else {
         println!(
-            "{} clients x {} commands/request: {:.0} commands/s, {:.0} requests/s, latency p50 {} us, p99 {} us",
+            "{} clients x {} commands/request: {:.0} commands/s, {:.0} requests/s, latency p50 {} us, p99 {} us, {} failed requests",
             l.clients,
             l.per_request,
             r.commands_per_s(),
             r.requests as f64 / r.seconds,
             p50,
-            p99
+            p99,
+            r.errors
         );
         println!("{:<22} {:<16} {:>6} {:>8} {:>8}", "replica", "thread", "busy", "wait-cpu", "blocked");
         for s in &r.stages {

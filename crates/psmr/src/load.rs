@@ -93,6 +93,8 @@ pub struct LoadResult {
     pub commands: u64,
     /// Requests completed in the window.
     pub requests: u64,
+    /// Requests that failed (timed out or refused) over the whole run.
+    pub errors: u64,
     /// Request latency, µs, one sample per read command.
     pub read_latency: Histogram<u64>,
     /// Request latency, µs, one sample per write command.
@@ -118,6 +120,7 @@ fn histogram() -> Result<Histogram<u64>> {
 
 /// What one client thread brings back.
 struct ClientTally {
+    errors: u64,
     commands: u64,
     requests: u64,
     read: Histogram<u64>,
@@ -146,6 +149,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         let recorder = recorder.clone();
         handles.push(std::thread::spawn(move || -> Result<ClientTally> {
             let mut tally = ClientTally {
+                errors: 0,
                 commands: 0,
                 requests: 0,
                 read: histogram()?,
@@ -183,7 +187,15 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
                     let shown = outcome.as_ref().map(Clone::clone).map_err(|e| e.to_string());
                     r.request(client.id(), &ops, &shown, now, done)?;
                 }
-                outcome?;
+                if let Err(e) = outcome {
+                    // The cluster may be changing leaders or be down (a
+                    // fault on purpose, or not): count it, go on, and do
+                    // not spin if the failure is immediate.
+                    tracing::debug!(client = client.id(), "request failed: {e}");
+                    tally.errors += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
                 if now >= measure_from && done <= measure_to {
                     let us = done.duration_since(now).as_micros().clamp(1, u128::from(LATENCY_MAX_US)) as u64;
                     tally.commands += per as u64;
@@ -211,6 +223,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         seconds: spec.duration.as_secs_f64(),
         commands: 0,
         requests: 0,
+        errors: 0,
         read_latency: histogram()?,
         write_latency: histogram()?,
         request_latency: histogram()?,
@@ -221,6 +234,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         let t = h.join().map_err(|_| anyhow!("a client thread panicked"))??;
         result.commands += t.commands;
         result.requests += t.requests;
+        result.errors += t.errors;
         result.read_latency.add(&t.read)?;
         result.write_latency.add(&t.write)?;
         result.request_latency.add(&t.request)?;

@@ -125,3 +125,59 @@ fn a_run_writes_its_report_and_a_linearizable_history() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn bad_fault_flags_are_clear_errors() {
+    fails_with(&["bench", "--at", "1s"], "--kill-replica");
+    fails_with(&["bench", "--kill-leader-every", "fast"], "bad duration \"fast\"");
+    fails_with(&["bench", "--kill-leader-every", "0s"], "must be above 0");
+    fails_with(&["bench", "--kill-replica", "9"], "--kill-replica 9: point");
+    fails_with(&["bench", "--kill-replica", "1", "--set", "storage=memory"], "memory storage cannot");
+    fails_with(&["bench", "--kill-replica", "1", "--cluster", "127.0.0.1:1"], "drop --cluster");
+}
+
+#[test]
+fn killing_the_leader_under_load_loses_nothing() {
+    let dir = test_dir("faults");
+    let out = dir.join("out");
+    let history = dir.join("h.jsonl");
+    let o = psmr(&[
+        "bench",
+        "--scenario",
+        "client-batching",
+        "--sweep",
+        "per_request=3",
+        "--set",
+        "clients=4",
+        "--set",
+        "keys=20",
+        "--set",
+        "write_pct=50",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=3",
+        "--kill-leader-every",
+        "1s",
+        "--restart-after",
+        "500ms",
+        "--out",
+        out.to_str().unwrap(),
+        "--history",
+        history.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let results = read_json(&out.join("results.json"));
+    let point = &results["points"][0];
+    assert_eq!(point["params"]["storage"], "disk", "faults run on disk storage");
+    let events = point["events"].as_array().unwrap();
+    let kills = events.iter().filter(|e| e["action"] == "kill leader" && e["error"].is_null()).count();
+    let restarts = events.iter().filter(|e| e["action"] == "restart" && e["error"].is_null()).count();
+    assert!(kills >= 2 && restarts >= 2, "{events:?}");
+    assert!(point["commands_per_s"].as_f64().unwrap() > 0.0, "the cluster served through the faults");
+    assert!(out.join("logs/point-0/replica-1.log").exists());
+    // Every acknowledged operation, across three leaders, fits one order.
+    let check = psmr(&["check-history", history.to_str().unwrap()]);
+    assert!(check.status.success(), "{}{}", text(&check.stdout), text(&check.stderr));
+    std::fs::remove_dir_all(&dir).ok();
+}
