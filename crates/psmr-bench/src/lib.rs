@@ -11,7 +11,8 @@
 //!
 //! [`scenario`] names the end-to-end experiments of `psmr bench` and
 //! expands their parameter sweeps; [`report`] writes their results as
-//! JSON, CSV, SVG plots and a Markdown report.
+//! JSON, CSV, SVG plots and a Markdown report; [`simulate`] is the bitmap
+//! false-positive simulation of 004 Table I.
 //!
 //! [`history`] reads client histories of the key-value store and checks
 //! them for linearizability (`psmr check-history`).
@@ -20,6 +21,7 @@ pub mod history;
 pub mod report;
 pub mod scenario;
 pub mod sched_bench;
+pub mod simulate;
 
 pub use sched_bench::{
     format_metrics_table, format_table, run, BenchError, MappingSource, MetricsSample, RunReport, SchedBenchConfig,

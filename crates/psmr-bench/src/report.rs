@@ -512,3 +512,81 @@ mod tests {
         assert_eq!(escape("a<b&"), "a&lt;b&amp;");
     }
 }
+
+#[derive(Serialize)]
+struct SimulationResults<'a> {
+    scenario: &'a str,
+    source: &'a str,
+    about: &'a str,
+    seed: u64,
+    cells: &'a [crate::simulate::Cell],
+}
+
+/// Writes the bitmap simulation's `results.json`, `results.csv`,
+/// `conflict.svg` and `report.md` into `dir`. Returns the files.
+pub fn write_simulation(
+    dir: &Path,
+    scenario: &Scenario,
+    seed: u64,
+    cells: &[crate::simulate::Cell],
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let results =
+        SimulationResults { scenario: scenario.name, source: scenario.source, about: scenario.about, seed, cells };
+    let mut csv = String::from("bits,graph,batch,iterations,conflict_rate,expected_rate,paper_rate\n");
+    for c in cells {
+        let paper = c.paper_rate.map(|p| format!("{p:.4}")).unwrap_or_default();
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{:.4},{:.4},{paper}",
+            c.bits, c.graph, c.batch, c.iterations, c.conflict_rate, c.expected_rate
+        );
+    }
+    // One line per (bits, batch) against the graph size, psmr's rate in
+    // percent.
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for c in cells {
+        let name = format!("{} bits, batch {}", c.bits, c.batch);
+        let point = (c.graph as f64, 100.0 * c.conflict_rate);
+        match lines.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push(point),
+            None => lines.push((name, vec![point])),
+        }
+    }
+    let svg =
+        chart(&format!("{}: conflict rate", scenario.name), "average graph size", "conflict rate (%)", &lines, &[]);
+    let mut md = String::new();
+    let _ = writeln!(md, "# psmr bench: {}\n", scenario.name);
+    let _ = writeln!(md, "{}.\n", scenario.about);
+    let _ = writeln!(md, "Follows: {}. Seed {seed}.\n", scenario.source);
+    let _ = writeln!(md, "| bitmap bits | graph | batch | iterations | psmr | closed form | paper |");
+    let _ = writeln!(md, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let pct = |v: f64| format!("{:.2} %", 100.0 * v);
+    for c in cells {
+        let paper = c.paper_rate.map_or("-".to_string(), pct);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {paper} |",
+            c.bits,
+            c.graph,
+            c.batch,
+            c.iterations,
+            pct(c.conflict_rate),
+            pct(c.expected_rate)
+        );
+    }
+    let _ = writeln!(md, "\n![conflict rate](conflict.svg)");
+    let files = [
+        ("results.json", serde_json::to_string_pretty(&results).map_err(std::io::Error::other)? + "\n"),
+        ("results.csv", csv),
+        ("conflict.svg", svg),
+        ("report.md", md),
+    ];
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        written.push(path);
+    }
+    Ok(written)
+}

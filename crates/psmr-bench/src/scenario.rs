@@ -68,6 +68,9 @@ pub struct Params {
     pub storage: String,
     /// ClientIO threads per replica.
     pub client_io_threads: usize,
+    /// Most commands in one log entry (the batch the late schedulers
+    /// analyze as one unit).
+    pub batch_max_commands: usize,
     /// Longest a command waits for its log entry to fill, µs.
     pub batch_delay_us: u64,
     /// Log entries in flight.
@@ -94,6 +97,7 @@ impl Default for Params {
             workers: 2,
             storage: "memory".into(),
             client_io_threads: 2,
+            batch_max_commands: 1000,
             batch_delay_us: 200,
             pipeline: 8,
             clients: 64,
@@ -107,12 +111,13 @@ impl Default for Params {
 }
 
 /// The parameters a sweep or `--set` may name.
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 14] = [
     "replicas",
     "scheduler",
     "workers",
     "storage",
     "client_io_threads",
+    "batch_max_commands",
     "batch_delay_us",
     "pipeline",
     "clients",
@@ -125,8 +130,16 @@ pub const KEYS: [&str; 13] = [
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 7] =
-    ["replicas", "scheduler", "workers", "storage", "client_io_threads", "batch_delay_us", "pipeline"];
+pub const CLUSTER_KEYS: [&str; 8] = [
+    "replicas",
+    "scheduler",
+    "workers",
+    "storage",
+    "client_io_threads",
+    "batch_max_commands",
+    "batch_delay_us",
+    "pipeline",
+];
 
 fn num<T: std::str::FromStr>(key: &str, value: &str, why: &str) -> Result<T, ScenarioError> {
     value.trim().parse().map_err(|_| ScenarioError::BadValue { key: key.into(), value: value.into(), why: why.into() })
@@ -148,6 +161,7 @@ impl Params {
                 _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "memory or disk".into() }),
             },
             "client_io_threads" => self.client_io_threads = num(&key, value, count)?,
+            "batch_max_commands" => self.batch_max_commands = num(&key, value, count)?,
             "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
             "pipeline" => self.pipeline = num(&key, value, count)?,
             "clients" => self.clients = num(&key, value, count)?,
@@ -178,6 +192,7 @@ impl Params {
             "workers" => self.workers.to_string(),
             "storage" => self.storage.clone(),
             "client_io_threads" => self.client_io_threads.to_string(),
+            "batch_max_commands" => self.batch_max_commands.to_string(),
             "batch_delay_us" => self.batch_delay_us.to_string(),
             "pipeline" => self.pipeline.to_string(),
             "clients" => self.clients.to_string(),
@@ -225,9 +240,21 @@ impl fmt::Display for Sweep {
     }
 }
 
+/// How a scenario runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScenarioKind {
+    /// A local cluster per point (or an existing one) under closed-loop load.
+    Cluster,
+    /// The bitmap false-positive simulation of 004 Table I: no cluster, no
+    /// sweeps ([`crate::simulate`]).
+    BitmapSimulation,
+}
+
 /// A named end-to-end experiment.
 #[derive(Clone, Debug)]
 pub struct Scenario {
+    /// How it runs.
+    pub kind: ScenarioKind,
     /// Its name on the command line.
     pub name: &'static str,
     /// The figure or table of the papers it follows, if any.
@@ -249,6 +276,7 @@ pub fn scenarios() -> Vec<Scenario> {
     let base = Params::default();
     vec![
         Scenario {
+            kind: ScenarioKind::Cluster,
             name: "schedulers",
             source: "003 Fig. 2-3, 000 Fig. 7.1 (end to end, kv)",
             about: "every kind of scheduler end to end: 3 kv replicas, 64 clients x 50 commands, 15 % writes",
@@ -259,6 +287,7 @@ pub fn scenarios() -> Vec<Scenario> {
             )],
         },
         Scenario {
+            kind: ScenarioKind::Cluster,
             name: "latency-throughput",
             source: "003 Fig. 3 (latency against throughput)",
             about: "more and more closed-loop clients, sequential against early: latency as load grows",
@@ -266,6 +295,7 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: vec![sweep("clients", &["1", "4", "16", "64"]), sweep("scheduler", &["sequential", "early"])],
         },
         Scenario {
+            kind: ScenarioKind::Cluster,
             name: "workers",
             source: "003 Fig. 2, 004 Fig. 4 (throughput against workers)",
             about: "worker threads per replica, early against late-batch-bitmap",
@@ -273,6 +303,7 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: vec![sweep("workers", &["1", "2", "4"]), sweep("scheduler", &["early", "late-batch-bitmap"])],
         },
         Scenario {
+            kind: ScenarioKind::Cluster,
             name: "write-ratio",
             source: "003 Fig. 2(d-f), 004 Fig. 5 (conflict rates)",
             about: "share of writes (conflicting commands), sequential against early and late-batch-bitmap",
@@ -283,6 +314,18 @@ pub fn scenarios() -> Vec<Scenario> {
             ],
         },
         Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "batch-bitmap",
+            source: "004 Fig. 4 (batch size and bitmaps, contention-free)",
+            about: "commands per log entry for the late schedulers (CBASE, batches compared key by key, by bitmap); 256 clients writing single commands to 10^6 keys",
+            base: Params { keys: 1_000_000, write_pct: 100, clients: 256, per_request: 1, ..base.clone() },
+            sweeps: vec![
+                sweep("batch_max_commands", &["1", "100", "200"]),
+                sweep("scheduler", &["late-cbase", "late-batch-keys", "late-batch-bitmap"]),
+            ],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
             name: "clientio",
             source: "002 Fig. 9 (number of ClientIO threads)",
             about: "ClientIO threads per replica with 64 clients sending one command per request",
@@ -290,6 +333,7 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: vec![sweep("client_io_threads", &["1", "2", "4"])],
         },
         Scenario {
+            kind: ScenarioKind::Cluster,
             name: "client-batching",
             source: "004 §VI, 003 §6.1 (client proxies that batch)",
             about: "commands per client request, 64 clients",
@@ -297,11 +341,20 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: vec![sweep("per_request", &["1", "10", "50"])],
         },
         Scenario {
+            kind: ScenarioKind::Cluster,
             name: "storage",
             source: "the durability issue (disk against memory)",
             about: "raft log in memory against synced on disk, 8 and 64 clients",
             base: Params { scheduler: "sequential".into(), ..base },
             sweeps: vec![sweep("clients", &["8", "64"]), sweep("storage", &["memory", "disk"])],
+        },
+        Scenario {
+            kind: ScenarioKind::BitmapSimulation,
+            name: "bitmap-false-positives",
+            source: "004 Table I (a simulation, no cluster)",
+            about: "how often batch bitmaps of 100k and 1M bits report conflicts between batches of 100 and 200 keys that share none",
+            base: Params::default(),
+            sweeps: Vec::new(),
         },
     ]
 }
@@ -431,6 +484,7 @@ mod tests {
             assert!(all[..i].iter().all(|t| t.name != s.name), "{} twice", s.name);
             let points = expand(&s.base, &s.sweeps).unwrap();
             assert!(!points.is_empty() && points.len() <= 16, "{}: {} points", s.name, points.len());
+            assert_eq!(s.kind == ScenarioKind::BitmapSimulation, s.sweeps.is_empty(), "{}", s.name);
             assert_eq!(find(s.name).unwrap().name, s.name);
         }
         assert!(matches!(find("fig9"), Err(ScenarioError::Unknown { .. })));

@@ -6,7 +6,7 @@ use crate::load::{LoadResult, LoadSpec};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use psmr_bench::report::{self, Event, Percentiles, PointResult, StageRow};
-use psmr_bench::scenario::{self, Params, Point, Sweep, CLUSTER_KEYS};
+use psmr_bench::scenario::{self, Params, Point, Scenario, ScenarioKind, Sweep, CLUSTER_KEYS};
 use psmr_client::{Client, ClientConfig};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -29,8 +29,9 @@ pub struct BenchArgs {
     quick: bool,
     /// Sweep a parameter over values, KEY=V1,V2,... (repeatable); replaces
     /// the scenario's sweep over KEY or adds one. Keys: replicas, scheduler,
-    /// workers, storage, client_io_threads, batch_delay_us, pipeline,
-    /// clients, per_request, write_pct, keys, warmup_s, duration_s.
+    /// workers, storage, client_io_threads, batch_max_commands,
+    /// batch_delay_us, pipeline, clients, per_request, write_pct, keys,
+    /// warmup_s, duration_s.
     #[arg(long = "sweep", value_name = "KEY=V1,V2")]
     sweeps: Vec<String>,
     /// Set a parameter of every point, KEY=VALUE (repeatable; same keys).
@@ -50,6 +51,10 @@ pub struct BenchArgs {
     /// to FILE with `.N` before its extension.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
+    /// Seed of the clients' random operations (and of the simulation);
+    /// printed, pass it back to replay.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Fault: every DURATION (`2s`, `500ms`, `1.5`), kill the leader with
     /// SIGKILL and restart it `--restart-after` later. Faults restart
     /// replicas from their data, so storage defaults to disk.
@@ -203,6 +208,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let scenario = scenario::find(&args.scenario)?;
+    if scenario.kind == ScenarioKind::BitmapSimulation {
+        return simulation(&args, &scenario);
+    }
     let overrides = args.sweeps.iter().map(|s| s.parse::<Sweep>()).collect::<Result<Vec<_>, _>>()?;
     let scenario_sweeps: Vec<Sweep> = if args.cluster.is_empty() {
         scenario.sweeps.clone()
@@ -247,9 +255,17 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // Every point is checked before the first one runs: a bad value in the
     // last point must not cost the whole run.
     for point in &points {
-        load_spec(&point.params, None).validate().with_context(|| format!("point {}", point.name()))?;
+        load_spec(&point.params, None, args.seed).validate().with_context(|| format!("point {}", point.name()))?;
         if args.cluster.is_empty() {
             cluster_config(&point.params, &std::env::temp_dir()).with_context(|| format!("point {}", point.name()))?;
+        }
+        if args.cluster.is_empty() && point.params.per_request > point.params.batch_max_commands {
+            bail!(
+                "point {}: per_request {} is above batch_max_commands {}, and replicas refuse requests larger than a log entry",
+                point.name(),
+                point.params.per_request,
+                point.params.batch_max_commands
+            );
         }
         if faults.any() && point.params.storage == "memory" {
             bail!("point {}: faults restart replicas, which memory storage cannot (it forgets the log)", point.name());
@@ -265,10 +281,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // Fail on an unusable output directory before a long run, not after.
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
     eprintln!(
-        "scenario {} ({} point{}), results into {}",
+        "scenario {} ({} point{}), seed {} (pass --seed to replay), results into {}",
         scenario.name,
         points.len(),
         if points.len() == 1 { "" } else { "s" },
+        args.seed,
         out.display()
     );
     let terminal = std::io::stderr().is_terminal();
@@ -283,10 +300,18 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         }
         let history = args.history.as_deref().map(|f| history_path(f, i, points.len()));
         let logs = out.join("logs").join(format!("point-{i}"));
-        match run_point(point, existing.as_deref(), history, &faults, &logs) {
+        match run_point(point, existing.as_deref(), history, &faults, &logs, args.seed) {
             Ok(r) => {
                 let p99 = r.latency_us.get("request").map_or(0, |l| l.p99);
-                eprintln!("{tag}: {:.0} commands/s, request p99 {:.2} ms{clear}", r.commands_per_s, p99 as f64 / 1e3);
+                let failed = match r.failed_requests {
+                    0 => String::new(),
+                    n => format!(", {n} failed requests"),
+                };
+                eprintln!(
+                    "{tag}: {:.0} commands/s, request p99 {:.2} ms{failed}{clear}",
+                    r.commands_per_s,
+                    p99 as f64 / 1e3
+                );
                 results.push(r);
             }
             Err(e) => {
@@ -320,6 +345,53 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
 }
 
+/// The bitmap false-positive simulation (004 Table I): no cluster.
+fn simulation(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
+    let cluster_flags = !args.sweeps.is_empty()
+        || !args.sets.is_empty()
+        || !args.cluster.is_empty()
+        || args.history.is_some()
+        || args.kill_leader_every.is_some()
+        || args.kill_replica.is_some();
+    if cluster_flags {
+        bail!(
+            "scenario {} is a simulation without a cluster or clients: --sweep, --set, --cluster, --history and faults do not apply",
+            scenario.name
+        );
+    }
+    let iterations =
+        if args.quick { psmr_bench::simulate::PAPER_ITERATIONS / 10 } else { psmr_bench::simulate::PAPER_ITERATIONS };
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("psmr-bench-out").join(scenario.name));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
+    eprintln!(
+        "scenario {}: {iterations} iterations per cell, seed {} (pass --seed to replay)",
+        scenario.name, args.seed
+    );
+    let cells = psmr_bench::simulate::table(iterations, args.seed);
+    println!(
+        "{:>12} {:>6} {:>6} {:>10} {:>12} {:>10}",
+        "bitmap_bits", "graph", "batch", "psmr", "closed_form", "paper"
+    );
+    for c in &cells {
+        let paper = c.paper_rate.map_or("-".to_string(), |p| format!("{:.2}%", 100.0 * p));
+        println!(
+            "{:>12} {:>6} {:>6} {:>9.2}% {:>11.2}% {:>10}",
+            c.bits,
+            c.graph,
+            c.batch,
+            100.0 * c.conflict_rate,
+            100.0 * c.expected_rate,
+            paper
+        );
+    }
+    for f in report::write_simulation(&out, scenario, args.seed, &cells)
+        .with_context(|| format!("cannot write results into {}", out.display()))?
+    {
+        println!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
 /// The addresses of `--cluster`, once at least one replica answers.
 fn reachable(list: &[String]) -> Result<Vec<SocketAddr>> {
     let addrs = crate::cluster::resolve(list)?;
@@ -333,8 +405,9 @@ fn reachable(list: &[String]) -> Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
-fn load_spec(p: &Params, history: Option<PathBuf>) -> LoadSpec {
+fn load_spec(p: &Params, history: Option<PathBuf>, seed: u64) -> LoadSpec {
     LoadSpec {
+        seed,
         clients: p.clients,
         per_request: p.per_request,
         warmup: Duration::from_secs_f64(p.warmup_s),
@@ -353,9 +426,10 @@ fn run_point(
     history: Option<PathBuf>,
     faults: &Faults,
     logs: &Path,
+    seed: u64,
 ) -> Result<PointResult> {
     let p = &point.params;
-    let spec = load_spec(p, history);
+    let spec = load_spec(p, history, seed);
     spec.validate()?;
     let (load, events) = match existing {
         Some(addrs) => (crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?, Vec::new()),
@@ -390,7 +464,7 @@ fn cluster_config(p: &Params, dir: &Path) -> Result<psmr_replica::Config> {
         workers: p.workers,
         storage: p.storage.clone(),
         client_io_threads: p.client_io_threads,
-        batch_max_commands: 1000,
+        batch_max_commands: p.batch_max_commands,
         batch_delay_us: p.batch_delay_us,
         pipeline: p.pipeline,
         snapshot_every: 10_000,

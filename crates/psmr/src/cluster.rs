@@ -415,6 +415,9 @@ struct LoadArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Seed of the clients' random keys, operations and values.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Write every operation to FILE, one JSON line each (the schema of
     /// `psmr check-history`). Values are the decimal numbers the load
     /// writes.
@@ -512,6 +515,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         keys: l.keys,
         write_pct: l.write_pct,
         history: l.history,
+        seed: l.seed,
     };
     let r = crate::load::run(addrs, config, &spec)?;
     let (p50, p99) = (r.request_latency.value_at_quantile(0.5), r.request_latency.value_at_quantile(0.99));

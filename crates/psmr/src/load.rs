@@ -37,6 +37,8 @@ pub struct LoadSpec {
     pub write_pct: u8,
     /// Where to write every operation (the `psmr check-history` schema).
     pub history: Option<PathBuf>,
+    /// Seed of the clients' random keys, operations and values.
+    pub seed: u64,
 }
 
 impl LoadSpec {
@@ -145,7 +147,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
     let mut handles = Vec::new();
     for i in 0..spec.clients {
         let mut client = Client::new(config())?;
-        let (per, keys, write_pct) = (spec.per_request, spec.keys, u64::from(spec.write_pct));
+        let (per, keys, write_pct, seed) = (spec.per_request, spec.keys, u64::from(spec.write_pct), spec.seed);
         let recorder = recorder.clone();
         handles.push(std::thread::spawn(move || -> Result<ClientTally> {
             let mut tally = ClientTally {
@@ -157,9 +159,11 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
                 request: histogram()?,
                 timeline: vec![0; buckets],
             };
-            // xorshift seeded by the client's index: each client its own
-            // stream, every run the same streams.
-            let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            // xorshift seeded by the seed and the client's index: each
+            // client its own stream, the same seed the same streams (never
+            // the all-zero state, which xorshift cannot leave).
+            let mut x =
+                (seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1;
             let mut next = || {
                 x ^= x << 13;
                 x ^= x >> 7;

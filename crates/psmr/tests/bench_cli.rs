@@ -55,6 +55,8 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["bench", "--cluster", "127.0.0.1:1"], "no replica of --cluster answered");
     fails_with(&["bench", "--cluster", "127.0.0.1:1", "--sweep", "workers=1,2"], "workers cannot be swept");
     fails_with(&["bench", "--cluster", "not an address"], "bad replica address");
+    fails_with(&["bench", "--scenario", "bitmap-false-positives", "--sweep", "clients=1"], "is a simulation");
+    fails_with(&["bench", "--set", "batch_max_commands=10"], "per_request 50 is above batch_max_commands 10");
 }
 
 fn read_json(path: &Path) -> Value {
