@@ -76,6 +76,10 @@ pub struct PointResult {
     pub stages: Vec<StageRow>,
     /// Faults injected, in order.
     pub events: Vec<Event>,
+    /// The class-to-threads mapping the replicas ran, when not their
+    /// default, in the compact form `--set mapping=` accepts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping_spec: Option<String>,
 }
 
 impl PointResult {
@@ -94,6 +98,7 @@ impl PointResult {
             timeline: Vec::new(),
             stages: Vec::new(),
             events: Vec::new(),
+            mapping_spec: None,
         }
     }
 }
@@ -389,6 +394,13 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
         let max = p.latency_us.get("request").map_or("-".to_string(), |l| ms(l.max));
         let _ =
             writeln!(s, "| {} | {:.0} | {} | {} | {} |", p.name, p.commands_per_s, kind("read"), kind("write"), max);
+    }
+    let mapped: Vec<&PointResult> = points.iter().filter(|p| p.mapping_spec.is_some()).collect();
+    if !mapped.is_empty() {
+        let _ = writeln!(s, "\nMappings the replicas ran:\n");
+        for p in mapped {
+            let _ = writeln!(s, "- {}: `{}`", p.name, p.mapping_spec.as_deref().unwrap_or(""));
+        }
     }
     let _ = writeln!(s, "\n![throughput](throughput.svg)\n\n![latency](latency.svg)\n");
     let _ = writeln!(s, "## Where the replicas' threads spent the window\n");

@@ -58,6 +58,26 @@ pub enum ScenarioError {
 /// Every parameter of one end-to-end run: the cluster and the load.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
+    /// `kv` or `list`.
+    pub service: String,
+    /// Class model (kv: readers-writers, sharded; list: readers-writers,
+    /// sharded-snapshot, sharded-global).
+    pub model: String,
+    /// Shards of the list or of the kv key space.
+    pub shards: usize,
+    /// Execution cost: light, moderate, heavy.
+    pub cost: String,
+    /// List: the α-β-γ workload (kv: `write_pct` instead).
+    pub workload: String,
+    /// Share of local operations sent to the first shard (0: balanced).
+    /// Set as `R/W` it also sets `write_skew` (reads R, writes W).
+    pub skew: f64,
+    /// Share of local writes sent to the first shard, when it differs
+    /// from `skew` (`none`: the same).
+    pub write_skew: Option<f64>,
+    /// Early schedulers: `default`, `optimal`, `optimal:total`, `naive`
+    /// (for the workload's class frequencies) or a spec.
+    pub mapping: String,
     /// Replicas (2f+1).
     pub replicas: u64,
     /// Execution scheduler of every replica.
@@ -92,6 +112,14 @@ pub struct Params {
 impl Default for Params {
     fn default() -> Self {
         Self {
+            service: "kv".into(),
+            model: "readers-writers".into(),
+            shards: 1,
+            cost: "light".into(),
+            workload: "0-0-0".into(),
+            skew: 0.0,
+            write_skew: None,
+            mapping: "default".into(),
             replicas: 3,
             scheduler: "early".into(),
             workers: 2,
@@ -111,7 +139,15 @@ impl Default for Params {
 }
 
 /// The parameters a sweep or `--set` may name.
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 22] = [
+    "service",
+    "model",
+    "shards",
+    "cost",
+    "workload",
+    "skew",
+    "write_skew",
+    "mapping",
     "replicas",
     "scheduler",
     "workers",
@@ -130,7 +166,12 @@ pub const KEYS: [&str; 14] = [
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 8] = [
+pub const CLUSTER_KEYS: [&str; 13] = [
+    "service",
+    "model",
+    "shards",
+    "cost",
+    "mapping",
     "replicas",
     "scheduler",
     "workers",
@@ -152,7 +193,56 @@ impl Params {
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ScenarioError> {
         let key = key.trim().replace('-', "_");
         let count = "a whole number";
+        let share = |v: &str| -> Result<f64, ScenarioError> {
+            let f: f64 = num(&key, v, "a share between 0 and 1")?;
+            if (0.0..=1.0).contains(&f) {
+                Ok(f)
+            } else {
+                Err(ScenarioError::BadValue {
+                    key: key.clone(),
+                    value: v.into(),
+                    why: "a share between 0 and 1".into(),
+                })
+            }
+        };
         match key.as_str() {
+            "service" => match value.trim() {
+                s @ ("kv" | "list") => self.service = s.to_string(),
+                _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "kv or list".into() }),
+            },
+            "model" => self.model = value.trim().to_string(),
+            "shards" => self.shards = num(&key, value, count)?,
+            "cost" => match value.trim() {
+                c @ ("light" | "moderate" | "heavy") => self.cost = c.to_string(),
+                _ => {
+                    return Err(ScenarioError::BadValue {
+                        key,
+                        value: value.into(),
+                        why: "light, moderate or heavy".into(),
+                    })
+                }
+            },
+            "workload" => {
+                value.trim().parse::<psmr_services::Mix>().map_err(|e| ScenarioError::BadValue {
+                    key: key.clone(),
+                    value: value.into(),
+                    why: e.to_string(),
+                })?;
+                self.workload = value.trim().to_string();
+            }
+            // `R/W`: reads and writes skewed apart (003 §6.5 Workload 3).
+            "skew" => match value.split_once('/') {
+                Some((r, w)) => {
+                    self.skew = share(r)?;
+                    self.write_skew = Some(share(w)?);
+                }
+                None => {
+                    self.skew = share(value)?;
+                    self.write_skew = None;
+                }
+            },
+            "write_skew" => self.write_skew = if value.trim() == "none" { None } else { Some(share(value)?) },
+            "mapping" => self.mapping = value.trim().to_string(),
             "replicas" => self.replicas = num(&key, value, count)?,
             "scheduler" => self.scheduler = value.trim().to_string(),
             "workers" => self.workers = num(&key, value, count)?,
@@ -187,6 +277,14 @@ impl Params {
     /// The value of `key` as text, as [`Params::set`] reads it.
     pub fn get(&self, key: &str) -> Option<String> {
         Some(match key {
+            "service" => self.service.clone(),
+            "model" => self.model.clone(),
+            "shards" => self.shards.to_string(),
+            "cost" => self.cost.clone(),
+            "workload" => self.workload.clone(),
+            "skew" => self.skew.to_string(),
+            "write_skew" => self.write_skew.map_or("none".to_string(), |w| w.to_string()),
+            "mapping" => self.mapping.clone(),
             "replicas" => self.replicas.to_string(),
             "scheduler" => self.scheduler.clone(),
             "workers" => self.workers.to_string(),
@@ -345,8 +443,75 @@ pub fn scenarios() -> Vec<Scenario> {
             name: "storage",
             source: "the durability issue (disk against memory)",
             about: "raft log in memory against synced on disk, 8 and 64 clients",
-            base: Params { scheduler: "sequential".into(), ..base },
+            base: Params { scheduler: "sequential".into(), ..base.clone() },
             sweeps: vec![sweep("clients", &["8", "64"]), sweep("storage", &["memory", "disk"])],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "list-rw",
+            source: "003 Fig. 2-3 (readers and writers on the list)",
+            about: "the list with one reader and one writer class: costs light, moderate, heavy; read-only and 15 % writes",
+            base: Params { service: "list".into(), per_request: 50, ..base.clone() },
+            sweeps: vec![
+                sweep("cost", &["light", "moderate", "heavy"]),
+                sweep("workload", &["0-0-0", "15-0-0"]),
+                sweep("scheduler", &["sequential", "early", "late-batch-bitmap"]),
+            ],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "list-shards",
+            source: "003 Fig. 5 (1 to 8 shards)",
+            about: "the sharded list (sharded-global), moderate cost, Workload 1 spread over 1 to 8 shards, early against late-batch-bitmap",
+            base: Params {
+                service: "list".into(),
+                model: "sharded-global".into(),
+                cost: "moderate".into(),
+                workload: "14.25-5-15".into(),
+                ..base.clone()
+            },
+            sweeps: vec![sweep("shards", &["1", "2", "4", "8"]), sweep("scheduler", &["early", "late-batch-bitmap"])],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "list-skewed",
+            source: "003 Fig. 6 (skewed Workloads 1-3, optimizer against naive mapping)",
+            about: "2 shards, moderate cost, 4 workers: Workloads 1 (balanced), 2 (67 % to shard 1), 3 (writes 67 %, reads 33 % to shard 1), with the naive, optimal and default mappings",
+            base: Params {
+                service: "list".into(),
+                model: "sharded-global".into(),
+                shards: 2,
+                cost: "moderate".into(),
+                workload: "14.25-5-15".into(),
+                workers: 4,
+                ..base.clone()
+            },
+            sweeps: vec![sweep("skew", &["0", "0.67", "0.33/0.67"]), sweep("mapping", &["naive", "optimal", "default"])],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "list-stealing",
+            source: "000 Figs. 7.1-7.5 (busy-wait and work stealing)",
+            about: "the sharded list, 2 shards, light cost, workload 25-5-25 skewed 0.8 to shard 1: early, busy-wait and the four work-stealing schedulers",
+            base: Params {
+                service: "list".into(),
+                model: "sharded-global".into(),
+                shards: 2,
+                workload: "25-5-25".into(),
+                skew: 0.8,
+                ..base
+            },
+            sweeps: vec![sweep(
+                "scheduler",
+                &[
+                    "early",
+                    "early-busywait",
+                    "early-ws-queue",
+                    "early-ws-semi",
+                    "early-ws-nonblocking",
+                    "early-ws-optimistic",
+                ],
+            )],
         },
         Scenario {
             kind: ScenarioKind::BitmapSimulation,
@@ -444,6 +609,15 @@ mod tests {
         assert!(matches!("storage=tape".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("duration_s=0".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("write_pct=300".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("skew=1.5".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("skew=0.3/2".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("workload=25-5".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("service=queue".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        let mut p = Params::default();
+        p.set("skew", "0.33/0.67").unwrap();
+        assert_eq!((p.skew, p.write_skew), (0.33, Some(0.67)));
+        p.set("skew", "0.5").unwrap();
+        assert_eq!((p.skew, p.write_skew), (0.5, None));
     }
 
     #[test]
@@ -483,7 +657,8 @@ mod tests {
         for (i, s) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|t| t.name != s.name), "{} twice", s.name);
             let points = expand(&s.base, &s.sweeps).unwrap();
-            assert!(!points.is_empty() && points.len() <= 16, "{}: {} points", s.name, points.len());
+            // `--quick` must finish in under two minutes: about 4 s a point.
+            assert!(!points.is_empty() && points.len() <= 24, "{}: {} points", s.name, points.len());
             assert_eq!(s.kind == ScenarioKind::BitmapSimulation, s.sweeps.is_empty(), "{}", s.name);
             assert_eq!(find(s.name).unwrap().name, s.name);
         }

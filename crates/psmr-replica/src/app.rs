@@ -6,6 +6,7 @@ use crate::config::ServiceConfig;
 use psmr_model::wire::{OpCodec, WireError};
 use psmr_model::{ClassModel, ClientId, Command, Mapping, Service};
 use psmr_services::kv::{self, KvCodec, KvModel, KvService};
+use psmr_services::list::{self, ListCodec, ListModel, ListService};
 use psmr_services::Cost;
 use std::sync::Arc;
 
@@ -72,5 +73,56 @@ impl App for KvApp {
 
     fn encode_reply(&self, reply: &kv::KvReply) -> Vec<u8> {
         KvCodec.encode_reply(reply)
+    }
+}
+
+/// The sharded linked list: `shards` lists of `cost.list_size()` entries
+/// each (1, 1k or 10k for light, moderate and heavy).
+pub struct ListApp {
+    service: Arc<ListService>,
+    model: ListModel,
+    shards: usize,
+    classes: ClassModel,
+}
+
+impl ListApp {
+    /// The list a configuration describes (checked by
+    /// [`crate::Config::validate`]; unparsable names fall back to defaults).
+    pub fn new(config: &ServiceConfig) -> Self {
+        let model: ListModel = config.model.parse().unwrap_or(ListModel::ReadersWriters);
+        let cost: Cost = config.cost.parse().unwrap_or(Cost::Light);
+        let shards = config.shards.max(1);
+        Self {
+            service: Arc::new(ListService::new(shards, cost.list_size())),
+            model,
+            shards,
+            classes: list::class_model(model, shards),
+        }
+    }
+}
+
+impl App for ListApp {
+    type S = ListService;
+
+    fn service(&self) -> &Arc<ListService> {
+        &self.service
+    }
+
+    fn model(&self) -> &ClassModel {
+        &self.classes
+    }
+
+    fn default_mapping(&self, workers: usize) -> Mapping {
+        list::default_mapping(self.model, self.shards, workers)
+    }
+
+    fn command(&self, client: ClientId, seq: u64, op: &[u8]) -> Result<Command<list::ListOp>, WireError> {
+        let op = ListCodec.decode_op(op)?;
+        list::command(self.model, self.shards, client, seq, op)
+            .map_err(|e| WireError::Malformed { what: "list operation", why: e.to_string() })
+    }
+
+    fn encode_reply(&self, reply: &list::ListReply) -> Vec<u8> {
+        ListCodec.encode_reply(reply)
     }
 }

@@ -63,15 +63,17 @@ pub enum Storage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServiceConfig {
-    /// Only `kv` so far.
+    /// `kv` (the key-value store) or `list` (the sharded linked list).
     pub kind: String,
-    /// Class model: `readers-writers` or `sharded`.
+    /// Class model. kv: `readers-writers` or `sharded`; list:
+    /// `readers-writers`, `sharded-snapshot` or `sharded-global`.
     pub model: String,
-    /// Shards of the key space (`sharded` model).
+    /// Shards of the kv key space (`sharded` model) or of the list.
     pub shards: usize,
-    /// Keys the store starts with (`0..keys`, 8-byte values).
+    /// kv: keys the store starts with (`0..keys`, 8-byte values).
     pub keys: u64,
-    /// Execution cost: `light`, `moderate` or `heavy`.
+    /// Execution cost: `light`, `moderate` or `heavy` (list: 1, 1k or 10k
+    /// entries per shard).
     pub cost: String,
 }
 
@@ -89,11 +91,15 @@ pub struct SchedulerConfig {
     pub kind: String,
     /// Worker threads.
     pub workers: usize,
+    /// Early schedulers: `default` (the service's documented mapping) or
+    /// a class-to-threads mapping in the compact form
+    /// `R=conc:0,1;W=seq:0-1` (what `psmr mapping` prints as its spec).
+    pub mapping: String,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        Self { kind: "early".into(), workers: 2 }
+        Self { kind: "early".into(), workers: 2, mapping: "default".into() }
     }
 }
 
@@ -215,18 +221,16 @@ impl Config {
         if let Some(w) = addrs.windows(2).find(|w| w[0] == w[1]) {
             return Err(ConfigError::Invalid(format!("address {} is used twice", w[0])));
         }
-        if self.service.kind != "kv" {
-            return Err(ConfigError::Invalid(format!("unknown service {:?} (known: kv)", self.service.kind)));
-        }
-        self.service
-            .model
-            .parse::<psmr_services::kv::KvModel>()
-            .map_err(|e| ConfigError::Invalid(format!("service model: {e}")))?;
         self.service.cost.parse::<psmr_services::Cost>().map_err(|e| ConfigError::Invalid(format!("cost: {e}")))?;
         bounded("service.shards", self.service.shards as u64, 1, psmr_services::SHARDS_MAX as u64)?;
         bounded("service.keys", self.service.keys, 0, 100_000_000)?;
+        let model = self.class_model()?;
         self.scheduler_kind()?;
         bounded("scheduler.workers", self.scheduler.workers as u64, 1, psmr_sched::WORKERS_MAX as u64)?;
+        if self.scheduler.mapping != "default" {
+            psmr_model::Mapping::from_spec(&model, self.scheduler.workers, &self.scheduler.mapping)
+                .map_err(|e| ConfigError::Invalid(format!("scheduler.mapping: {e}")))?;
+        }
         bounded("client_io_threads", self.client_io_threads as u64, 1, 256)?;
         bounded("max_connections", self.max_connections as u64, 1, 1_000_000)?;
         bounded("batch_max_commands", self.batch_max_commands as u64, 1, 100_000)?;
@@ -248,6 +252,22 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    /// The service's class model, checking the service's kind and model
+    /// names.
+    pub fn class_model(&self) -> Result<psmr_model::ClassModel, ConfigError> {
+        let bad_model = |e: psmr_services::WorkloadError| ConfigError::Invalid(format!("service model: {e}"));
+        match self.service.kind.as_str() {
+            "kv" => {
+                Ok(psmr_services::kv::class_model(self.service.model.parse().map_err(bad_model)?, self.service.shards))
+            }
+            "list" => Ok(psmr_services::list::class_model(
+                self.service.model.parse().map_err(bad_model)?,
+                self.service.shards,
+            )),
+            other => Err(ConfigError::Invalid(format!("unknown service {other:?} (known: kv, list)"))),
+        }
     }
 
     /// The scheduler's kind.

@@ -43,7 +43,7 @@ pub mod router;
 pub mod stages;
 pub mod store;
 
-pub use app::{App, KvApp};
+pub use app::{App, KvApp, ListApp};
 pub use config::{Config, ConfigError, Member, Storage};
 
 use crate::cache::ReplyCache;
@@ -228,7 +228,14 @@ impl Replica {
         let sink = Arc::new(ManagerSink::new(app.clone(), cache.clone(), shared.router.clone()));
         let mut sched = SchedConfig::new(kind, config.scheduler.workers);
         if kind.needs_mapping() {
-            sched = sched.with_mapping(app.default_mapping(config.scheduler.workers));
+            let workers = config.scheduler.workers;
+            let mapping = match config.scheduler.mapping.as_str() {
+                "default" => app.default_mapping(workers),
+                // Checked by `Config::validate` against the same model.
+                spec => psmr_model::Mapping::from_spec(app.model(), workers, spec)
+                    .map_err(|e| ConfigError::Invalid(format!("scheduler.mapping: {e}")))?,
+            };
+            sched = sched.with_mapping(mapping);
         }
         let scheduler = psmr_sched::build(&sched, app.service().clone(), app.model(), sink.clone())?;
 

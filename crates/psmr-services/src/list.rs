@@ -17,15 +17,17 @@ use crate::{
     WorkloadConfig, WorkloadError,
 };
 use parking_lot::RwLock;
+use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 use psmr_model::{
-    ClassId, ClassMapping, ClassModel, Command, Digest, KeySet, Mapping, Mode, Service, SnapshotError, StableHasher,
-    UnorderedDigest,
+    ClassId, ClassMapping, ClassModel, ClientId, Command, Digest, KeySet, Mapping, Mode, Service, SnapshotError,
+    StableHasher, UnorderedDigest,
 };
 use rand::Rng;
 use std::collections::LinkedList;
 use std::fmt;
 use std::hash::Hasher;
 use std::str::FromStr;
+use thiserror::Error;
 
 /// Largest list size a workload may ask for: values are drawn from
 /// `0..2 * list_size`, so a shard holds at most twice this many entries.
@@ -365,6 +367,108 @@ fn class_of(model: ListModel, shards: usize, kind: Kind, shard: usize) -> ClassI
     ClassId(id as u16)
 }
 
+/// A command the list cannot take from a client.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CommandError {
+    /// The operation names a shard the list does not have.
+    #[error("shard {shard} does not exist (the list has {shards})")]
+    Shard {
+        /// The shard named.
+        shard: u32,
+        /// Shards there are.
+        shards: usize,
+    },
+    /// The class model has no class for the operation.
+    #[error("the {model} model has no class for {op}")]
+    NoClass {
+        /// The model.
+        model: &'static str,
+        /// The operation's name.
+        op: &'static str,
+    },
+}
+
+/// The command for `op` under `model` with `shards` shards: its class and
+/// the shards it reads or writes. An operation on a shard outside
+/// `0..shards`, or a global write under [`ListModel::ShardedSnapshot`], is
+/// refused: it has no class, and a wrong class would let it run beside
+/// commands it conflicts with.
+pub fn command(
+    model: ListModel,
+    shards: usize,
+    client: ClientId,
+    seq: u64,
+    op: ListOp,
+) -> Result<Command<ListOp>, CommandError> {
+    let shards = clamp_shards(shards);
+    let (kind, shard) = match op {
+        ListOp::Contains { shard, .. } => (Kind::LocalRead, Some(shard)),
+        ListOp::Add { shard, .. } => (Kind::LocalWrite, Some(shard)),
+        ListOp::ContainsAll { .. } => (Kind::GlobalRead, None),
+        ListOp::AddAll { .. } => (Kind::GlobalWrite, None),
+    };
+    if let Some(s) = shard.filter(|&s| s as usize >= shards) {
+        return Err(CommandError::Shard { shard: s, shards });
+    }
+    if model == ListModel::ShardedSnapshot && kind == Kind::GlobalWrite {
+        return Err(CommandError::NoClass { model: model.name(), op: "addAll" });
+    }
+    let one = |s: u32| -> KeySet { std::iter::once(u64::from(s)).collect() };
+    let all = || -> KeySet { (0..shards as u64).collect() };
+    let (reads, writes) = match (kind, shard) {
+        (Kind::LocalRead, Some(s)) => (one(s), KeySet::new()),
+        (Kind::LocalWrite, Some(s)) => (KeySet::new(), one(s)),
+        (Kind::GlobalRead, _) => (all(), KeySet::new()),
+        _ => (KeySet::new(), all()),
+    };
+    let class = class_of(model, shards, kind, shard.unwrap_or(0) as usize);
+    Ok(Command { client, seq, class, reads, writes, op })
+}
+
+/// An endless stream of list operations following a workload: the draws
+/// of [`generate`], in the same order, so the same configuration gives the
+/// same operations. Clients of a cluster each run one (with their own
+/// seed).
+pub struct OpStream {
+    draws: Draws,
+    values: i64,
+}
+
+impl OpStream {
+    /// A stream for `model` on lists of `list_size` entries per shard.
+    ///
+    /// Errors: an invalid `cfg`, `list_size` outside `1..=LIST_SIZE_MAX`, or
+    /// global writes with [`ListModel::ShardedSnapshot`].
+    pub fn new(model: ListModel, cfg: &WorkloadConfig, list_size: usize) -> Result<Self, WorkloadError> {
+        cfg.validate()?;
+        if !(1..=LIST_SIZE_MAX).contains(&list_size) {
+            return Err(WorkloadError::ListSize(list_size));
+        }
+        let mix = cfg.mix;
+        if model == ListModel::ShardedSnapshot && mix.global_pct > 0.0 && mix.global_write_pct > 0.0 {
+            return Err(WorkloadError::NoGlobalWrites { model: model.name(), global_write_pct: mix.global_write_pct });
+        }
+        Ok(Self { draws: Draws::new(cfg), values: 2 * list_size as i64 })
+    }
+
+    /// The next operation.
+    pub fn next_op(&mut self) -> ListOp {
+        let kind = self.draws.kind();
+        let shard = match kind {
+            Kind::LocalRead => self.draws.local_shard(false),
+            Kind::LocalWrite => self.draws.local_shard(true),
+            Kind::GlobalRead | Kind::GlobalWrite => 0,
+        } as u32;
+        let value = self.draws.rng.gen_range(0..self.values);
+        match kind {
+            Kind::LocalRead => ListOp::Contains { shard, value },
+            Kind::LocalWrite => ListOp::Add { shard, value },
+            Kind::GlobalRead => ListOp::ContainsAll { value },
+            Kind::GlobalWrite => ListOp::AddAll { value },
+        }
+    }
+}
+
 /// Generates `cfg.commands` list commands for `model`, reproducibly from
 /// `cfg.seed`, on lists of `list_size` entries.
 ///
@@ -373,49 +477,85 @@ fn class_of(model: ListModel, shards: usize, kind: Kind, shard: usize) -> ClassI
 /// conflicting position is a local write, a global write or a global read
 /// in the proportions `α : β·γ : β·(1-γ)`, by a random draw; the other
 /// positions are local reads. Local operations go to a shard drawn with
-/// `cfg.skew` (writes with `cfg.write_skew` when set); values are drawn from `0..2 * list_size`, so about half of
-/// the adds add something and a list at most doubles.
+/// `cfg.skew` (writes with `cfg.write_skew` when set); values are drawn
+/// from `0..2 * list_size`, so about half of the adds add something and a
+/// list at most doubles.
 ///
-/// Errors: an invalid `cfg`, `list_size` outside `1..=LIST_SIZE_MAX`, or
-/// global writes (`β > 0` and `γ > 0`) with [`ListModel::ShardedSnapshot`],
-/// which has no class for them.
+/// Errors: those of [`OpStream::new`].
 pub fn generate(
     model: ListModel,
     cfg: &WorkloadConfig,
     list_size: usize,
 ) -> Result<Vec<Command<ListOp>>, WorkloadError> {
-    cfg.validate()?;
-    if !(1..=LIST_SIZE_MAX).contains(&list_size) {
-        return Err(WorkloadError::ListSize(list_size));
-    }
-    let mix = cfg.mix;
-    if model == ListModel::ShardedSnapshot && mix.global_pct > 0.0 && mix.global_write_pct > 0.0 {
-        return Err(WorkloadError::NoGlobalWrites { model: model.name(), global_write_pct: mix.global_write_pct });
-    }
-    let shards = cfg.shards;
-    let values = 2 * list_size as i64;
-    let all: KeySet = (0..shards as u64).collect();
-    let mut draws = Draws::new(cfg);
+    let mut ops = OpStream::new(model, cfg, list_size)?;
     let mut out = Vec::with_capacity(cfg.commands);
     for j in 0..cfg.commands {
-        let kind = draws.kind();
-        let shard = match kind {
-            Kind::LocalRead => draws.local_shard(false),
-            Kind::LocalWrite => draws.local_shard(true),
-            Kind::GlobalRead | Kind::GlobalWrite => 0,
-        };
-        let value = draws.rng.gen_range(0..values);
-        let one: KeySet = std::iter::once(shard as u64).collect();
-        let (op, reads, writes) = match kind {
-            Kind::LocalRead => (ListOp::Contains { shard: shard as u32, value }, one, KeySet::new()),
-            Kind::LocalWrite => (ListOp::Add { shard: shard as u32, value }, KeySet::new(), one),
-            Kind::GlobalRead => (ListOp::ContainsAll { value }, all.clone(), KeySet::new()),
-            Kind::GlobalWrite => (ListOp::AddAll { value }, KeySet::new(), all.clone()),
-        };
         let (client, seq) = cfg.ids(j);
-        out.push(Command { client, seq, class: class_of(model, shards, kind, shard), reads, writes, op });
+        let op = ops.next_op();
+        // The stream only makes operations on existing shards, with a
+        // class in the model (checked by `OpStream::new`).
+        let c = command(model, cfg.shards, client, seq, op).expect("generated operations have a class");
+        out.push(c);
     }
     Ok(out)
+}
+
+/// The wire form of list operations and replies (`psmr_model::wire`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ListCodec;
+
+impl OpCodec for ListCodec {
+    type Op = ListOp;
+    type Reply = ListReply;
+
+    fn encode_op(&self, op: &ListOp) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match *op {
+            ListOp::Contains { shard, value } => e.u8(0).u32(shard).u64(value as u64),
+            ListOp::Add { shard, value } => e.u8(1).u32(shard).u64(value as u64),
+            ListOp::ContainsAll { value } => e.u8(2).u64(value as u64),
+            ListOp::AddAll { value } => e.u8(3).u64(value as u64),
+        };
+        e.finish()
+    }
+
+    fn decode_op(&self, bytes: &[u8]) -> Result<ListOp, WireError> {
+        let mut d = Decoder::new(bytes, "list operation");
+        let op = match d.u8()? {
+            0 => ListOp::Contains { shard: d.u32()?, value: d.u64()? as i64 },
+            1 => ListOp::Add { shard: d.u32()?, value: d.u64()? as i64 },
+            2 => ListOp::ContainsAll { value: d.u64()? as i64 },
+            3 => ListOp::AddAll { value: d.u64()? as i64 },
+            t => return Err(d.error(format!("unknown operation tag {t}"))),
+        };
+        d.end()?;
+        Ok(op)
+    }
+
+    fn encode_reply(&self, reply: &ListReply) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match *reply {
+            ListReply::Found(b) => e.u8(0).u8(u8::from(b)),
+            ListReply::Count(n) => e.u8(1).u32(n),
+            ListReply::BadShard(s) => e.u8(2).u32(s),
+        };
+        e.finish()
+    }
+
+    fn decode_reply(&self, bytes: &[u8]) -> Result<ListReply, WireError> {
+        let mut d = Decoder::new(bytes, "list reply");
+        let reply = match d.u8()? {
+            0 => match d.u8()? {
+                b @ (0 | 1) => ListReply::Found(b == 1),
+                b => return Err(d.error(format!("bad boolean {b}"))),
+            },
+            1 => ListReply::Count(d.u32()?),
+            2 => ListReply::BadShard(d.u32()?),
+            t => return Err(d.error(format!("unknown reply tag {t}"))),
+        };
+        d.end()?;
+        Ok(reply)
+    }
 }
 
 #[cfg(test)]
@@ -423,7 +563,63 @@ mod tests {
     use super::*;
     use crate::{Mix, Spread, SHARDS_MAX};
     use proptest::prelude::*;
-    use psmr_model::ClientId;
+
+    proptest! {
+        #[test]
+        fn the_codec_round_trips(tag in 0u8..4, shard in any::<u32>(), value in any::<i64>(), n in any::<u32>()) {
+            let op = [
+                ListOp::Contains { shard, value },
+                ListOp::Add { shard, value },
+                ListOp::ContainsAll { value },
+                ListOp::AddAll { value },
+            ][tag as usize];
+            prop_assert_eq!(ListCodec.decode_op(&ListCodec.encode_op(&op)).unwrap(), op);
+            for reply in [ListReply::Found(shard % 2 == 0), ListReply::Count(n), ListReply::BadShard(shard)] {
+                prop_assert_eq!(ListCodec.decode_reply(&ListCodec.encode_reply(&reply)).unwrap(), reply);
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..24)) {
+            let _ = ListCodec.decode_op(&bytes);
+            let _ = ListCodec.decode_reply(&bytes);
+        }
+    }
+
+    #[test]
+    fn commands_from_clients_are_checked() {
+        let c = command(ListModel::ShardedGlobal, 2, ClientId(1), 1, ListOp::Add { shard: 1, value: 3 }).unwrap();
+        assert_eq!((c.class, c.writes.len(), c.reads.len()), (ClassId(3), 1, 0));
+        assert_eq!(
+            command(ListModel::ShardedGlobal, 2, ClientId(1), 1, ListOp::Contains { shard: 2, value: 3 }),
+            Err(CommandError::Shard { shard: 2, shards: 2 })
+        );
+        assert!(matches!(
+            command(ListModel::ShardedSnapshot, 2, ClientId(1), 1, ListOp::AddAll { value: 3 }),
+            Err(CommandError::NoClass { .. })
+        ));
+        assert!(ListCodec.decode_op(&[9]).is_err());
+        assert!(ListCodec.decode_op(&[]).is_err());
+        let mut long = ListCodec.encode_op(&ListOp::AddAll { value: 1 });
+        long.push(0);
+        assert!(ListCodec.decode_op(&long).is_err(), "trailing bytes");
+    }
+
+    #[test]
+    fn the_stream_makes_what_generate_makes() {
+        let cfg = WorkloadConfig {
+            commands: 500,
+            shards: 3,
+            skew: 0.5,
+            mix: Mix { local_write_pct: 20.0, global_pct: 10.0, global_write_pct: 50.0 },
+            ..WorkloadConfig::default()
+        };
+        let generated: Vec<ListOp> =
+            generate(ListModel::ShardedGlobal, &cfg, 10).unwrap().into_iter().map(|c| c.op).collect();
+        let mut stream = OpStream::new(ListModel::ShardedGlobal, &cfg, 10).unwrap();
+        let streamed: Vec<ListOp> = (0..500).map(|_| stream.next_op()).collect();
+        assert_eq!(generated, streamed);
+    }
 
     fn cmd(op: ListOp) -> Command<ListOp> {
         Command { client: ClientId(1), seq: 1, class: ClassId(0), reads: KeySet::new(), writes: KeySet::new(), op }

@@ -2,12 +2,17 @@
 //! existing one), with sweeps, and a report written to a directory.
 
 use crate::cluster::{fresh_config, parse_storage, ClusterArgs, LocalCluster};
-use crate::load::{LoadResult, LoadSpec};
+use crate::load::{LoadResult, LoadSpec, Ops};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use psmr_bench::report::{self, Event, Percentiles, PointResult, StageRow};
 use psmr_bench::scenario::{self, Params, Point, Scenario, ScenarioKind, Sweep, CLUSTER_KEYS};
 use psmr_client::{Client, ClientConfig};
+use psmr_model::{ClassId, ClassModel};
+use psmr_sched::optimizer::{self, Problem, Weighting};
+use psmr_services::kv::{self, KvModel};
+use psmr_services::list::{self, ListModel};
+use psmr_services::{Cost, Mix, WorkloadConfig};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -255,7 +260,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // Every point is checked before the first one runs: a bad value in the
     // last point must not cost the whole run.
     for point in &points {
-        load_spec(&point.params, None, args.seed).validate().with_context(|| format!("point {}", point.name()))?;
+        load_spec(&point.params, None, args.seed)?.validate().with_context(|| format!("point {}", point.name()))?;
         if args.cluster.is_empty() {
             cluster_config(&point.params, &std::env::temp_dir()).with_context(|| format!("point {}", point.name()))?;
         }
@@ -405,17 +410,71 @@ fn reachable(list: &[String]) -> Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
-fn load_spec(p: &Params, history: Option<PathBuf>, seed: u64) -> LoadSpec {
-    LoadSpec {
+/// The list workload of `p` (its mix, shards and skews).
+fn list_workload(p: &Params) -> Result<WorkloadConfig> {
+    let mix: Mix = p.workload.parse()?;
+    Ok(WorkloadConfig { shards: p.shards, skew: p.skew, write_skew: p.write_skew, mix, ..WorkloadConfig::default() })
+}
+
+fn load_spec(p: &Params, history: Option<PathBuf>, seed: u64) -> Result<LoadSpec> {
+    let ops = match p.service.as_str() {
+        "list" => {
+            let cost: Cost = p.cost.parse()?;
+            Ops::List { model: p.model.parse()?, workload: list_workload(p)?, list_size: cost.list_size() }
+        }
+        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct },
+    };
+    Ok(LoadSpec {
         seed,
         clients: p.clients,
         per_request: p.per_request,
         warmup: Duration::from_secs_f64(p.warmup_s),
         duration: Duration::from_secs_f64(p.duration_s),
-        keys: p.keys,
-        write_pct: p.write_pct,
+        ops,
         history,
+    })
+}
+
+/// The mapping a replica runs for `p`: `default`, a spec as given, or the
+/// optimizer's or the naive one for the class frequencies of 100k commands
+/// of the point's workload.
+fn mapping_spec(p: &Params) -> Result<String> {
+    let weighting = match p.mapping.as_str() {
+        "optimal" | "optimal:as-written" => Weighting::AsWritten,
+        "optimal:total" => Weighting::Total,
+        "naive" => Weighting::AsWritten,
+        other => return Ok(other.to_string()),
+    };
+    let sample = 100_000;
+    let (model, classes): (ClassModel, Vec<ClassId>) = match p.service.as_str() {
+        "list" => {
+            let model: ListModel = p.model.parse()?;
+            let cost: Cost = p.cost.parse()?;
+            let cfg = WorkloadConfig { commands: sample, ..list_workload(p)? };
+            let commands = list::generate(model, &cfg, cost.list_size())?;
+            (list::class_model(model, p.shards), commands.iter().map(|c| c.class).collect())
+        }
+        _ => {
+            let model: KvModel = p.model.parse()?;
+            let cfg = WorkloadConfig {
+                commands: sample,
+                shards: p.shards,
+                keys: p.keys,
+                mix: Mix::writes(f64::from(p.write_pct)),
+                ..WorkloadConfig::default()
+            };
+            let commands = kv::generate(model, &cfg)?;
+            (kv::class_model(model, p.shards), commands.iter().map(|c| c.class).collect())
+        }
+    };
+    let mut weights = vec![0.0; model.len()];
+    for c in classes {
+        weights[c.index()] += 1.0 / sample as f64;
     }
+    let problem = Problem::new(model.clone(), p.workers)?.with_weights(weights)?.with_weighting(weighting);
+    let mapping =
+        if p.mapping == "naive" { optimizer::naive(&problem) } else { optimizer::optimize(&problem)?.mapping };
+    Ok(mapping.to_spec(&model))
 }
 
 /// Runs one point: a fresh local cluster (unless `existing`), the load,
@@ -429,7 +488,7 @@ fn run_point(
     seed: u64,
 ) -> Result<PointResult> {
     let p = &point.params;
-    let spec = load_spec(p, history, seed);
+    let spec = load_spec(p, history, seed)?;
     spec.validate()?;
     let (load, events) = match existing {
         Some(addrs) => (crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?, Vec::new()),
@@ -443,6 +502,9 @@ fn run_point(
     };
     let mut result = to_result(point, &load);
     result.events = events;
+    if existing.is_none() && p.mapping != "default" {
+        result.mapping_spec = Some(mapping_spec(p)?);
+    }
     Ok(result)
 }
 
@@ -456,10 +518,12 @@ fn next_dir_number() -> u64 {
 fn cluster_config(p: &Params, dir: &Path) -> Result<psmr_replica::Config> {
     let args = ClusterArgs {
         replicas: p.replicas,
-        service: "kv".into(),
-        model: "readers-writers".into(),
-        shards: 1,
+        service: p.service.clone(),
+        model: p.model.clone(),
+        shards: p.shards,
         keys: 0,
+        cost: p.cost.clone(),
+        mapping: mapping_spec(p)?,
         scheduler: p.scheduler.clone(),
         workers: p.workers,
         storage: p.storage.clone(),
@@ -523,8 +587,9 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     r.commands_per_s = load.commands_per_s();
     r.requests_per_s = load.requests as f64 / load.seconds;
     r.failed_requests = load.errors;
-    r.latency_us.insert("read".into(), percentiles(&load.read_latency));
-    r.latency_us.insert("write".into(), percentiles(&load.write_latency));
+    for (kind, h) in &load.latency {
+        r.latency_us.insert(kind.to_string(), percentiles(h));
+    }
     r.latency_us.insert("request".into(), percentiles(&load.request_latency));
     r.timeline = load.timeline.clone();
     r.stages = load

@@ -5,7 +5,7 @@ use crate::load::LoadSpec;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use psmr_client::{Client, ClientConfig};
-use psmr_replica::{Config, KvApp, Member, Replica, Storage};
+use psmr_replica::{Config, KvApp, ListApp, Member, Replica, Storage};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -35,8 +35,11 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
     }
-    let replica = Replica::start(config.clone(), args.id, KvApp::new(&config.service))
-        .with_context(|| format!("replica {} cannot start", args.id))?;
+    let replica = match config.service.kind.as_str() {
+        "list" => Replica::start(config.clone(), args.id, ListApp::new(&config.service)),
+        _ => Replica::start(config.clone(), args.id, KvApp::new(&config.service)),
+    }
+    .with_context(|| format!("replica {} cannot start", args.id))?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
     replica.wait().with_context(|| format!("replica {}", args.id))?;
     Ok(())
@@ -48,18 +51,28 @@ pub struct ClusterArgs {
     /// Number of replicas (2f+1 tolerates f crashes).
     #[arg(long, default_value_t = 3)]
     pub(crate) replicas: u64,
-    /// The replicated service (only kv so far).
+    /// The replicated service: kv (key-value store) or list (sharded
+    /// linked list).
     #[arg(long, default_value = "kv")]
     pub(crate) service: String,
-    /// kv class model: readers-writers or sharded.
+    /// Class model. kv: readers-writers or sharded; list: readers-writers,
+    /// sharded-snapshot or sharded-global.
     #[arg(long, default_value = "readers-writers")]
     pub(crate) model: String,
-    /// kv shards (sharded model).
+    /// Shards of the kv key space (sharded model) or of the list.
     #[arg(long, default_value_t = 1)]
     pub(crate) shards: usize,
-    /// Keys the store starts with.
+    /// kv: keys the store starts with.
     #[arg(long, default_value_t = 0)]
     pub(crate) keys: u64,
+    /// Execution cost: light, moderate or heavy (list: 1, 1k, 10k entries
+    /// per shard).
+    #[arg(long, default_value = "light")]
+    pub(crate) cost: String,
+    /// Early schedulers' class-to-threads mapping: default, or a spec
+    /// such as `R=conc:0,1;W=seq:0-1` (`psmr mapping` prints one).
+    #[arg(long, default_value = "default")]
+    pub(crate) mapping: String,
     /// Execution scheduler of every replica.
     #[arg(long, default_value = "early")]
     pub(crate) scheduler: String,
@@ -150,6 +163,8 @@ pub(crate) fn fresh_config(args: &ClusterArgs, storage: Storage, dir: &std::path
     config.service.model = args.model.clone();
     config.service.shards = args.shards;
     config.service.keys = args.keys;
+    config.service.cost = args.cost.clone();
+    config.scheduler.mapping = args.mapping.clone();
     config.scheduler.kind = args.scheduler.clone();
     config.scheduler.workers = args.workers;
     config.client_io_threads = args.client_io_threads;
@@ -512,8 +527,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         per_request: l.per_request,
         warmup: Duration::from_secs(1),
         duration: secs(l.duration, "--duration")?,
-        keys: l.keys,
-        write_pct: l.write_pct,
+        ops: crate::load::Ops::Kv { keys: l.keys, write_pct: l.write_pct },
         history: l.history,
         seed: l.seed,
     };

@@ -7,7 +7,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use psmr_client::{Client, ClientConfig};
 use psmr_model::wire::ThreadStat;
+use psmr_model::wire::{OpCodec, Outcome};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
+use psmr_services::list::{ListCodec, ListModel, ListOp, OpStream};
+use psmr_services::WorkloadConfig;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +24,28 @@ const LATENCY_MAX_US: u64 = 60_000_000;
 /// Most closed-loop clients (one thread each).
 pub const CLIENTS_MAX: usize = 4096;
 
+/// The commands a load sends.
+#[derive(Clone, Debug)]
+pub enum Ops {
+    /// Key-value store: puts (`write_pct` %) and reads of keys `0..keys`.
+    Kv {
+        /// Keys the commands touch.
+        keys: u64,
+        /// Percentage of writes.
+        write_pct: u8,
+    },
+    /// Sharded list: the α-β-γ workload of `workload` (its mix, shards,
+    /// skew, write skew and spread; its seed is replaced per client).
+    List {
+        /// The list's class model (for checking the workload).
+        model: ListModel,
+        /// The workload.
+        workload: WorkloadConfig,
+        /// Entries per shard (values are drawn from twice that).
+        list_size: usize,
+    },
+}
+
 /// What load to run.
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
@@ -31,10 +57,8 @@ pub struct LoadSpec {
     pub warmup: Duration,
     /// How long to measure.
     pub duration: Duration,
-    /// Keys the commands touch (`0..keys`).
-    pub keys: u64,
-    /// Percentage of writes (puts); the rest are reads.
-    pub write_pct: u8,
+    /// What the commands are.
+    pub ops: Ops,
     /// Where to write every operation (the `psmr check-history` schema).
     pub history: Option<PathBuf>,
     /// Seed of the clients' random keys, operations and values.
@@ -54,11 +78,21 @@ impl LoadSpec {
                 self.per_request
             );
         }
-        if self.keys == 0 {
-            bail!("--keys must be at least 1");
-        }
-        if self.write_pct > 100 {
-            bail!("--write-pct must be at most 100, got {}", self.write_pct);
+        match &self.ops {
+            Ops::Kv { keys, write_pct } => {
+                if *keys == 0 {
+                    bail!("--keys must be at least 1");
+                }
+                if *write_pct > 100 {
+                    bail!("--write-pct must be at most 100, got {write_pct}");
+                }
+            }
+            Ops::List { model, workload, list_size } => {
+                if self.history.is_some() {
+                    bail!("histories are of key-value operations; the list load cannot write one");
+                }
+                OpStream::new(*model, workload, *list_size)?;
+            }
         }
         if self.duration.is_zero() {
             bail!("the measured duration must be positive");
@@ -97,10 +131,10 @@ pub struct LoadResult {
     pub requests: u64,
     /// Requests that failed (timed out or refused) over the whole run.
     pub errors: u64,
-    /// Request latency, µs, one sample per read command.
-    pub read_latency: Histogram<u64>,
-    /// Request latency, µs, one sample per write command.
-    pub write_latency: Histogram<u64>,
+    /// Request latency, µs, one sample per command, by command kind (kv:
+    /// `read`, `write`; list: `local-read`, `local-write`, `global-read`,
+    /// `global-write`).
+    pub latency: BTreeMap<&'static str, Histogram<u64>>,
     /// Request latency, µs, one sample per request.
     pub request_latency: Histogram<u64>,
     /// Commands completed in each second of the window.
@@ -125,10 +159,79 @@ struct ClientTally {
     errors: u64,
     commands: u64,
     requests: u64,
-    read: Histogram<u64>,
-    write: Histogram<u64>,
+    latency: BTreeMap<&'static str, Histogram<u64>>,
     request: Histogram<u64>,
     timeline: Vec<u64>,
+}
+
+/// One client's source of commands.
+enum Generator {
+    Kv { keys: u64, write_pct: u64, x: u64 },
+    List(Box<OpStream>),
+}
+
+/// One request's commands, encoded, with their kinds (and the kv
+/// operations, for the history).
+struct Request {
+    encoded: Vec<Vec<u8>>,
+    kinds: Vec<&'static str>,
+    kv: Vec<KvOp>,
+}
+
+impl Generator {
+    fn new(ops: &Ops, seed: u64, client: usize) -> Result<Self> {
+        // Each client its own stream, the same seed the same streams.
+        let mixed =
+            (seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        Ok(match ops {
+            // xorshift never leaves the all-zero state: keep a bit set.
+            Ops::Kv { keys, write_pct } => {
+                Generator::Kv { keys: *keys, write_pct: u64::from(*write_pct), x: mixed | 1 }
+            }
+            Ops::List { model, workload, list_size } => {
+                let cfg = WorkloadConfig { seed: mixed, ..workload.clone() };
+                Generator::List(Box::new(OpStream::new(*model, &cfg, *list_size)?))
+            }
+        })
+    }
+
+    fn request(&mut self, n: usize) -> Request {
+        let mut r = Request { encoded: Vec::with_capacity(n), kinds: Vec::with_capacity(n), kv: Vec::new() };
+        match self {
+            Generator::Kv { keys, write_pct, x } => {
+                let mut next = || {
+                    *x ^= *x << 13;
+                    *x ^= *x >> 7;
+                    *x ^= *x << 17;
+                    *x
+                };
+                for _ in 0..n {
+                    let key = next() % *keys;
+                    let op = if next() % 100 < *write_pct {
+                        KvOp::Put { key, value: next().to_string().into_bytes() }
+                    } else {
+                        KvOp::Read { key }
+                    };
+                    r.kinds.push(if matches!(op, KvOp::Read { .. }) { "read" } else { "write" });
+                    r.encoded.push(KvCodec.encode_op(&op));
+                    r.kv.push(op);
+                }
+            }
+            Generator::List(stream) => {
+                for _ in 0..n {
+                    let op = stream.next_op();
+                    r.kinds.push(match op {
+                        ListOp::Contains { .. } => "local-read",
+                        ListOp::Add { .. } => "local-write",
+                        ListOp::ContainsAll { .. } => "global-read",
+                        ListOp::AddAll { .. } => "global-write",
+                    });
+                    r.encoded.push(ListCodec.encode_op(&op));
+                }
+            }
+        }
+        r
+    }
 }
 
 /// Runs `spec` against the replicas at `addrs`.
@@ -147,49 +250,40 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
     let mut handles = Vec::new();
     for i in 0..spec.clients {
         let mut client = Client::new(config())?;
-        let (per, keys, write_pct, seed) = (spec.per_request, spec.keys, u64::from(spec.write_pct), spec.seed);
+        let per = spec.per_request;
+        let mut generator = Generator::new(&spec.ops, spec.seed, i)?;
         let recorder = recorder.clone();
         handles.push(std::thread::spawn(move || -> Result<ClientTally> {
             let mut tally = ClientTally {
                 errors: 0,
                 commands: 0,
                 requests: 0,
-                read: histogram()?,
-                write: histogram()?,
+                latency: BTreeMap::new(),
                 request: histogram()?,
                 timeline: vec![0; buckets],
-            };
-            // xorshift seeded by the seed and the client's index: each
-            // client its own stream, the same seed the same streams (never
-            // the all-zero state, which xorshift cannot leave).
-            let mut x =
-                (seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1;
-            let mut next = || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
             };
             loop {
                 let now = Instant::now();
                 if now >= measure_to {
                     return Ok(tally);
                 }
-                let ops: Vec<KvOp> = (0..per)
-                    .map(|_| {
-                        let key = next() % keys;
-                        if next() % 100 < write_pct {
-                            KvOp::Put { key, value: next().to_string().into_bytes() }
-                        } else {
-                            KvOp::Read { key }
-                        }
-                    })
-                    .collect();
-                let outcome = client.call(&KvCodec, &ops);
+                let Request { encoded, kinds, kv } = generator.request(per);
+                let outcome = client.submit(encoded);
                 let done = Instant::now();
                 if let Some(r) = &recorder {
-                    let shown = outcome.as_ref().map(Clone::clone).map_err(|e| e.to_string());
-                    r.request(client.id(), &ops, &shown, now, done)?;
+                    let shown = outcome
+                        .as_ref()
+                        .map(|outcomes| {
+                            outcomes
+                                .iter()
+                                .map(|o| match o {
+                                    Outcome::Ok(b) => KvCodec.decode_reply(b).map_err(|e| e.to_string()),
+                                    Outcome::Rejected(m) => Err(m.clone()),
+                                })
+                                .collect()
+                        })
+                        .map_err(|e| e.to_string());
+                    r.request(client.id(), &kv, &shown, now, done)?;
                 }
                 if let Err(e) = outcome {
                     // The cluster may be changing leaders or be down (a
@@ -205,10 +299,14 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
                     tally.commands += per as u64;
                     tally.requests += 1;
                     tally.request.record(us)?;
-                    for op in &ops {
-                        match op {
-                            KvOp::Read { .. } => tally.read.record(us)?,
-                            _ => tally.write.record(us)?,
+                    for kind in kinds {
+                        match tally.latency.get_mut(kind) {
+                            Some(h) => h.record(us)?,
+                            None => {
+                                let mut h = histogram()?;
+                                h.record(us)?;
+                                tally.latency.insert(kind, h);
+                            }
                         }
                     }
                     // `done == measure_to` would fall one past the end.
@@ -228,8 +326,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         commands: 0,
         requests: 0,
         errors: 0,
-        read_latency: histogram()?,
-        write_latency: histogram()?,
+        latency: BTreeMap::new(),
         request_latency: histogram()?,
         timeline: vec![0; buckets],
         stages: stage_shares(addrs, &before, &after),
@@ -239,8 +336,14 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         result.commands += t.commands;
         result.requests += t.requests;
         result.errors += t.errors;
-        result.read_latency.add(&t.read)?;
-        result.write_latency.add(&t.write)?;
+        for (kind, h) in t.latency {
+            match result.latency.get_mut(kind) {
+                Some(sum) => sum.add(&h)?,
+                None => {
+                    result.latency.insert(kind, h);
+                }
+            }
+        }
         result.request_latency.add(&t.request)?;
         for (sum, n) in result.timeline.iter_mut().zip(&t.timeline) {
             *sum += n;

@@ -183,3 +183,49 @@ fn killing_the_leader_under_load_loses_nothing() {
     assert!(check.status.success(), "{}{}", text(&check.stdout), text(&check.stderr));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_list_runs_end_to_end_with_an_optimal_mapping() {
+    let dir = test_dir("list");
+    let out = dir.join("out");
+    let o = psmr(&[
+        "bench",
+        "--scenario",
+        "list-skewed",
+        "--sweep",
+        "skew=0.33/0.67",
+        "--sweep",
+        "mapping=optimal",
+        "--set",
+        "clients=4",
+        "--set",
+        "cost=light",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let results = read_json(&out.join("results.json"));
+    let p = &results["points"][0];
+    assert_eq!(p["params"]["service"], "list");
+    assert_eq!((p["params"]["skew"].as_str(), p["params"]["write_skew"].as_str()), (Some("0.33"), Some("0.67")));
+    for kind in ["local-read", "local-write", "global-read", "global-write"] {
+        assert!(p["latency_us"][kind]["count"].as_u64().unwrap() > 0, "{kind}: {p}");
+    }
+    assert_eq!(p["failed_requests"], 0);
+    // The optimizer's mapping for 4 workers covers every class of the model.
+    let spec = p["mapping_spec"].as_str().expect("the mapping that ran");
+    for class in ["R1=", "R2=", "W1=", "W2=", "Rg=", "Wg="] {
+        assert!(spec.contains(class), "{spec}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    fails_with(
+        &["bench", "--scenario", "list-rw", "--history", "/tmp/h.jsonl"],
+        "histories are of key-value operations",
+    );
+    fails_with(&["bench", "--set", "service=list", "--set", "model=sharded"], "sharded");
+    fails_with(&["bench", "--set", "mapping=R=conc:0"], "scheduler.mapping");
+}

@@ -25,8 +25,13 @@ struct Cluster {
 
 impl Cluster {
     fn start(n: usize, storage: &str, dir: &std::path::Path) -> Self {
+        Self::start_with(n, storage, dir, &[])
+    }
+
+    fn start_with(n: usize, storage: &str, dir: &std::path::Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
             .args(["cluster", "--replicas", &n.to_string(), "--scheduler", "early", "--workers", "2"])
+            .args(extra)
             .args(["--snapshot-every", "4", "--storage", storage, "--data-dir"])
             .arg(dir)
             .stdout(Stdio::piped())
@@ -400,6 +405,43 @@ fn bench_drives_an_existing_cluster() {
     // What the bench wrote is in every replica.
     let st = cluster.converged();
     assert!(st["replicas"][0]["applied"].as_u64().unwrap() > 0);
+    drop(cluster);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_list_cluster_under_load_ends_with_equal_digests() {
+    let dir = test_dir("list");
+    let mapping = "R1=conc:0;R2=conc:1;W1=seq:0;W2=seq:1;Rg=seq:0-1;Wg=seq:0-1";
+    let extra = ["--service", "list", "--model", "sharded-global", "--shards", "2", "--mapping", mapping];
+    let cluster = Cluster::start_with(3, "memory", &dir.join("cluster"), &extra);
+    let out = dir.join("out");
+    let addrs = cluster.addrs();
+    let o = psmr(&[
+        "bench",
+        "--cluster",
+        &addrs,
+        "--scenario",
+        "list-stealing",
+        "--set",
+        "shards=2",
+        "--set",
+        "clients=4",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let st = cluster.converged();
+    assert!(st["replicas"][0]["applied"].as_u64().unwrap() > 0);
+    // A list cluster with a kv model name is refused before it starts.
+    let bad =
+        psmr(&["cluster", "--service", "list", "--model", "sharded", "--data-dir", dir.join("bad").to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("service model"), "{}", text(&bad.stderr));
     drop(cluster);
     std::fs::remove_dir_all(&dir).ok();
 }
