@@ -39,6 +39,27 @@ pub struct StageRow {
     pub blocked: f64,
 }
 
+/// One execution worker of one replica over a point's window (000 §5.3).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkerRow {
+    /// The replica's client address.
+    pub replica: String,
+    /// The worker's id.
+    pub worker: usize,
+    /// Share of the window waiting for other threads (sequential classes).
+    pub sync_idle: f64,
+    /// Share of the window waiting for its queue.
+    pub queue_idle: f64,
+    /// Commands executed.
+    pub executed: u64,
+    /// Average commands per batch taken from its queue.
+    pub queue_size: f64,
+    /// Steal attempts.
+    pub steals_tried: u64,
+    /// Successful steals.
+    pub steals_ok: u64,
+}
+
 /// Something done to the cluster during a point (`psmr bench` faults).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
@@ -74,6 +95,8 @@ pub struct PointResult {
     pub timeline: Vec<u64>,
     /// Per replica and stage.
     pub stages: Vec<StageRow>,
+    /// Per replica and execution worker (early schedulers only).
+    pub workers: Vec<WorkerRow>,
     /// Faults injected, in order.
     pub events: Vec<Event>,
     /// The class-to-threads mapping the replicas ran, when not their
@@ -97,6 +120,7 @@ impl PointResult {
             latency_us: BTreeMap::new(),
             timeline: Vec::new(),
             stages: Vec::new(),
+            workers: Vec::new(),
             events: Vec::new(),
             mapping_spec: None,
         }
@@ -426,6 +450,31 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
                 100.0 * wc / n,
                 100.0 * bl / n
             );
+        }
+    }
+    if points.iter().any(|p| !p.workers.is_empty()) {
+        let _ = writeln!(s, "\n## Execution workers (000 §5.3)\n");
+        let _ = writeln!(s, "Averaged over the replicas, per worker id: idle waiting for other workers (sequential commands) and for work, commands per batch taken, steals that succeeded of those tried.\n");
+        let _ = writeln!(s, "| point | worker | executed | sync idle | queue idle | queue size | steals |");
+        let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for p in points {
+            let workers = p.workers.iter().map(|w| w.worker + 1).max().unwrap_or(0);
+            for id in 0..workers {
+                let rows: Vec<&WorkerRow> = p.workers.iter().filter(|w| w.worker == id).collect();
+                let n = rows.len().max(1) as f64;
+                let avg = |f: &dyn Fn(&WorkerRow) -> f64| rows.iter().map(|w| f(w)).sum::<f64>() / n;
+                let _ = writeln!(
+                    s,
+                    "| {} | {id} | {:.0} | {:.0} % | {:.0} % | {:.1} | {}/{} |",
+                    p.name,
+                    avg(&|w| w.executed as f64),
+                    100.0 * avg(&|w| w.sync_idle),
+                    100.0 * avg(&|w| w.queue_idle),
+                    avg(&|w| w.queue_size),
+                    rows.iter().map(|w| w.steals_ok).sum::<u64>(),
+                    rows.iter().map(|w| w.steals_tried).sum::<u64>()
+                );
+            }
         }
     }
     let faults: Vec<&PointResult> = points.iter().filter(|p| !p.events.is_empty()).collect();

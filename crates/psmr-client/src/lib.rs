@@ -21,7 +21,7 @@
 
 use psmr_model::wire::{
     read_frame_async, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand, WireError,
-    FRAME_MAX_DEFAULT,
+    WorkerStat, FRAME_MAX_DEFAULT,
 };
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -236,11 +236,12 @@ impl AsyncClient {
         }
     }
 
-    /// Asks one replica how busy its threads are: a clock reading in ns and
-    /// the threads' counters (see [`ServerMsg::Stats`]).
-    pub async fn stats_of(addr: SocketAddr, timeout: Duration) -> Result<(u64, Vec<ThreadStat>), String> {
+    /// Asks one replica how busy its threads are: a clock reading in ns,
+    /// the threads' counters and the execution workers' (see
+    /// [`ServerMsg::Stats`]).
+    pub async fn stats_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
         match Self::ask(addr, ClientMsg::Stats, timeout).await? {
-            ServerMsg::Stats { at_ns, threads } => Ok((at_ns, threads)),
+            ServerMsg::Stats { at_ns, threads, workers } => Ok(ReplicaStats { at_ns, threads, workers }),
             other => Err(format!("unexpected answer {other:?}")),
         }
     }
@@ -262,6 +263,17 @@ impl AsyncClient {
 enum Attempt {
     Retry(String),
     Refused(String),
+}
+
+/// One replica's answer to a stats request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Clock reading, ns since the replica started.
+    pub at_ns: u64,
+    /// Every thread's CPU counters.
+    pub threads: Vec<ThreadStat>,
+    /// Every execution worker's counters (early schedulers; else empty).
+    pub workers: Vec<WorkerStat>,
 }
 
 /// The blocking client: [`AsyncClient`] on a private runtime.
@@ -298,7 +310,7 @@ impl Client {
     }
 
     /// See [`AsyncClient::stats_of`].
-    pub fn stats_of(&self, addr: SocketAddr, timeout: Duration) -> Result<(u64, Vec<ThreadStat>), String> {
+    pub fn stats_of(&self, addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
         self.rt.block_on(AsyncClient::stats_of(addr, timeout))
     }
 }

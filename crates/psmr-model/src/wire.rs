@@ -21,8 +21,9 @@
 use std::io::{self, Read, Write};
 use thiserror::Error;
 
-/// The protocol version this build speaks.
-pub const WIRE_VERSION: u8 = 1;
+/// The protocol version this build speaks. 2: stats carry the scheduler's
+/// per-worker counters.
+pub const WIRE_VERSION: u8 = 2;
 
 /// Default limit on a frame's length (version, kind and body), in bytes.
 pub const FRAME_MAX_DEFAULT: usize = 4 << 20;
@@ -345,6 +346,26 @@ pub struct ThreadStat {
     pub runq_ns: u64,
 }
 
+/// One execution worker's counters since the replica started (000 §5.3;
+/// the early schedulers keep them, the others send none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStat {
+    /// Nanoseconds waiting for the other threads of a sequential class.
+    pub sync_idle_ns: u64,
+    /// Nanoseconds waiting for the queue.
+    pub queue_idle_ns: u64,
+    /// Queue operations (batches taken).
+    pub dequeues: u64,
+    /// Commands those batches held for this worker.
+    pub dequeued_commands: u64,
+    /// Commands this worker executed.
+    pub executed: u64,
+    /// Steal attempts.
+    pub steals_tried: u64,
+    /// Successful steals.
+    pub steals_ok: u64,
+}
+
 /// What a replica knows about one replica, for `status`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaStatus {
@@ -387,13 +408,16 @@ pub enum ServerMsg {
     Error(String),
     /// Answer to [`ClientMsg::Status`].
     Status(ReplicaStatus),
-    /// Answer to [`ClientMsg::Stats`]: a monotonic clock reading in ns and
-    /// every thread's counters at that time.
+    /// Answer to [`ClientMsg::Stats`]: a monotonic clock reading in ns,
+    /// every thread's counters and every execution worker's at that time.
     Stats {
         /// Clock reading (ns since the replica started).
         at_ns: u64,
         /// The threads.
         threads: Vec<ThreadStat>,
+        /// The scheduler's workers, by worker id (empty for schedulers that
+        /// keep no per-worker counters).
+        workers: Vec<WorkerStat>,
     },
 }
 
@@ -468,10 +492,20 @@ impl ServerMsg {
                 e.u64(s.id).str(&s.addr).u32(s.pid).u64(s.leader).u64(s.term).u64(s.applied).str(&s.digest);
                 K_STATUS_REPLY
             }
-            ServerMsg::Stats { at_ns, threads } => {
+            ServerMsg::Stats { at_ns, threads, workers } => {
                 e.u64(*at_ns).u32(threads.len() as u32);
                 for t in threads {
                     e.str(&t.name).u64(t.tid).u64(t.cpu_ns).u64(t.runq_ns);
+                }
+                e.u32(workers.len() as u32);
+                for w in workers {
+                    e.u64(w.sync_idle_ns)
+                        .u64(w.queue_idle_ns)
+                        .u64(w.dequeues)
+                        .u64(w.dequeued_commands)
+                        .u64(w.executed)
+                        .u64(w.steals_tried)
+                        .u64(w.steals_ok);
                 }
                 K_STATS_REPLY
             }
@@ -527,8 +561,21 @@ impl ServerMsg {
                 for _ in 0..n {
                     threads.push(ThreadStat { name: d.str()?, tid: d.u64()?, cpu_ns: d.u64()?, runq_ns: d.u64()? });
                 }
+                let n = d.count(1 << 10, 56)?;
+                let mut workers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    workers.push(WorkerStat {
+                        sync_idle_ns: d.u64()?,
+                        queue_idle_ns: d.u64()?,
+                        dequeues: d.u64()?,
+                        dequeued_commands: d.u64()?,
+                        executed: d.u64()?,
+                        steals_tried: d.u64()?,
+                        steals_ok: d.u64()?,
+                    });
+                }
                 d.end()?;
-                ServerMsg::Stats { at_ns, threads }
+                ServerMsg::Stats { at_ns, threads, workers }
             }
             k => return Err(WireError::UnknownKind(k)),
         };
@@ -589,6 +636,18 @@ mod tests {
             ServerMsg::Stats {
                 at_ns: 9,
                 threads: vec![ThreadStat { name: "psmr-protocol".into(), tid: 7, cpu_ns: 1, runq_ns: 2 }],
+                workers: vec![
+                    WorkerStat {
+                        sync_idle_ns: 1,
+                        queue_idle_ns: 2,
+                        dequeues: 3,
+                        dequeued_commands: 4,
+                        executed: 5,
+                        steals_tried: 6,
+                        steals_ok: 7,
+                    },
+                    WorkerStat::default(),
+                ],
             },
             ServerMsg::Status(ReplicaStatus {
                 id: 1,

@@ -124,6 +124,8 @@ pub struct Shared {
     pub router: Arc<Router>,
     /// Counters.
     pub stats: Stats,
+    /// The scheduler's per-worker metrics, once it runs (early schedulers).
+    pub worker_metrics: std::sync::OnceLock<Arc<psmr_sched::Metrics>>,
     stopping: AtomicBool,
     stop_tx: tokio::sync::watch::Sender<bool>,
     failure: Mutex<Option<String>>,
@@ -215,6 +217,7 @@ impl Replica {
             applied: AtomicU64::new(0),
             router: Arc::new(Router::default()),
             stats: Stats::default(),
+            worker_metrics: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
             stop_tx,
             failure: Mutex::new(None),
@@ -237,7 +240,13 @@ impl Replica {
             };
             sched = sched.with_mapping(mapping);
         }
+        // Timing the waits costs two clock reads per wait; the per-worker
+        // picture it gives (`psmr bench`) is worth that.
+        sched.metrics = true;
         let scheduler = psmr_sched::build(&sched, app.service().clone(), app.model(), sink.clone())?;
+        if let Some(m) = scheduler.metrics() {
+            let _ = shared.worker_metrics.set(m);
+        }
 
         // Queues between the stages.
         let depth = config.queue_depth;

@@ -5,7 +5,7 @@ use crate::cluster::{fresh_config, parse_storage, ClusterArgs, LocalCluster};
 use crate::load::{LoadResult, LoadSpec, Ops};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use psmr_bench::report::{self, Event, Percentiles, PointResult, StageRow};
+use psmr_bench::report::{self, Event, Percentiles, PointResult, StageRow, WorkerRow};
 use psmr_bench::scenario::{self, Params, Point, Scenario, ScenarioKind, Sweep, CLUSTER_KEYS};
 use psmr_client::{Client, ClientConfig};
 use psmr_model::{ClassId, ClassModel};
@@ -592,6 +592,20 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     }
     r.latency_us.insert("request".into(), percentiles(&load.request_latency));
     r.timeline = load.timeline.clone();
+    r.workers = load
+        .workers
+        .iter()
+        .map(|w| WorkerRow {
+            replica: w.replica.to_string(),
+            worker: w.worker,
+            sync_idle: w.sync_idle,
+            queue_idle: w.queue_idle,
+            executed: w.executed,
+            queue_size: w.queue_size,
+            steals_tried: w.steals_tried,
+            steals_ok: w.steals_ok,
+        })
+        .collect();
     r.stages = load
         .stages
         .iter()

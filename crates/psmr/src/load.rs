@@ -5,8 +5,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
+use psmr_client::ReplicaStats;
 use psmr_client::{Client, ClientConfig};
-use psmr_model::wire::ThreadStat;
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use psmr_services::list::{ListCodec, ListModel, ListOp, OpStream};
@@ -121,6 +121,29 @@ impl StageShare {
     }
 }
 
+/// One execution worker of one replica over the measured window (000
+/// §5.3).
+#[derive(Clone, Debug)]
+pub struct WorkerShare {
+    /// The replica's client address.
+    pub replica: SocketAddr,
+    /// The worker's id.
+    pub worker: usize,
+    /// Share of the window waiting for the other threads of a sequential
+    /// class.
+    pub sync_idle: f64,
+    /// Share of the window waiting for its queue.
+    pub queue_idle: f64,
+    /// Commands it executed.
+    pub executed: u64,
+    /// Average commands per batch it took from its queue.
+    pub queue_size: f64,
+    /// Steal attempts.
+    pub steals_tried: u64,
+    /// Successful steals.
+    pub steals_ok: u64,
+}
+
 /// What one load run measured.
 pub struct LoadResult {
     /// Length of the measured window, seconds.
@@ -141,6 +164,8 @@ pub struct LoadResult {
     pub timeline: Vec<u64>,
     /// Per replica and stage: busy, waiting for a CPU, blocked.
     pub stages: Vec<StageShare>,
+    /// Per replica and execution worker (early schedulers).
+    pub workers: Vec<WorkerShare>,
 }
 
 impl LoadResult {
@@ -330,6 +355,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         request_latency: histogram()?,
         timeline: vec![0; buckets],
         stages: stage_shares(addrs, &before, &after),
+        workers: worker_shares(addrs, &before, &after),
     };
     for h in handles {
         let t = h.join().map_err(|_| anyhow!("a client thread panicked"))??;
@@ -356,15 +382,16 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
     Ok(result)
 }
 
-type Reading = Option<(u64, Vec<ThreadStat>)>;
+type Reading = Option<ReplicaStats>;
 
 /// Per replica and thread name (threads of one name summed, then divided
 /// by their number): shares of the interval on a CPU and waiting for one.
 fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> Vec<StageShare> {
     let mut out = Vec::new();
     for ((addr, b), a) in addrs.iter().zip(before).zip(after) {
-        let (Some((t0, b)), Some((t1, a))) = (b, a) else { continue };
-        let wall = t1.saturating_sub(*t0).max(1) as f64;
+        let (Some(b), Some(a)) = (b, a) else { continue };
+        let wall = a.at_ns.saturating_sub(b.at_ns).max(1) as f64;
+        let (b, a) = (&b.threads, &a.threads);
         let mut groups: std::collections::BTreeMap<String, (f64, f64, usize)> = Default::default();
         // The process's main thread only waits for the others.
         for t in a.iter().filter(|t| t.name.starts_with("psmr-")) {
@@ -377,6 +404,31 @@ fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> 
         }
         for (stage, (busy, runq, n)) in groups {
             out.push(StageShare { replica: *addr, stage, busy: busy / n as f64, waiting_cpu: runq / n as f64 });
+        }
+    }
+    out
+}
+
+/// Per replica and worker: what the scheduler's counters say about the
+/// window.
+fn worker_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> Vec<WorkerShare> {
+    let mut out = Vec::new();
+    for ((addr, b), a) in addrs.iter().zip(before).zip(after) {
+        let (Some(b), Some(a)) = (b, a) else { continue };
+        let wall = a.at_ns.saturating_sub(b.at_ns).max(1) as f64;
+        for (worker, (wa, wb)) in a.workers.iter().zip(&b.workers).enumerate() {
+            let dequeues = wa.dequeues.saturating_sub(wb.dequeues);
+            let dequeued = wa.dequeued_commands.saturating_sub(wb.dequeued_commands);
+            out.push(WorkerShare {
+                replica: *addr,
+                worker,
+                sync_idle: wa.sync_idle_ns.saturating_sub(wb.sync_idle_ns) as f64 / wall,
+                queue_idle: wa.queue_idle_ns.saturating_sub(wb.queue_idle_ns) as f64 / wall,
+                executed: wa.executed.saturating_sub(wb.executed),
+                queue_size: if dequeues == 0 { 0.0 } else { dequeued as f64 / dequeues as f64 },
+                steals_tried: wa.steals_tried.saturating_sub(wb.steals_tried),
+                steals_ok: wa.steals_ok.saturating_sub(wb.steals_ok),
+            });
         }
     }
     out

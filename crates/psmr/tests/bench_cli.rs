@@ -216,6 +216,14 @@ fn the_list_runs_end_to_end_with_an_optimal_mapping() {
         assert!(p["latency_us"][kind]["count"].as_u64().unwrap() > 0, "{kind}: {p}");
     }
     assert_eq!(p["failed_requests"], 0);
+    // Every replica reports its 4 early workers (000 §5.3 metrics).
+    let workers = p["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 12, "{workers:?}");
+    assert!(workers.iter().map(|w| w["executed"].as_u64().unwrap()).sum::<u64>() > 0);
+    for w in workers {
+        let idle = w["sync_idle"].as_f64().unwrap() + w["queue_idle"].as_f64().unwrap();
+        assert!((0.0..=1.05).contains(&idle), "{w}");
+    }
     // The optimizer's mapping for 4 workers covers every class of the model.
     let spec = p["mapping_spec"].as_str().expect("the mapping that ran");
     for class in ["R1=", "R2=", "W1=", "W2=", "Rg=", "Wg="] {
