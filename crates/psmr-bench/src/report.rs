@@ -97,6 +97,8 @@ pub struct PointResult {
     pub stages: Vec<StageRow>,
     /// Per replica and execution worker (early schedulers only).
     pub workers: Vec<WorkerRow>,
+    /// The same for each second of the window (000 Fig. 5.3).
+    pub worker_timeline: Vec<Vec<WorkerRow>>,
     /// Faults injected, in order.
     pub events: Vec<Event>,
     /// The class-to-threads mapping the replicas ran, when not their
@@ -121,6 +123,7 @@ impl PointResult {
             timeline: Vec::new(),
             stages: Vec::new(),
             workers: Vec::new(),
+            worker_timeline: Vec::new(),
             events: Vec::new(),
             mapping_spec: None,
         }
@@ -152,13 +155,18 @@ pub fn write_all(
         sweeps: sweeps.iter().map(ToString::to_string).collect(),
         points,
     };
-    let files = [
-        ("results.json", serde_json::to_string_pretty(&results).map_err(std::io::Error::other)? + "\n"),
-        ("results.csv", csv(points)),
-        ("throughput.svg", throughput_svg(scenario, sweeps, points)),
-        ("latency.svg", latency_svg(scenario, sweeps, points)),
-        ("report.md", markdown(scenario, sweeps, points)),
+    let mut files = vec![
+        ("results.json".to_string(), serde_json::to_string_pretty(&results).map_err(std::io::Error::other)? + "\n"),
+        ("results.csv".to_string(), csv(points)),
+        ("throughput.svg".to_string(), throughput_svg(scenario, sweeps, points)),
+        ("latency.svg".to_string(), latency_svg(scenario, sweeps, points)),
+        ("report.md".to_string(), markdown(scenario, sweeps, points)),
     ];
+    for (i, p) in points.iter().enumerate() {
+        if let Some(svg) = workers_svg(p) {
+            files.push((format!("workers-{i}.svg"), svg));
+        }
+    }
     let mut written = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);
@@ -238,6 +246,31 @@ pub fn throughput_svg(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResu
         .collect();
     let categories: Vec<String> = if numeric { Vec::new() } else { first.values.clone() };
     chart(&format!("{}: throughput", scenario.name), &first.key, "commands/s", &lines, &categories)
+}
+
+/// Each worker's synchronization and queue idleness, second by second
+/// (000 Fig. 5.3), averaged over the replicas; `None` without workers.
+pub fn workers_svg(p: &PointResult) -> Option<String> {
+    let workers = p.worker_timeline.iter().flatten().map(|w| w.worker + 1).max()?;
+    let mut lines = Vec::new();
+    for (what, pick) in [("sync idle", 0), ("queue idle", 1)] {
+        for id in 0..workers {
+            let pts: Vec<(f64, f64)> = p
+                .worker_timeline
+                .iter()
+                .enumerate()
+                .filter_map(|(second, rows)| {
+                    let mine: Vec<&WorkerRow> = rows.iter().filter(|w| w.worker == id).collect();
+                    (!mine.is_empty()).then(|| {
+                        let v: f64 = mine.iter().map(|w| if pick == 0 { w.sync_idle } else { w.queue_idle }).sum();
+                        ((second + 1) as f64, 100.0 * v / mine.len() as f64)
+                    })
+                })
+                .collect();
+            lines.push((format!("worker {id} {what}"), pts));
+        }
+    }
+    Some(chart(&format!("{}: worker idleness", p.name), "second", "share of the second (%)", &lines, &[]))
 }
 
 /// p99 request latency against throughput, a line per series (003 Fig. 3).
@@ -427,6 +460,11 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
         }
     }
     let _ = writeln!(s, "\n![throughput](throughput.svg)\n\n![latency](latency.svg)\n");
+    for (i, p) in points.iter().enumerate() {
+        if !p.worker_timeline.iter().all(Vec::is_empty) {
+            let _ = writeln!(s, "![workers of {}](workers-{i}.svg)\n", p.name);
+        }
+    }
     let _ = writeln!(s, "## Where the replicas' threads spent the window\n");
     let _ = writeln!(s, "Averaged over the replicas; busy is on a CPU, waiting is runnable without one.\n");
     let _ = writeln!(s, "| point | stage | busy | waiting for CPU | blocked |");

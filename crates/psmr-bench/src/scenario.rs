@@ -492,26 +492,45 @@ pub fn scenarios() -> Vec<Scenario> {
             kind: ScenarioKind::Cluster,
             name: "list-stealing",
             source: "000 Figs. 7.1-7.5 (busy-wait and work stealing)",
-            about: "the sharded list, 2 shards, light cost, workload 25-5-25 skewed 0.8 to shard 1: early, busy-wait and the four work-stealing schedulers",
+            about: "the sharded list, 2 shards, light cost, skewed 0.8 to shard 1, workloads 0-0-0 to 75-10-75: early, busy-wait and the four work-stealing schedulers",
             base: Params {
                 service: "list".into(),
                 model: "sharded-global".into(),
                 shards: 2,
                 workload: "25-5-25".into(),
                 skew: 0.8,
+                ..base.clone()
+            },
+            sweeps: vec![
+                sweep("workload", &["0-0-0", "15-1-15", "25-5-25", "75-10-75"]),
+                sweep(
+                    "scheduler",
+                    &[
+                        "early",
+                        "early-busywait",
+                        "early-ws-queue",
+                        "early-ws-semi",
+                        "early-ws-nonblocking",
+                        "early-ws-optimistic",
+                    ],
+                ),
+            ],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "worker-metrics",
+            source: "000 Fig. 5.3 (per-worker metrics over time)",
+            about: "each early worker's synchronization and queue idleness second by second: the sharded list, 2 shards skewed 0.8, 4 workers, early against early-ws-optimistic",
+            base: Params {
+                service: "list".into(),
+                model: "sharded-global".into(),
+                shards: 2,
+                workload: "25-5-25".into(),
+                skew: 0.8,
+                workers: 4,
                 ..base
             },
-            sweeps: vec![sweep(
-                "scheduler",
-                &[
-                    "early",
-                    "early-busywait",
-                    "early-ws-queue",
-                    "early-ws-semi",
-                    "early-ws-nonblocking",
-                    "early-ws-optimistic",
-                ],
-            )],
+            sweeps: vec![sweep("scheduler", &["early", "early-ws-optimistic"])],
         },
         Scenario {
             kind: ScenarioKind::BitmapSimulation,

@@ -300,12 +300,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let mut failure = None;
     for (i, point) in points.iter().enumerate() {
         let tag = format!("[{}/{}] {}", i + 1, points.len(), point.name());
-        if terminal {
-            eprint!("{tag}: running ({:.0} s)...\r", point.params.warmup_s + point.params.duration_s);
-        }
         let history = args.history.as_deref().map(|f| history_path(f, i, points.len()));
         let logs = out.join("logs").join(format!("point-{i}"));
-        match run_point(point, existing.as_deref(), history, &faults, &logs, args.seed) {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let outcome = std::thread::scope(|scope| {
+            if terminal {
+                let (tag, done) = (&tag, &done);
+                let total = point.params.warmup_s + point.params.duration_s;
+                scope.spawn(move || progress(tag, total, done));
+            }
+            let outcome = run_point(point, existing.as_deref(), history, &faults, &logs, args.seed);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            outcome
+        });
+        match outcome {
             Ok(r) => {
                 let p99 = r.latency_us.get("request").map_or(0, |l| l.p99);
                 let failed = match r.failed_requests {
@@ -348,6 +356,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// A progress bar on the terminal for one point, until `done`: the
+/// cluster's start, then the warm-up and the measured time.
+fn progress(tag: &str, total_s: f64, done: &std::sync::atomic::AtomicBool) {
+    const WIDTH: usize = 30;
+    let start = std::time::Instant::now();
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        let elapsed = start.elapsed().as_secs_f64();
+        let filled = ((elapsed / total_s.max(1e-3)).min(1.0) * WIDTH as f64) as usize;
+        eprint!("\r{tag} [{}{}] {elapsed:.0}/{total_s:.0} s\x1b[K", "#".repeat(filled), ".".repeat(WIDTH - filled));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprint!("\r\x1b[K");
 }
 
 /// The bitmap false-positive simulation (004 Table I): no cluster.
@@ -592,20 +614,23 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     }
     r.latency_us.insert("request".into(), percentiles(&load.request_latency));
     r.timeline = load.timeline.clone();
-    r.workers = load
-        .workers
-        .iter()
-        .map(|w| WorkerRow {
-            replica: w.replica.to_string(),
-            worker: w.worker,
-            sync_idle: w.sync_idle,
-            queue_idle: w.queue_idle,
-            executed: w.executed,
-            queue_size: w.queue_size,
-            steals_tried: w.steals_tried,
-            steals_ok: w.steals_ok,
-        })
-        .collect();
+    let rows = |shares: &[crate::load::WorkerShare]| -> Vec<WorkerRow> {
+        shares
+            .iter()
+            .map(|w| WorkerRow {
+                replica: w.replica.to_string(),
+                worker: w.worker,
+                sync_idle: w.sync_idle,
+                queue_idle: w.queue_idle,
+                executed: w.executed,
+                queue_size: w.queue_size,
+                steals_tried: w.steals_tried,
+                steals_ok: w.steals_ok,
+            })
+            .collect()
+    };
+    r.workers = rows(&load.workers);
+    r.worker_timeline = load.worker_timeline.iter().map(|s| rows(s)).collect();
     r.stages = load
         .stages
         .iter()

@@ -166,6 +166,8 @@ pub struct LoadResult {
     pub stages: Vec<StageShare>,
     /// Per replica and execution worker (early schedulers).
     pub workers: Vec<WorkerShare>,
+    /// The same for each second of the window.
+    pub worker_timeline: Vec<Vec<WorkerShare>>,
 }
 
 impl LoadResult {
@@ -343,9 +345,20 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
     }
     let probe = Client::new(ClientConfig::new(addrs.to_vec()))?;
     std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
-    let before: Vec<_> = addrs.iter().map(|&a| probe.stats_of(a, Duration::from_secs(3)).ok()).collect();
-    std::thread::sleep(measure_to.saturating_duration_since(Instant::now()));
-    let after: Vec<_> = addrs.iter().map(|&a| probe.stats_of(a, Duration::from_secs(3)).ok()).collect();
+    let read = || -> Vec<Reading> { addrs.iter().map(|&a| probe.stats_of(a, Duration::from_secs(3)).ok()).collect() };
+    let before = read();
+    // The workers are read every second too, for their timeline (000
+    // Fig. 5.3); a replica that does not answer leaves a gap.
+    let mut worker_timeline = Vec::with_capacity(buckets);
+    let mut last = before.clone();
+    for second in 1..=buckets {
+        let tick = (measure_from + Duration::from_secs(second as u64)).min(measure_to);
+        std::thread::sleep(tick.saturating_duration_since(Instant::now()));
+        let now = read();
+        worker_timeline.push(worker_shares(addrs, &last, &now));
+        last = now;
+    }
+    let after = last;
     let mut result = LoadResult {
         seconds: spec.duration.as_secs_f64(),
         commands: 0,
@@ -356,6 +369,7 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         timeline: vec![0; buckets],
         stages: stage_shares(addrs, &before, &after),
         workers: worker_shares(addrs, &before, &after),
+        worker_timeline,
     };
     for h in handles {
         let t = h.join().map_err(|_| anyhow!("a client thread panicked"))??;

@@ -216,9 +216,13 @@ fn the_list_runs_end_to_end_with_an_optimal_mapping() {
         assert!(p["latency_us"][kind]["count"].as_u64().unwrap() > 0, "{kind}: {p}");
     }
     assert_eq!(p["failed_requests"], 0);
-    // Every replica reports its 4 early workers (000 §5.3 metrics).
+    // Every replica reports its 4 early workers (000 §5.3 metrics), for
+    // the window and for its one second.
     let workers = p["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 12, "{workers:?}");
+    assert_eq!(p["worker_timeline"].as_array().unwrap().len(), 1);
+    assert_eq!(p["worker_timeline"][0].as_array().unwrap().len(), 12);
+    assert!(out.join("workers-0.svg").exists());
     assert!(workers.iter().map(|w| w["executed"].as_u64().unwrap()).sum::<u64>() > 0);
     for w in workers {
         let idle = w["sync_idle"].as_f64().unwrap() + w["queue_idle"].as_f64().unwrap();
