@@ -110,8 +110,7 @@ pub struct PointResult {
 impl PointResult {
     /// A result for `point` with everything else empty.
     pub fn new(point: &Point) -> Self {
-        let params =
-            crate::scenario::KEYS.iter().filter_map(|k| point.params.get(k).map(|v| (k.to_string(), v))).collect();
+        let params = crate::scenario::keys().filter_map(|k| point.params.get(k).map(|v| (k.to_string(), v))).collect();
         Self {
             name: point.name(),
             label: point.label.iter().cloned().collect(),
@@ -167,6 +166,11 @@ pub fn write_all(
             files.push((format!("workers-{i}.svg"), svg));
         }
     }
+    write_files(dir, files)
+}
+
+/// Writes each `(name, text)` into `dir`; returns the paths.
+fn write_files<N: AsRef<Path>>(dir: &Path, files: Vec<(N, String)>) -> std::io::Result<Vec<std::path::PathBuf>> {
     let mut written = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);
@@ -176,15 +180,25 @@ pub fn write_all(
     Ok(written)
 }
 
-const KINDS: [&str; 3] = ["read", "write", "request"];
+/// The command kinds any point measured, `request` (whole requests) last.
+fn kinds(points: &[PointResult]) -> Vec<String> {
+    let mut kinds: Vec<String> = points.iter().flat_map(|p| p.latency_us.keys().cloned()).collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds.retain(|k| k != "request");
+    kinds.push("request".into());
+    kinds
+}
 
-/// One row per point: its parameters, throughput and percentiles per kind.
+/// One row per point: its parameters, failed requests, throughput and
+/// percentiles per command kind.
 pub fn csv(points: &[PointResult]) -> String {
     let mut out = String::new();
     let keys: Vec<&String> = points.first().map(|p| p.params.keys().collect()).unwrap_or_default();
+    let kinds = kinds(points);
     let mut header: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-    header.extend(["commands_per_s".into(), "requests_per_s".into()]);
-    for kind in KINDS {
+    header.extend(["commands_per_s".into(), "requests_per_s".into(), "failed_requests".into()]);
+    for kind in &kinds {
         for q in ["count", "p50_us", "p90_us", "p99_us", "p999_us", "max_us"] {
             header.push(format!("{kind}_{q}"));
         }
@@ -195,7 +209,8 @@ pub fn csv(points: &[PointResult]) -> String {
         let mut row: Vec<String> = keys.iter().map(|k| p.params.get(*k).cloned().unwrap_or_default()).collect();
         row.push(format!("{:.1}", p.commands_per_s));
         row.push(format!("{:.1}", p.requests_per_s));
-        for kind in KINDS {
+        row.push(p.failed_requests.to_string());
+        for kind in &kinds {
             let l = p.latency_us.get(kind).cloned().unwrap_or_default();
             row.extend([l.count, l.p50, l.p90, l.p99, l.p999, l.max].map(|v| v.to_string()));
         }
@@ -437,20 +452,29 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
     if !swept.is_empty() {
         let _ = writeln!(s, "Swept: {}.\n", swept.join("; "));
     }
-    let _ =
-        writeln!(s, "| point | commands/s | read p50 / p99 / p99.9 ms | write p50 / p99 / p99.9 ms | request max ms |");
-    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: |");
+    // One column per command kind: p50 / p99 / p99.9 of its latency.
+    let kinds: Vec<String> = kinds(points).into_iter().filter(|k| k != "request").collect();
+    let mut header = String::from("| point | commands/s |");
+    let mut rule = String::from("| --- | ---: |");
+    for k in &kinds {
+        header.push_str(&format!(" {k} p50 / p99 / p99.9 ms |"));
+        rule.push_str(" ---: |");
+    }
+    let _ = writeln!(s, "{header} request max ms | failed requests |");
+    let _ = writeln!(s, "{rule} ---: | ---: |");
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
     for p in points {
-        let kind = |k: &str| {
-            p.latency_us
+        let mut row = format!("| {} | {:.0} |", p.name, p.commands_per_s);
+        for k in &kinds {
+            let cell = p
+                .latency_us
                 .get(k)
                 .filter(|l| l.count > 0)
-                .map_or("-".to_string(), |l| format!("{} / {} / {}", ms(l.p50), ms(l.p99), ms(l.p999)))
-        };
+                .map_or("-".to_string(), |l| format!("{} / {} / {}", ms(l.p50), ms(l.p99), ms(l.p999)));
+            row.push_str(&format!(" {cell} |"));
+        }
         let max = p.latency_us.get("request").map_or("-".to_string(), |l| ms(l.max));
-        let _ =
-            writeln!(s, "| {} | {:.0} | {} | {} | {} |", p.name, p.commands_per_s, kind("read"), kind("write"), max);
+        let _ = writeln!(s, "{row} {max} | {} |", p.failed_requests);
     }
     let mapped: Vec<&PointResult> = points.iter().filter(|p| p.mapping_spec.is_some()).collect();
     if !mapped.is_empty() {
@@ -570,7 +594,7 @@ mod tests {
         let col = |name: &str| rows[0].iter().position(|c| *c == name).unwrap();
         assert_eq!(rows[2][col("commands_per_s")], "2000.0");
         assert_eq!(rows[2][col("request_p99_us")], "301");
-        assert_eq!(rows[2][col("read_count")], "0");
+        assert!(!rows[0].contains(&"read_count"), "kinds no point measured have no columns");
         assert_eq!(rows[3][col("workers")], "2");
     }
 
@@ -675,17 +699,11 @@ pub fn write_simulation(
         );
     }
     let _ = writeln!(md, "\n![conflict rate](conflict.svg)");
-    let files = [
+    let files = vec![
         ("results.json", serde_json::to_string_pretty(&results).map_err(std::io::Error::other)? + "\n"),
         ("results.csv", csv),
         ("conflict.svg", svg),
         ("report.md", md),
     ];
-    let mut written = Vec::new();
-    for (name, text) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, text)?;
-        written.push(path);
-    }
-    Ok(written)
+    write_files(dir, files)
 }

@@ -138,32 +138,6 @@ impl Default for Params {
     }
 }
 
-/// The parameters a sweep or `--set` may name.
-pub const KEYS: [&str; 22] = [
-    "service",
-    "model",
-    "shards",
-    "cost",
-    "workload",
-    "skew",
-    "write_skew",
-    "mapping",
-    "replicas",
-    "scheduler",
-    "workers",
-    "storage",
-    "client_io_threads",
-    "batch_max_commands",
-    "batch_delay_us",
-    "pipeline",
-    "clients",
-    "per_request",
-    "write_pct",
-    "keys",
-    "warmup_s",
-    "duration_s",
-];
-
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
 pub const CLUSTER_KEYS: [&str; 13] = [
@@ -182,12 +156,22 @@ pub const CLUSTER_KEYS: [&str; 13] = [
     "pipeline",
 ];
 
+/// Parameters of the load alone.
+pub const LOAD_KEYS: [&str; 9] =
+    ["workload", "skew", "write_skew", "clients", "per_request", "write_pct", "keys", "warmup_s", "duration_s"];
+
+/// Every parameter a sweep or `--set` may name: the cluster's, then the
+/// load's.
+pub fn keys() -> impl Iterator<Item = &'static str> {
+    CLUSTER_KEYS.into_iter().chain(LOAD_KEYS)
+}
+
 fn num<T: std::str::FromStr>(key: &str, value: &str, why: &str) -> Result<T, ScenarioError> {
     value.trim().parse().map_err(|_| ScenarioError::BadValue { key: key.into(), value: value.into(), why: why.into() })
 }
 
 impl Params {
-    /// Sets `key` (a name of [`KEYS`]; `-` may stand for `_`) to `value`.
+    /// Sets `key` (a name of [`keys`]; `-` may stand for `_`) to `value`.
     /// Only the syntax is checked here; ranges are the cluster's and the
     /// load's to check, with their own messages.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ScenarioError> {
@@ -269,7 +253,7 @@ impl Params {
                     self.duration_s = s;
                 }
             }
-            _ => return Err(ScenarioError::UnknownKey { key, known: KEYS.join(", ") }),
+            _ => return Err(ScenarioError::UnknownKey { key, known: keys().collect::<Vec<_>>().join(", ") }),
         }
         Ok(())
     }
@@ -307,7 +291,7 @@ impl Params {
 /// One swept parameter and its values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sweep {
-    /// The parameter (a name of [`KEYS`]).
+    /// The parameter (a name of [`keys`]).
     pub key: String,
     /// Its values, in order.
     pub values: Vec<String>,
@@ -647,7 +631,8 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        for key in KEYS {
+        assert_eq!(keys().count(), 22);
+        for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();
             p.set(key, &Params::default().get(key).unwrap()).unwrap();

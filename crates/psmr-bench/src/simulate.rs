@@ -7,11 +7,11 @@
 //! a key and nearly every detected conflict is a false positive, as in the
 //! paper. Each key is placed with the hash of `psmr_model::KeyBitmap`, so the
 //! simulation measures psmr's own bitmaps. A batch is kept as the sorted
-//! list of its set bits rather than as the bitmap's words: intersecting two
-//! such lists is what `KeyBitmap::intersects` does too, and it spares
-//! clearing a megabit per batch.
+//! list of its set bits rather than as the bitmap's words: two such lists
+//! share an element exactly when `KeyBitmap::intersects` would say the
+//! bitmaps meet, and it spares clearing a megabit per batch.
 
-use psmr_model::KeyBitmap;
+use psmr_model::{sorted_intersect, KeyBitmap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -66,19 +66,6 @@ fn batch_bits(rng: &mut ChaCha8Rng, bits: u32, batch: usize) -> Vec<u32> {
     set
 }
 
-/// True when two sorted lists share an element.
-fn intersect(a: &[u32], b: &[u32]) -> bool {
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => return true,
-        }
-    }
-    false
-}
-
 /// Simulates `iterations` new batches of `batch` keys, each compared with
 /// the `graph` batches before it, and returns the share that conflicts.
 pub fn conflict_rate(bits: u32, batch: usize, graph: usize, iterations: u64, seed: u64) -> f64 {
@@ -87,7 +74,7 @@ pub fn conflict_rate(bits: u32, batch: usize, graph: usize, iterations: u64, see
     let mut conflicts = 0u64;
     for _ in 0..iterations {
         let new = batch_bits(&mut rng, bits, batch);
-        if window.iter().any(|old| intersect(&new, old)) {
+        if window.iter().any(|old| sorted_intersect(&new, old)) {
             conflicts += 1;
         }
         if graph > 0 {
@@ -129,13 +116,6 @@ pub fn table(iterations: u64, seed: u64) -> Vec<Cell> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sorted_lists_intersect_only_when_they_share() {
-        assert!(intersect(&[1, 5, 9], &[2, 5]));
-        assert!(!intersect(&[1, 5, 9], &[2, 6, 10]));
-        assert!(!intersect(&[], &[1]));
-    }
 
     #[test]
     fn the_simulation_agrees_with_the_closed_form() {

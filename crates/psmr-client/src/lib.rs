@@ -21,7 +21,7 @@
 
 use psmr_model::wire::{
     read_frame_async, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand, WireError,
-    WorkerStat, FRAME_MAX_DEFAULT,
+    WorkerSample, FRAME_MAX_DEFAULT,
 };
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -273,7 +273,7 @@ pub struct ReplicaStats {
     /// Every thread's CPU counters.
     pub threads: Vec<ThreadStat>,
     /// Every execution worker's counters (early schedulers; else empty).
-    pub workers: Vec<WorkerStat>,
+    pub workers: Vec<WorkerSample>,
 }
 
 /// The blocking client: [`AsyncClient`] on a private runtime.

@@ -80,8 +80,9 @@ impl BatchSummary {
     }
 }
 
-/// Merge-style intersection test of two sorted slices.
-fn sorted_intersect(a: &[Key], b: &[Key]) -> bool {
+/// True when two sorted slices share an element: a merge walk, or binary
+/// searches of the larger from the smaller when the sizes differ a lot.
+pub fn sorted_intersect<T: Ord>(a: &[T], b: &[T]) -> bool {
     if a.is_empty() || b.is_empty() {
         return false;
     }
@@ -213,6 +214,6 @@ mod tests {
         let large: Vec<u64> = (0..100).map(|x| x * 2).collect();
         assert!(sorted_intersect(&[3, 8], &large));
         assert!(!sorted_intersect(&[3, 7], &large));
-        assert!(!sorted_intersect(&[], &large));
+        assert!(!sorted_intersect::<u64>(&[], &large));
     }
 }

@@ -35,7 +35,7 @@ mod mapping;
 mod service;
 pub mod wire;
 
-pub use batch::{Batch, BatchSummary, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
+pub use batch::{sorted_intersect, Batch, BatchSummary, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 pub use bitmap::KeyBitmap;
 pub use class::{ClassModel, ClassModelBuilder, ClassModelError, CommandRef, MissedConflict};
 pub use command::{ClassId, ClientId, Command, Key, KeySet};

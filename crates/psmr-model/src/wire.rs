@@ -346,10 +346,11 @@ pub struct ThreadStat {
     pub runq_ns: u64,
 }
 
-/// One execution worker's counters since the replica started (000 §5.3;
-/// the early schedulers keep them, the others send none).
+/// One execution worker's counters at one moment, or the difference of two
+/// moments (000 §5.3): kept by the early schedulers (`psmr_sched::Metrics`)
+/// and carried by [`ServerMsg::Stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerStat {
+pub struct WorkerSample {
     /// Nanoseconds waiting for the other threads of a sequential class.
     pub sync_idle_ns: u64,
     /// Nanoseconds waiting for the queue.
@@ -364,6 +365,30 @@ pub struct WorkerStat {
     pub steals_tried: u64,
     /// Successful steals.
     pub steals_ok: u64,
+}
+
+impl WorkerSample {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &WorkerSample) -> WorkerSample {
+        WorkerSample {
+            sync_idle_ns: self.sync_idle_ns.saturating_sub(earlier.sync_idle_ns),
+            queue_idle_ns: self.queue_idle_ns.saturating_sub(earlier.queue_idle_ns),
+            dequeues: self.dequeues.saturating_sub(earlier.dequeues),
+            dequeued_commands: self.dequeued_commands.saturating_sub(earlier.dequeued_commands),
+            executed: self.executed.saturating_sub(earlier.executed),
+            steals_tried: self.steals_tried.saturating_sub(earlier.steals_tried),
+            steals_ok: self.steals_ok.saturating_sub(earlier.steals_ok),
+        }
+    }
+
+    /// Average commands per queue operation (000's "queue size").
+    pub fn queue_size_avg(&self) -> f64 {
+        if self.dequeues == 0 {
+            0.0
+        } else {
+            self.dequeued_commands as f64 / self.dequeues as f64
+        }
+    }
 }
 
 /// What a replica knows about one replica, for `status`.
@@ -417,7 +442,7 @@ pub enum ServerMsg {
         threads: Vec<ThreadStat>,
         /// The scheduler's workers, by worker id (empty for schedulers that
         /// keep no per-worker counters).
-        workers: Vec<WorkerStat>,
+        workers: Vec<WorkerSample>,
     },
 }
 
@@ -564,7 +589,7 @@ impl ServerMsg {
                 let n = d.count(1 << 10, 56)?;
                 let mut workers = Vec::with_capacity(n);
                 for _ in 0..n {
-                    workers.push(WorkerStat {
+                    workers.push(WorkerSample {
                         sync_idle_ns: d.u64()?,
                         queue_idle_ns: d.u64()?,
                         dequeues: d.u64()?,
@@ -637,7 +662,7 @@ mod tests {
                 at_ns: 9,
                 threads: vec![ThreadStat { name: "psmr-protocol".into(), tid: 7, cpu_ns: 1, runq_ns: 2 }],
                 workers: vec![
-                    WorkerStat {
+                    WorkerSample {
                         sync_idle_ns: 1,
                         queue_idle_ns: 2,
                         dequeues: 3,
@@ -646,7 +671,7 @@ mod tests {
                         steals_tried: 6,
                         steals_ok: 7,
                     },
-                    WorkerStat::default(),
+                    WorkerSample::default(),
                 ],
             },
             ServerMsg::Status(ReplicaStatus {

@@ -16,7 +16,7 @@ use crate::router::{Outbox, Outgoing};
 use crate::store::EntryCommand;
 use crate::Shared;
 use crossbeam::channel::Sender;
-use psmr_model::wire::{read_frame_async, ClientMsg, Outcome, ReplicaStatus, ServerMsg, WireError, WorkerStat};
+use psmr_model::wire::{read_frame_async, ClientMsg, Outcome, ReplicaStatus, ServerMsg, WireError};
 use psmr_model::ClientId;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -118,25 +118,7 @@ impl ClientIo {
                     }
                 }
                 ClientMsg::Stats => {
-                    let workers = self
-                        .shared
-                        .worker_metrics
-                        .get()
-                        .map(|m| {
-                            m.snapshot()
-                                .into_iter()
-                                .map(|w| WorkerStat {
-                                    sync_idle_ns: w.sync_idle_ns,
-                                    queue_idle_ns: w.queue_idle_ns,
-                                    dequeues: w.dequeues,
-                                    dequeued_commands: w.dequeued_commands,
-                                    executed: w.executed,
-                                    steals_tried: w.steals_tried,
-                                    steals_ok: w.steals_ok,
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let workers = self.shared.worker_metrics.get().map(|m| m.snapshot()).unwrap_or_default();
                     let msg =
                         ServerMsg::Stats { at_ns: crate::stages::now_ns(), threads: crate::stages::threads(), workers };
                     if outbox.send(Outgoing::Msg(msg)).await.is_err() {

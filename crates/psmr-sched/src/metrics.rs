@@ -17,6 +17,7 @@
 //! clock reads per synchronization and per batch are cheap, but not free.
 
 use crossbeam::utils::CachePadded;
+pub use psmr_model::wire::WorkerSample;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The counters of one worker.
@@ -92,49 +93,6 @@ impl Metrics {
                 steals_ok: w.steals_ok.load(Ordering::Relaxed),
             })
             .collect()
-    }
-}
-
-/// One worker's counters at one moment, or the difference of two moments.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerSample {
-    /// Nanoseconds waiting for the other threads of a sequential class.
-    pub sync_idle_ns: u64,
-    /// Nanoseconds waiting for the queue.
-    pub queue_idle_ns: u64,
-    /// Queue operations (batches taken).
-    pub dequeues: u64,
-    /// Commands those batches held for this worker.
-    pub dequeued_commands: u64,
-    /// Commands this worker executed.
-    pub executed: u64,
-    /// Steal attempts.
-    pub steals_tried: u64,
-    /// Successful steals.
-    pub steals_ok: u64,
-}
-
-impl WorkerSample {
-    /// What happened between `earlier` and `self`.
-    pub fn since(&self, earlier: &WorkerSample) -> WorkerSample {
-        WorkerSample {
-            sync_idle_ns: self.sync_idle_ns.saturating_sub(earlier.sync_idle_ns),
-            queue_idle_ns: self.queue_idle_ns.saturating_sub(earlier.queue_idle_ns),
-            dequeues: self.dequeues.saturating_sub(earlier.dequeues),
-            dequeued_commands: self.dequeued_commands.saturating_sub(earlier.dequeued_commands),
-            executed: self.executed.saturating_sub(earlier.executed),
-            steals_tried: self.steals_tried.saturating_sub(earlier.steals_tried),
-            steals_ok: self.steals_ok.saturating_sub(earlier.steals_ok),
-        }
-    }
-
-    /// Average commands per queue operation (000's "queue size").
-    pub fn queue_size_avg(&self) -> f64 {
-        if self.dequeues == 0 {
-            0.0
-        } else {
-            self.dequeued_commands as f64 / self.dequeues as f64
-        }
     }
 }
 

@@ -5,7 +5,7 @@ use crate::cluster::{fresh_config, parse_storage, ClusterArgs, LocalCluster};
 use crate::load::{LoadResult, LoadSpec, Ops};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use psmr_bench::report::{self, Event, Percentiles, PointResult, StageRow, WorkerRow};
+use psmr_bench::report::{self, Event, Percentiles, PointResult};
 use psmr_bench::scenario::{self, Params, Point, Scenario, ScenarioKind, Sweep, CLUSTER_KEYS};
 use psmr_client::{Client, ClientConfig};
 use psmr_model::{ClassId, ClassModel};
@@ -614,34 +614,9 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     }
     r.latency_us.insert("request".into(), percentiles(&load.request_latency));
     r.timeline = load.timeline.clone();
-    let rows = |shares: &[crate::load::WorkerShare]| -> Vec<WorkerRow> {
-        shares
-            .iter()
-            .map(|w| WorkerRow {
-                replica: w.replica.to_string(),
-                worker: w.worker,
-                sync_idle: w.sync_idle,
-                queue_idle: w.queue_idle,
-                executed: w.executed,
-                queue_size: w.queue_size,
-                steals_tried: w.steals_tried,
-                steals_ok: w.steals_ok,
-            })
-            .collect()
-    };
-    r.workers = rows(&load.workers);
-    r.worker_timeline = load.worker_timeline.iter().map(|s| rows(s)).collect();
-    r.stages = load
-        .stages
-        .iter()
-        .map(|s| StageRow {
-            replica: s.replica.to_string(),
-            stage: s.stage.clone(),
-            busy: s.busy,
-            waiting_cpu: s.waiting_cpu,
-            blocked: s.blocked(),
-        })
-        .collect();
+    r.workers = load.workers.clone();
+    r.worker_timeline = load.worker_timeline.clone();
+    r.stages = load.stages.clone();
     r
 }
 

@@ -538,8 +538,8 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
             .stages
             .iter()
             .map(|s| {
-                serde_json::json!({"replica": s.replica.to_string(), "thread": s.stage, "busy": s.busy,
-                "waiting_cpu": s.waiting_cpu, "blocked": s.blocked()})
+                serde_json::json!({"replica": s.replica, "thread": s.stage, "busy": s.busy,
+                "waiting_cpu": s.waiting_cpu, "blocked": s.blocked})
             })
             .collect();
         println!(
@@ -564,11 +564,11 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         for s in &r.stages {
             println!(
                 "{:<22} {:<16} {:>5.1}% {:>7.1}% {:>7.1}%",
-                s.replica.to_string(),
+                s.replica,
                 s.stage,
                 s.busy * 100.0,
                 s.waiting_cpu * 100.0,
-                s.blocked() * 100.0
+                s.blocked * 100.0
             );
         }
     }

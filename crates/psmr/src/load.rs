@@ -5,6 +5,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
+use psmr_bench::report::{StageRow, WorkerRow};
 use psmr_client::ReplicaStats;
 use psmr_client::{Client, ClientConfig};
 use psmr_model::wire::{OpCodec, Outcome};
@@ -101,49 +102,6 @@ impl LoadSpec {
     }
 }
 
-/// Busy time of one stage of one replica over the measured window.
-#[derive(Clone, Debug)]
-pub struct StageShare {
-    /// The replica's client address.
-    pub replica: SocketAddr,
-    /// The stage (thread name without its number).
-    pub stage: String,
-    /// Share of the window on a CPU (averaged over the stage's threads).
-    pub busy: f64,
-    /// Share of the window runnable but waiting for a CPU.
-    pub waiting_cpu: f64,
-}
-
-impl StageShare {
-    /// The rest of the window: blocked (waiting for work or I/O).
-    pub fn blocked(&self) -> f64 {
-        (1.0 - self.busy - self.waiting_cpu).max(0.0)
-    }
-}
-
-/// One execution worker of one replica over the measured window (000
-/// §5.3).
-#[derive(Clone, Debug)]
-pub struct WorkerShare {
-    /// The replica's client address.
-    pub replica: SocketAddr,
-    /// The worker's id.
-    pub worker: usize,
-    /// Share of the window waiting for the other threads of a sequential
-    /// class.
-    pub sync_idle: f64,
-    /// Share of the window waiting for its queue.
-    pub queue_idle: f64,
-    /// Commands it executed.
-    pub executed: u64,
-    /// Average commands per batch it took from its queue.
-    pub queue_size: f64,
-    /// Steal attempts.
-    pub steals_tried: u64,
-    /// Successful steals.
-    pub steals_ok: u64,
-}
-
 /// What one load run measured.
 pub struct LoadResult {
     /// Length of the measured window, seconds.
@@ -163,11 +121,11 @@ pub struct LoadResult {
     /// Commands completed in each second of the window.
     pub timeline: Vec<u64>,
     /// Per replica and stage: busy, waiting for a CPU, blocked.
-    pub stages: Vec<StageShare>,
+    pub stages: Vec<StageRow>,
     /// Per replica and execution worker (early schedulers).
-    pub workers: Vec<WorkerShare>,
+    pub workers: Vec<WorkerRow>,
     /// The same for each second of the window.
-    pub worker_timeline: Vec<Vec<WorkerShare>>,
+    pub worker_timeline: Vec<Vec<WorkerRow>>,
 }
 
 impl LoadResult {
@@ -400,7 +358,7 @@ type Reading = Option<ReplicaStats>;
 
 /// Per replica and thread name (threads of one name summed, then divided
 /// by their number): shares of the interval on a CPU and waiting for one.
-fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> Vec<StageShare> {
+fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> Vec<StageRow> {
     let mut out = Vec::new();
     for ((addr, b), a) in addrs.iter().zip(before).zip(after) {
         let (Some(b), Some(a)) = (b, a) else { continue };
@@ -417,7 +375,9 @@ fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> 
             }
         }
         for (stage, (busy, runq, n)) in groups {
-            out.push(StageShare { replica: *addr, stage, busy: busy / n as f64, waiting_cpu: runq / n as f64 });
+            let (busy, waiting_cpu) = (busy / n as f64, runq / n as f64);
+            let blocked = (1.0 - busy - waiting_cpu).max(0.0);
+            out.push(StageRow { replica: addr.to_string(), stage, busy, waiting_cpu, blocked });
         }
     }
     out
@@ -425,7 +385,7 @@ fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> 
 
 /// Per replica and worker: what the scheduler's counters say about the
 /// window.
-fn worker_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> Vec<WorkerShare> {
+fn worker_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> Vec<WorkerRow> {
     let mut out = Vec::new();
     for ((addr, b), a) in addrs.iter().zip(before).zip(after) {
         let (Some(b), Some(a)) = (b, a) else { continue };
@@ -433,8 +393,8 @@ fn worker_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) ->
         for (worker, (wa, wb)) in a.workers.iter().zip(&b.workers).enumerate() {
             let dequeues = wa.dequeues.saturating_sub(wb.dequeues);
             let dequeued = wa.dequeued_commands.saturating_sub(wb.dequeued_commands);
-            out.push(WorkerShare {
-                replica: *addr,
+            out.push(WorkerRow {
+                replica: addr.to_string(),
                 worker,
                 sync_idle: wa.sync_idle_ns.saturating_sub(wb.sync_idle_ns) as f64 / wall,
                 queue_idle: wa.queue_idle_ns.saturating_sub(wb.queue_idle_ns) as f64 / wall,
