@@ -1,7 +1,7 @@
 //! # psmr-bench: measuring psmr
 //!
-//! This crate turns psmr's parts into numbers people can compare. For now it
-//! holds the scheduler benchmark behind `psmr sched-bench`: it generates a
+//! This crate turns psmr's parts into numbers people can compare. The
+//! scheduler benchmark behind `psmr sched-bench` generates a
 //! workload for a service and class model, cuts it into ordered batches
 //! before the clock starts, and feeds the same batches to each scheduler in
 //! turn, with no network and no consensus in the way. Every run starts from
