@@ -510,10 +510,10 @@ fn run_point(
     seed: u64,
 ) -> Result<PointResult> {
     let p = &point.params;
+    // `load::run` checks the spec again; `bench` checked every point first.
     let spec = load_spec(p, history, seed)?;
-    spec.validate()?;
-    let (load, events) = match existing {
-        Some(addrs) => (crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?, Vec::new()),
+    let (load, events, mapping) = match existing {
+        Some(addrs) => (crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?, Vec::new(), None),
         None => {
             let dir = std::env::temp_dir().join(format!("psmr-bench-{}-{}", std::process::id(), next_dir_number()));
             let result = run_local(p, &dir, &spec, faults, logs);
@@ -524,9 +524,7 @@ fn run_point(
     };
     let mut result = to_result(point, &load);
     result.events = events;
-    if existing.is_none() && p.mapping != "default" {
-        result.mapping_spec = Some(mapping_spec(p)?);
-    }
+    result.mapping_spec = mapping.filter(|m| m != "default");
     Ok(result)
 }
 
@@ -566,7 +564,7 @@ fn run_local(
     spec: &LoadSpec,
     faults: &Faults,
     logs: &Path,
-) -> Result<(LoadResult, Vec<Event>)> {
+) -> Result<(LoadResult, Vec<Event>, Option<String>)> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let config = cluster_config(p, dir)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -590,7 +588,8 @@ fn run_local(
     if let Some((id, status)) = cluster.exited().into_iter().next() {
         bail!("replica {id} exited during the run: {status}");
     }
-    Ok((result, events))
+    // The mapping the replicas ran, computed once for their configuration.
+    Ok((result, events, Some(config.scheduler.mapping)))
 }
 
 fn percentiles(h: &hdrhistogram::Histogram<u64>) -> Percentiles {

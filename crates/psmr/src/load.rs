@@ -12,6 +12,7 @@ use psmr_model::wire::{OpCodec, Outcome};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use psmr_services::list::{ListCodec, ListModel, ListOp, OpStream};
 use psmr_services::WorkloadConfig;
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -285,14 +286,11 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
                     tally.requests += 1;
                     tally.request.record(us)?;
                     for kind in kinds {
-                        match tally.latency.get_mut(kind) {
-                            Some(h) => h.record(us)?,
-                            None => {
-                                let mut h = histogram()?;
-                                h.record(us)?;
-                                tally.latency.insert(kind, h);
-                            }
-                        }
+                        let h = match tally.latency.entry(kind) {
+                            Entry::Occupied(e) => e.into_mut(),
+                            Entry::Vacant(e) => e.insert(histogram()?),
+                        };
+                        h.record(us)?;
                     }
                     // `done == measure_to` would fall one past the end.
                     let second = (done.duration_since(measure_from).as_secs() as usize).min(buckets - 1);
@@ -335,10 +333,10 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         result.requests += t.requests;
         result.errors += t.errors;
         for (kind, h) in t.latency {
-            match result.latency.get_mut(kind) {
-                Some(sum) => sum.add(&h)?,
-                None => {
-                    result.latency.insert(kind, h);
+            match result.latency.entry(kind) {
+                Entry::Occupied(mut e) => e.get_mut().add(&h)?,
+                Entry::Vacant(e) => {
+                    e.insert(h);
                 }
             }
         }
