@@ -11,25 +11,42 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Commands whose sequence number is in `blocked` wait until command
-/// `release` has run; every command replies with its sequence number.
+/// `release` has run; a command of `gates` `(a, b)` waits until command
+/// `b` has started; every command replies with its sequence number.
 struct Handshake {
     blocked: Vec<u64>,
     release: u64,
-    state: Mutex<(usize, bool)>, // (blocked commands started, release ran)
+    gates: Vec<(u64, u64)>,
+    state: Mutex<Progress>,
     cvar: Condvar,
     /// Which worker ran each command, by sequence number.
     workers: Mutex<Vec<(u64, usize)>>,
 }
+
+#[derive(Default)]
+struct Progress {
+    started: Vec<u64>,
+    released: bool,
+}
+
+/// How long a test waits for a step before it fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 impl Handshake {
     fn new(blocked: &[u64], release: u64) -> Self {
         Self {
             blocked: blocked.to_vec(),
             release,
-            state: Mutex::new((0, false)),
+            gates: Vec::new(),
+            state: Mutex::new(Progress::default()),
             cvar: Condvar::new(),
             workers: Mutex::new(Vec::new()),
         }
+    }
+
+    fn with_gate(mut self, waiter: u64, awaited: u64) -> Self {
+        self.gates.push((waiter, awaited));
+        self
     }
 
     /// The worker that ran command `seq`, from its thread's name.
@@ -37,12 +54,17 @@ impl Handshake {
         self.workers.lock().unwrap().iter().find(|e| e.0 == seq).map(|e| e.1)
     }
 
+    /// Waits until every command of `seqs` has started.
+    fn wait_started(&self, seqs: &[u64]) {
+        let st = self.state.lock().unwrap();
+        let (_st, timeout) =
+            self.cvar.wait_timeout_while(st, PATIENCE, |s| !seqs.iter().all(|c| s.started.contains(c))).unwrap();
+        assert!(!timeout.timed_out(), "commands {seqs:?} never all started");
+    }
+
     /// Waits until every blocked command is executing.
     fn wait_blocked(&self) {
-        let st = self.state.lock().unwrap();
-        let n = self.blocked.len();
-        let (st, timeout) = self.cvar.wait_timeout_while(st, Duration::from_secs(20), |s| s.0 < n).unwrap();
-        assert!(!timeout.timed_out() && st.0 == n, "the blocked commands never started");
+        self.wait_started(&self.blocked.clone());
     }
 }
 
@@ -53,13 +75,19 @@ impl Service for Handshake {
         let me = std::thread::current().name().and_then(|n| n.strip_prefix("psmr-ws-")?.parse().ok());
         self.workers.lock().unwrap().push((c.seq, me.expect("a work-stealing worker")));
         let mut st = self.state.lock().unwrap();
+        st.started.push(c.seq);
+        self.cvar.notify_all();
+        for &(_, awaited) in self.gates.iter().filter(|g| g.0 == c.seq) {
+            let (next, timeout) =
+                self.cvar.wait_timeout_while(st, PATIENCE, |s| !s.started.contains(&awaited)).unwrap();
+            assert!(!timeout.timed_out(), "command {} waited in vain for command {awaited}", c.seq);
+            st = next;
+        }
         if self.blocked.contains(&c.seq) {
-            st.0 += 1;
-            self.cvar.notify_all();
-            let (st, timeout) = self.cvar.wait_timeout_while(st, Duration::from_secs(20), |s| !s.1).unwrap();
-            assert!(!timeout.timed_out() && st.1, "command {} never ran: nobody stole it", self.release);
+            let (_st, timeout) = self.cvar.wait_timeout_while(st, PATIENCE, |s| !s.released).unwrap();
+            assert!(!timeout.timed_out(), "command {} never ran: nobody stole it", self.release);
         } else if c.seq == self.release {
-            st.1 = true;
+            st.released = true;
             self.cvar.notify_all();
         }
         c.seq
@@ -130,57 +158,63 @@ fn an_idle_worker_steals_a_blocked_workers_queue() {
     }
 }
 
-/// Worker 1 waits for worker 0 at a sequential command `W2`; worker 0 is
-/// stuck in `R0` until `X3` runs, and `X3` sits in the ready queue of
-/// worker 2, itself stuck in `X1` until `X3` runs. Only a worker that
+/// Worker 1 waits for worker 0 at a sequential command `W3`; worker 0 is
+/// stuck in `R1` until `X5` runs, and `X5` sits in the ready queue of
+/// worker 2, itself stuck in `X4` until `X5` runs. Only a worker that
 /// steals while it waits for a sequential command (000 Alg. 11 and 13)
-/// gets everybody out: worker 1 takes `X3`, whose class does not conflict
+/// gets everybody out: worker 1 takes `X5`, whose class does not conflict
 /// with `W`. (`early-ws-queue` would stay stuck until the service's
 /// timeout, so it is not among the kinds.)
 ///
-/// An idle worker may steal `R0` or `X1` before its owner takes it; then
-/// the scene differs (and must end all the same), so the test runs it
-/// again until it has played out as described, and checks the steal then.
+/// The scene is staged so that no other steal can happen and it plays out
+/// the same on every run, however the threads are scheduled. `S0`,
+/// sequential on workers 0 and 1, heads both their queues, so none of
+/// their commands can be stolen: a ready queue is stolen only up to its
+/// first sequential entry, and the owner moves the rest to its exec batch
+/// in one step. `X4` is submitted only once workers 0 and 1 are inside
+/// `R1` and `Q2`, so worker 2 is the only one free to take it; `Q2` waits
+/// until `X4` has started.
 #[test]
 fn a_worker_waiting_for_a_sequential_command_steals() {
     for kind in [SchedulerKind::EarlyWsSemi, SchedulerKind::EarlyWsNonBlocking, SchedulerKind::EarlyWsOptimistic] {
-        let mut played = 0;
-        for _ in 0..200 {
-            let model = ClassModel::builder("rwx")
+        for victims in [Victims::First, Victims::Random, Victims::Next] {
+            let model = ClassModel::builder("rwxqs")
                 .class("R")
                 .class("W")
                 .class("X")
+                .class("Q")
+                .class("S")
                 .conflict("R", "W")
                 .conflict("W", "W")
+                .conflict("S", "S")
                 .build()
                 .unwrap();
-            let mapping = Mapping::from_spec(&model, 3, "R=conc:0;W=seq:0,1;X=conc:2").unwrap();
+            let mapping = Mapping::from_spec(&model, 3, "R=conc:0;W=seq:0,1;X=conc:2;Q=conc:1;S=seq:0,1").unwrap();
             let mut config = SchedConfig::new(kind, 3).with_mapping(mapping);
+            config.victims = Some(victims);
             config.metrics = true;
-            let service = Arc::new(Handshake::new(&[0, 1], 3));
+            let service = Arc::new(Handshake::new(&[1, 4], 5).with_gate(2, 4));
             let sink = Arc::new(CollectSink::new(3));
             let mut s = build(&config, service.clone(), &model, sink.clone()).unwrap();
             let metrics = s.metrics().expect("work stealing keeps metrics");
-            s.submit(Batch::new(vec![command(0, 0), command(1, 2), command(2, 1)], 64)).unwrap();
-            service.wait_blocked();
-            s.submit(Batch::new(vec![command(3, 2)], 64)).unwrap();
+            let (r, w, x, q, sq) = (0, 1, 2, 3, 4);
+            s.submit(Batch::new(vec![command(0, sq), command(1, r), command(2, q), command(3, w)], 64)).unwrap();
+            service.wait_started(&[1, 2]);
+            s.submit(Batch::new(vec![command(4, x)], 64)).unwrap();
+            service.wait_started(&[4]);
+            s.submit(Batch::new(vec![command(5, x)], 64)).unwrap();
             s.finish().unwrap();
             let (replies, dups) = sink.take();
-            assert_eq!(replies.len(), 4, "{kind}");
+            assert_eq!(replies.len(), 6, "{kind} {victims}");
             assert!(dups.is_empty());
             let m = metrics.snapshot();
-            if service.ran_by(0) != Some(0) || service.ran_by(1) != Some(2) {
-                continue; // an idle worker stole R0 or X1
-            }
-            played += 1;
-            assert_eq!(service.ran_by(3), Some(1), "{kind}: worker 1 runs X3 while it waits at W2");
-            assert_eq!(m[1].steals_ok, 1, "{kind}");
-            assert_eq!(m[0].executed, 2, "{kind}: R0, and W2 as the last to arrive");
-            if played == 3 {
-                break;
-            }
+            let by = |c| service.ran_by(c);
+            assert_eq!((by(1), by(2), by(4)), (Some(0), Some(1), Some(2)), "{kind} {victims}: R1, Q2, X4 by owners");
+            assert_eq!(by(5), Some(1), "{kind} {victims}: worker 1 runs X5 while it waits at W3");
+            assert_eq!(by(3), Some(0), "{kind} {victims}: worker 0 arrives last at W3 and runs it");
+            assert_eq!(m[1].steals_ok, 1, "{kind} {victims}");
+            assert_eq!(m[0].steals_ok + m[2].steals_ok, 0, "{kind} {victims}: nobody else steals");
         }
-        assert!(played > 0, "{kind}: the scene never played out as described in 200 runs");
     }
 }
 
