@@ -95,6 +95,9 @@ pub struct Params {
     pub batch_delay_us: u64,
     /// Log entries in flight.
     pub pipeline: usize,
+    /// Replicas without peer authentication (plain TCP) instead of mutual
+    /// TLS: for measuring what TLS costs.
+    pub insecure_peers: bool,
     /// Closed-loop clients.
     pub clients: usize,
     /// Commands per client request.
@@ -128,6 +131,7 @@ impl Default for Params {
             batch_max_commands: 1000,
             batch_delay_us: 200,
             pipeline: 8,
+            insecure_peers: false,
             clients: 64,
             per_request: 50,
             write_pct: 15,
@@ -140,7 +144,7 @@ impl Default for Params {
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 13] = [
+pub const CLUSTER_KEYS: [&str; 14] = [
     "service",
     "model",
     "shards",
@@ -154,6 +158,7 @@ pub const CLUSTER_KEYS: [&str; 13] = [
     "batch_max_commands",
     "batch_delay_us",
     "pipeline",
+    "insecure_peers",
 ];
 
 /// Parameters of the load alone.
@@ -238,6 +243,7 @@ impl Params {
             "batch_max_commands" => self.batch_max_commands = num(&key, value, count)?,
             "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
             "pipeline" => self.pipeline = num(&key, value, count)?,
+            "insecure_peers" => self.insecure_peers = num(&key, value, "true or false")?,
             "clients" => self.clients = num(&key, value, count)?,
             "per_request" => self.per_request = num(&key, value, count)?,
             "write_pct" => self.write_pct = num(&key, value, "a percentage 0-100")?,
@@ -277,6 +283,7 @@ impl Params {
             "batch_max_commands" => self.batch_max_commands.to_string(),
             "batch_delay_us" => self.batch_delay_us.to_string(),
             "pipeline" => self.pipeline.to_string(),
+            "insecure_peers" => self.insecure_peers.to_string(),
             "clients" => self.clients.to_string(),
             "per_request" => self.per_request.to_string(),
             "write_pct" => self.write_pct.to_string(),
@@ -610,6 +617,9 @@ mod tests {
         assert!(matches!("cores=1".parse::<Sweep>(), Err(ScenarioError::UnknownKey { .. })));
         assert!(matches!("workers=two".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("storage=tape".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("insecure_peers=yes".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        let tls: Sweep = "insecure-peers=false,true".parse().unwrap();
+        assert_eq!(tls, sweep("insecure_peers", &["false", "true"]));
         assert!(matches!("duration_s=0".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("write_pct=300".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("skew=1.5".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
@@ -631,7 +641,7 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        assert_eq!(keys().count(), 22);
+        assert_eq!(keys().count(), 23);
         for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();

@@ -133,9 +133,35 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Frame, WireError> {
         }
     }
     let len = frame_len(header, max)?;
-    let mut bytes = vec![0u8; len];
-    r.read_exact(&mut bytes)?;
+    let mut bytes = Vec::with_capacity(len.min(BODY_CHUNK));
+    let got = r.take(len as u64).read_to_end(&mut bytes)?;
+    if got < len {
+        return Err(WireError::Io(io::ErrorKind::UnexpectedEof.into()));
+    }
     parse_frame(bytes)
+}
+
+/// A frame's body is read in steps of at most this many bytes, so that
+/// memory follows the bytes that actually arrived, not the length a
+/// (possibly hostile) header announced.
+pub const BODY_CHUNK: usize = 64 << 10;
+
+/// Reads the `len` bytes of a frame body from an async stream, growing the
+/// buffer as bytes arrive (see [`BODY_CHUNK`]).
+#[cfg(feature = "async")]
+pub async fn read_body_async(r: &mut (impl tokio::io::AsyncReadExt + Unpin), len: usize) -> Result<Vec<u8>, WireError> {
+    let mut bytes = Vec::with_capacity(len.min(BODY_CHUNK));
+    while bytes.len() < len {
+        if bytes.len() == bytes.capacity() {
+            bytes.reserve_exact((len - bytes.len()).min(bytes.len().max(BODY_CHUNK)));
+        }
+        let want = (len - bytes.len()) as u64;
+        let mut limited = tokio::io::AsyncReadExt::take(&mut *r, want);
+        if tokio::io::AsyncReadExt::read_buf(&mut limited, &mut bytes).await? == 0 {
+            return Err(WireError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+    Ok(bytes)
 }
 
 /// Reads one frame from an async stream, refusing one longer than `max`
@@ -149,9 +175,7 @@ pub async fn read_frame_async(r: &mut (impl tokio::io::AsyncReadExt + Unpin), ma
         Err(e) => return Err(e.into()),
     }
     let len = frame_len(header, max)?;
-    let mut bytes = vec![0u8; len];
-    r.read_exact(&mut bytes).await?;
-    parse_frame(bytes)
+    parse_frame(read_body_async(r, len).await?)
 }
 
 /// Appends values to a body.
@@ -315,6 +339,17 @@ pub enum Outcome {
     Ok(Vec<u8>),
     /// Not executed, and it never will be under this sequence number.
     Rejected(String),
+}
+
+impl Outcome {
+    /// Bytes of the reply or the refusal's message (what bounds on replies
+    /// count).
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Outcome::Ok(b) => b.len(),
+            Outcome::Rejected(m) => m.len(),
+        }
+    }
 }
 
 /// Messages from a client to a replica.

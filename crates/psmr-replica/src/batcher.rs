@@ -22,6 +22,9 @@ pub struct Request {
     pub commands: Vec<EntryCommand>,
     /// Bytes of operations in it.
     pub bytes: usize,
+    /// The frame's share of ClientIO's memory budget, released when the
+    /// Batcher has copied the request into a log entry.
+    pub held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 pub(crate) fn run(shared: &Arc<Shared>, mut requests: mpsc::Receiver<Request>, proposals: &Sender<Proposal>) {

@@ -1,19 +1,42 @@
 //! The reply cache: each (client, sequence number) executes once, however
 //! often the client sends it and whichever replica led when it did.
 //!
-//! It is replicated state: the service manager consults it in log order
-//! (so every replica makes the same decisions), and it travels in
-//! snapshots. Workers fill in replies as commands execute.
+//! It is replicated state: the service manager consults it in log order,
+//! and it travels in snapshots. Workers fill in outcomes as commands
+//! execute.
 //!
-//! Bounded twice: per client it remembers the `window` highest sequence
-//! numbers it admitted (a command at or below the highest one forgotten is
-//! *stale* and refused, never executed again), and it remembers at most
-//! `clients` clients, forgetting the one whose last command is oldest in
-//! the log first. A forgotten client starts afresh; only a client silent
-//! for that long could then see a very old retry execute twice. Clients
-//! are spread over shards by id so that workers filling replies for
+//! Only writes are remembered, and the reads that a later write of the
+//! same client follows in the same log entry. Any other read changes
+//! nothing and nothing of its client came after it, so executing it again
+//! when retried is as good as answering it from memory, and its reply
+//! (possibly a large value) is never kept. Should such a read come back
+//! after a later write of its client after all (a client that pipelines
+//! requests), it is refused rather than shown that write.
+//!
+//! Bounds, in items and in bytes:
+//! * per client the `window` highest write sequence numbers admitted (a
+//!   command at or below the highest one forgotten is *stale* and refused,
+//!   never executed again);
+//! * at most `clients` clients and `seqs_max` sequence numbers in all; the
+//!   client whose last command is oldest in the log is forgotten first (a
+//!   forgotten client starts afresh: only a client silent for that long
+//!   could see a very old retry execute twice);
+//! * outcomes: `bytes_per_client` per client and `bytes_max` in all. An
+//!   outcome over budget is *dropped*, oldest first (the least recently
+//!   active client's first when the total is exceeded): its sequence number
+//!   stays, so the command is still never executed again, and a retry
+//!   learns that it executed but that its reply was not kept.
+//!
+//! Whether a command executes depends only on the log: admission, the
+//! window and the client and sequence-number bounds are decided in log
+//! order by one thread. Which outcomes are dropped depends on when workers
+//! fill them in, so a retry of a command whose reply was large may get the
+//! reply from one replica and the "not kept" answer from another; the
+//! state is the same on both.
+//!
+//! Clients are spread over shards by id so that workers filling replies for
 //! different clients rarely meet on a lock; each shard holds its share of
-//! the client bound, which keeps eviction a function of the log alone.
+//! every bound, which keeps eviction a function of the log alone.
 
 use parking_lot::Mutex;
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
@@ -24,7 +47,8 @@ const SHARDS: usize = 16;
 /// What to do with a command the log delivers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admit {
-    /// Never seen: execute it (it is now recorded as pending).
+    /// Never seen (or a read): execute it (a write is now recorded as
+    /// pending).
     New,
     /// Executed already: here is its outcome.
     Done(Outcome),
@@ -32,16 +56,67 @@ pub enum Admit {
     Pending,
     /// Older than anything remembered for this client: refuse it.
     Stale,
+    /// A read not remembered, retried after a later write of its client
+    /// was admitted: executing it now would show it that write. Refuse it
+    /// (a read has no effect, so the client may simply issue it again).
+    Superseded,
+}
+
+/// Bounds of a [`ReplyCache`].
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Write sequence numbers remembered per client.
+    pub window: u64,
+    /// Clients remembered.
+    pub clients: usize,
+    /// Sequence numbers remembered over all clients.
+    pub seqs_max: usize,
+    /// Bytes of outcomes kept per client.
+    pub bytes_per_client: usize,
+    /// Bytes of outcomes kept in all.
+    pub bytes_max: usize,
+}
+
+/// A remembered write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Slot {
+    /// Admitted, not executed yet.
+    Pending,
+    /// Executed, with its outcome.
+    Done(Outcome),
+    /// Executed; its outcome (this many bytes) was dropped to bound memory.
+    Dropped(u64),
 }
 
 #[derive(Default, Debug)]
 struct Client {
-    /// Admitted sequence numbers and their outcomes once known.
-    seqs: BTreeMap<u64, Option<Outcome>>,
+    seqs: BTreeMap<u64, Slot>,
     /// Highest sequence number forgotten (0: none).
     floor: u64,
     /// Log index of the client's latest admitted command.
     last_index: u64,
+    /// Bytes of the outcomes in `seqs`.
+    bytes: usize,
+}
+
+impl Client {
+    /// Drops outcomes, oldest first, until at most `budget` bytes remain;
+    /// returns the bytes freed.
+    fn shed(&mut self, budget: usize) -> usize {
+        let mut freed = 0;
+        for slot in self.seqs.values_mut() {
+            if self.bytes <= budget {
+                break;
+            }
+            if let Slot::Done(o) = slot {
+                let n = o.payload_len();
+                *slot = Slot::Dropped(n as u64);
+                self.bytes -= n;
+                freed += n;
+            }
+        }
+        freed
+    }
 }
 
 #[derive(Default, Debug)]
@@ -49,72 +124,150 @@ struct Shard {
     clients: HashMap<u64, Client>,
     /// `(last_index, client)`, oldest first.
     by_age: BTreeSet<(u64, u64)>,
+    /// Sequence numbers remembered.
+    seqs: usize,
+    /// Bytes of outcomes kept.
+    bytes: usize,
+}
+
+impl Shard {
+    /// Forgets the least recently active client if its last command came
+    /// before log index `before`; false if there is none such. A client of
+    /// the entry being admitted is never forgotten: its pending commands
+    /// would execute again on a retry.
+    fn forget_oldest(&mut self, before: u64) -> bool {
+        match self.by_age.first() {
+            Some(&(last, old)) if last < before => {
+                self.by_age.remove(&(last, old));
+                if let Some(c) = self.clients.remove(&old) {
+                    self.seqs -= c.seqs.len();
+                    self.bytes -= c.bytes;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn touch(&mut self, client: u64, index: u64) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            self.by_age.remove(&(c.last_index, client));
+            c.last_index = index;
+            self.by_age.insert((index, client));
+        }
+    }
 }
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct ReplyCache {
     shards: Vec<Mutex<Shard>>,
-    window: u64,
-    clients_per_shard: usize,
+    limits: Limits,
 }
 
 impl ReplyCache {
-    /// A cache remembering `window` sequence numbers per client and about
-    /// `clients` clients.
-    pub fn new(window: u64, clients: usize) -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            window: window.max(1),
-            clients_per_shard: clients.div_ceil(SHARDS).max(1),
-        }
+    /// A cache within `limits` (each shard holds its share of the totals).
+    pub fn new(limits: Limits) -> Self {
+        let share = |n: usize| n.div_ceil(SHARDS).max(1);
+        let limits = Limits {
+            window: limits.window.max(1),
+            clients: share(limits.clients),
+            seqs_max: share(limits.seqs_max),
+            bytes_per_client: limits.bytes_per_client,
+            bytes_max: limits.bytes_max / SHARDS,
+        };
+        Self { shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(), limits }
+    }
+
+    fn shard_of(client: u64) -> usize {
+        // Client ids are random or chosen by users: mix before picking.
+        (client.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS
     }
 
     fn shard(&self, client: u64) -> &Mutex<Shard> {
-        // Client ids are random or chosen by users: mix before picking.
-        let h = client.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
-        &self.shards[h as usize % SHARDS]
+        &self.shards[Self::shard_of(client)]
     }
 
-    /// Decides about command `seq` of `client`, delivered at log `index`.
-    /// Called in log order by one thread.
-    pub fn admit(&self, client: u64, seq: u64, index: u64) -> Admit {
+    /// Decides about command `seq` of `client`, delivered at log `index`;
+    /// `remember` is false for a read whose outcome need not be kept (see
+    /// the module documentation). Called in log order by one thread.
+    pub fn admit(&self, client: u64, seq: u64, index: u64, remember: bool) -> Admit {
         let mut shard = self.shard(client).lock();
         let shard = &mut *shard;
+        shard.touch(client, index);
         if let Some(c) = shard.clients.get_mut(&client) {
-            shard.by_age.remove(&(c.last_index, client));
-            c.last_index = index;
-            shard.by_age.insert((index, client));
-            if let Some(outcome) = c.seqs.get(&seq) {
-                return outcome.clone().map_or(Admit::Pending, Admit::Done);
+            match c.seqs.get(&seq) {
+                Some(Slot::Pending) => return Admit::Pending,
+                Some(Slot::Done(o)) => return Admit::Done(o.clone()),
+                Some(Slot::Dropped(n)) => {
+                    return Admit::Done(Outcome::Rejected(format!(
+                        "already executed; its reply ({n} bytes) was not kept (reply cache byte budget)"
+                    )))
+                }
+                None if seq <= c.floor => return Admit::Stale,
+                None if !remember && c.seqs.range(seq + 1..).next().is_some() => return Admit::Superseded,
+                None if !remember => return Admit::New,
+                None => {}
             }
-            if seq <= c.floor {
-                return Admit::Stale;
-            }
-            c.seqs.insert(seq, None);
-            while c.seqs.len() as u64 > self.window {
-                let (old, _) = c.seqs.pop_first().expect("more than the window");
+            c.seqs.insert(seq, Slot::Pending);
+            shard.seqs += 1;
+            while c.seqs.len() as u64 > self.limits.window {
+                let (old, slot) = c.seqs.pop_first().expect("more than the window");
+                if let Slot::Done(o) = slot {
+                    c.bytes -= o.payload_len();
+                    shard.bytes -= o.payload_len();
+                }
+                shard.seqs -= 1;
                 c.floor = c.floor.max(old);
             }
-            return Admit::New;
-        }
-        if shard.clients.len() >= self.clients_per_shard {
-            if let Some((_, old)) = shard.by_age.pop_first() {
-                shard.clients.remove(&old);
+        } else {
+            if !remember {
+                return Admit::New;
             }
+            if shard.clients.len() >= self.limits.clients {
+                shard.forget_oldest(index);
+            }
+            let mut c = Client { last_index: index, ..Client::default() };
+            c.seqs.insert(seq, Slot::Pending);
+            shard.clients.insert(client, c);
+            shard.by_age.insert((index, client));
+            shard.seqs += 1;
         }
-        let mut c = Client { last_index: index, ..Client::default() };
-        c.seqs.insert(seq, None);
-        shard.clients.insert(client, c);
-        shard.by_age.insert((index, client));
+        while shard.seqs > self.limits.seqs_max && shard.forget_oldest(index) {}
         Admit::New
     }
 
-    /// Records the outcome of an admitted command (from any thread).
-    pub fn fill(&self, client: u64, seq: u64, outcome: Outcome) {
+    /// Records the outcome of an admitted write (from any thread); outcomes
+    /// of reads are not kept (nor copied).
+    pub fn fill(&self, client: u64, seq: u64, outcome: &Outcome) {
         let mut shard = self.shard(client).lock();
-        if let Some(slot) = shard.clients.get_mut(&client).and_then(|c| c.seqs.get_mut(&seq)) {
-            *slot = Some(outcome);
+        let shard = &mut *shard;
+        let Some(c) = shard.clients.get_mut(&client) else { return };
+        let Some(slot) = c.seqs.get_mut(&seq) else { return };
+        let n = outcome.payload_len();
+        *slot = Slot::Done(outcome.clone());
+        c.bytes += n;
+        shard.bytes += n;
+        if c.bytes > self.limits.bytes_per_client {
+            shard.bytes -= c.shed(self.limits.bytes_per_client);
+        }
+        if shard.bytes > self.limits.bytes_max {
+            self.shed_shard(shard);
+        }
+    }
+
+    /// Drops outcomes of the least recently active clients first until the
+    /// shard is within its byte budget.
+    fn shed_shard(&self, shard: &mut Shard) {
+        let oldest: Vec<u64> = shard.by_age.iter().map(|&(_, id)| id).collect();
+        for id in oldest {
+            if shard.bytes <= self.limits.bytes_max {
+                break;
+            }
+            if let Some(c) = shard.clients.get_mut(&id) {
+                let excess = shard.bytes - self.limits.bytes_max;
+                shard.bytes -= c.shed(c.bytes.saturating_sub(excess));
+            }
         }
     }
 
@@ -123,29 +276,35 @@ impl ReplyCache {
         self.shards.iter().map(|s| s.lock().clients.len()).sum()
     }
 
+    /// Sequence numbers remembered and bytes of outcomes kept.
+    pub fn size(&self) -> (usize, usize) {
+        self.shards.iter().map(|s| s.lock()).fold((0, 0), |(n, b), s| (n + s.seqs, b + s.bytes))
+    }
+
     /// The cache as bytes, in a deterministic order. Every admitted command
     /// must have its outcome (the caller waits for execution first).
     pub fn snapshot(&self) -> Vec<u8> {
-        struct Saved {
-            id: u64,
-            floor: u64,
-            last: u64,
-            seqs: Vec<(u64, Outcome)>,
-        }
-        let mut all = Vec::new();
+        /// One client as saved: id, floor, last index, executed writes.
+        type Saved = (u64, u64, u64, Vec<(u64, Slot)>);
+        let mut all: Vec<Saved> = Vec::new();
         for shard in &self.shards {
             for (&id, c) in &shard.lock().clients {
-                let seqs = c.seqs.iter().filter_map(|(&s, o)| o.clone().map(|o| (s, o))).collect();
-                all.push(Saved { id, floor: c.floor, last: c.last_index, seqs });
+                let seqs = c.seqs.iter().filter(|(_, s)| **s != Slot::Pending).map(|(&q, s)| (q, s.clone()));
+                all.push((id, c.floor, c.last_index, seqs.collect()));
             }
         }
-        all.sort_unstable_by_key(|c| c.id);
+        all.sort_unstable_by_key(|c| c.0);
         let mut e = Encoder::new();
-        e.u64(all.len() as u64);
-        for Saved { id, floor, last, seqs } in all {
+        e.u32(all.len() as u32);
+        for (id, floor, last, seqs) in all {
             e.u64(id).u64(floor).u64(last).u32(seqs.len() as u32);
-            for (seq, outcome) in seqs {
-                e.u64(seq).outcome(&outcome);
+            for (seq, slot) in seqs {
+                e.u64(seq);
+                match slot {
+                    Slot::Done(o) => e.u8(0).outcome(&o),
+                    Slot::Dropped(n) => e.u8(1).u64(n),
+                    Slot::Pending => unreachable!("filtered out above"),
+                };
             }
         }
         e.finish()
@@ -154,20 +313,32 @@ impl ReplyCache {
     /// Replaces the contents with a snapshot's; on error nothing changes.
     pub fn restore(&self, bytes: &[u8]) -> Result<(), WireError> {
         let mut d = Decoder::new(bytes, "reply cache snapshot");
-        let n = d.u64()?;
+        let n = d.u32()? as usize;
+        if n.saturating_mul(28) > bytes.len() {
+            return Err(d.error(format!("{n} clients cannot fit in {} bytes", bytes.len())));
+        }
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
         for _ in 0..n {
             let (id, floor, last_index) = (d.u64()?, d.u64()?, d.u64()?);
-            let k = d.count(usize::MAX, 13)?;
-            let mut seqs = BTreeMap::new();
+            let k = d.count(usize::MAX, 9)?;
+            let mut c = Client { floor, last_index, ..Client::default() };
             for _ in 0..k {
                 let seq = d.u64()?;
-                seqs.insert(seq, Some(d.outcome()?));
+                let slot = match d.u8()? {
+                    0 => Slot::Done(d.outcome()?),
+                    1 => Slot::Dropped(d.u64()?),
+                    t => return Err(d.error(format!("unknown reply slot tag {t}"))),
+                };
+                if let Slot::Done(o) = &slot {
+                    c.bytes += o.payload_len();
+                }
+                c.seqs.insert(seq, slot);
             }
-            let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
-            let shard = &mut shards[h as usize % SHARDS];
+            let shard = &mut shards[Self::shard_of(id)];
+            shard.seqs += c.seqs.len();
+            shard.bytes += c.bytes;
             shard.by_age.insert((last_index, id));
-            shard.clients.insert(id, Client { seqs, floor, last_index });
+            shard.clients.insert(id, c);
         }
         d.end()?;
         for (slot, fresh) in self.shards.iter().zip(shards) {
@@ -181,59 +352,132 @@ impl ReplyCache {
 mod tests {
     use super::*;
 
+    fn limits(window: u64, clients: usize) -> Limits {
+        Limits { window, clients, seqs_max: 1 << 20, bytes_per_client: 1 << 20, bytes_max: 1 << 30 }
+    }
+
+    fn ok(n: usize) -> Outcome {
+        Outcome::Ok(vec![7; n])
+    }
+
     #[test]
     fn a_command_executes_once() {
-        let c = ReplyCache::new(4, 100);
-        assert_eq!(c.admit(1, 1, 10), Admit::New);
-        assert_eq!(c.admit(1, 1, 11), Admit::Pending, "a retry before the reply");
-        c.fill(1, 1, Outcome::Ok(vec![7]));
-        assert_eq!(c.admit(1, 1, 12), Admit::Done(Outcome::Ok(vec![7])));
-        assert_eq!(c.admit(2, 1, 13), Admit::New, "another client");
+        let c = ReplyCache::new(limits(4, 100));
+        assert_eq!(c.admit(1, 1, 10, true), Admit::New);
+        assert_eq!(c.admit(1, 1, 11, true), Admit::Pending, "a retry before the reply");
+        c.fill(1, 1, &Outcome::Ok(vec![7]));
+        assert_eq!(c.admit(1, 1, 12, true), Admit::Done(Outcome::Ok(vec![7])));
+        assert_eq!(c.admit(2, 1, 13, true), Admit::New, "another client");
+    }
+
+    #[test]
+    fn reads_are_kept_only_when_a_write_follows() {
+        let c = ReplyCache::new(limits(4, 100));
+        // 500 reads of a large value leave nothing behind.
+        for seq in 1..=500 {
+            assert_eq!(c.admit(1, seq, seq, false), Admit::New);
+            c.fill(1, seq, &ok(1 << 20));
+        }
+        assert_eq!(c.size(), (0, 0));
+        assert_eq!(c.clients(), 0);
+        // A retried read executes again; a write is remembered.
+        assert_eq!(c.admit(1, 3, 600, false), Admit::New);
+        assert_eq!(c.admit(1, 501, 601, true), Admit::New);
+        assert_eq!(c.admit(1, 501, 602, false), Admit::Pending, "the sequence number is a write's");
+        // A read retried after a later write of its client is refused.
+        assert_eq!(c.admit(1, 3, 603, false), Admit::Superseded);
+        assert_eq!(c.admit(1, 502, 604, false), Admit::New, "a read after every write runs again");
     }
 
     #[test]
     fn old_sequence_numbers_are_forgotten_and_then_refused() {
-        let c = ReplyCache::new(2, 100);
+        let c = ReplyCache::new(limits(2, 100));
         for seq in 1..=3 {
-            assert_eq!(c.admit(1, seq, seq), Admit::New);
-            c.fill(1, seq, Outcome::Ok(vec![]));
+            assert_eq!(c.admit(1, seq, seq, true), Admit::New);
+            c.fill(1, seq, &Outcome::Ok(vec![]));
         }
-        assert_eq!(c.admit(1, 1, 9), Admit::Stale, "forgotten: never executed again");
-        assert_eq!(c.admit(1, 2, 9), Admit::Done(Outcome::Ok(vec![])));
+        assert_eq!(c.admit(1, 1, 9, true), Admit::Stale, "forgotten: never executed again");
+        assert_eq!(c.admit(1, 1, 9, false), Admit::Stale, "reads below the floor too");
+        assert_eq!(c.admit(1, 2, 9, true), Admit::Done(Outcome::Ok(vec![])));
         // Out of order but above the floor: fine.
-        assert_eq!(c.admit(1, 5, 10), Admit::New);
-        assert_eq!(c.admit(1, 4, 11), Admit::New);
+        assert_eq!(c.admit(1, 5, 10, true), Admit::New);
+        assert_eq!(c.admit(1, 4, 11, true), Admit::New);
     }
 
     #[test]
     fn the_least_recently_active_client_goes_first() {
-        let c = ReplyCache::new(4, 1); // one client per shard
-        assert_eq!(c.admit(1, 1, 1), Admit::New);
+        let c = ReplyCache::new(limits(4, 1)); // one client per shard
+        assert_eq!(c.admit(1, 1, 1, true), Admit::New);
         // Find another client of the same shard.
-        let other = (2..).find(|&id| std::ptr::eq(c.shard(id), c.shard(1))).unwrap();
-        assert_eq!(c.admit(other, 1, 2), Admit::New);
+        let other = (2..).find(|&id| ReplyCache::shard_of(id) == ReplyCache::shard_of(1)).unwrap();
+        assert_eq!(c.admit(other, 1, 2, true), Admit::New);
         assert_eq!(c.clients(), 1);
-        assert_eq!(c.admit(1, 1, 3), Admit::New, "client 1 was forgotten");
+        assert_eq!(c.admit(1, 1, 3, true), Admit::New, "client 1 was forgotten");
+    }
+
+    #[test]
+    fn clients_of_the_entry_being_admitted_are_never_forgotten() {
+        let mut l = limits(4, 1);
+        l.seqs_max = 1;
+        let c = ReplyCache::new(l);
+        let other = (2..).find(|&id| ReplyCache::shard_of(id) == ReplyCache::shard_of(1)).unwrap();
+        // Both in the same log entry: neither may be forgotten now.
+        assert_eq!(c.admit(1, 1, 5, true), Admit::New);
+        assert_eq!(c.admit(other, 1, 5, true), Admit::New);
+        assert_eq!(c.admit(1, 1, 5, true), Admit::Pending);
+        assert_eq!(c.admit(other, 1, 5, true), Admit::Pending);
+        // The next entry may forget them.
+        let third = (other + 1..).find(|&id| ReplyCache::shard_of(id) == ReplyCache::shard_of(1)).unwrap();
+        assert_eq!(c.admit(third, 1, 6, true), Admit::New);
+        assert_eq!(c.size().0, 1);
+    }
+
+    #[test]
+    fn outcomes_over_the_byte_budget_are_dropped_but_never_executed_again() {
+        let l = Limits { window: 100, clients: 100, seqs_max: 1000, bytes_per_client: 3000, bytes_max: 1 << 30 };
+        let c = ReplyCache::new(l);
+        for seq in 1..=5 {
+            assert_eq!(c.admit(1, seq, seq, true), Admit::New);
+            c.fill(1, seq, &ok(1000));
+        }
+        assert!(c.size().1 <= 3000, "{:?}", c.size());
+        // The oldest went first; the newest are kept.
+        assert!(matches!(c.admit(1, 1, 9, true), Admit::Done(Outcome::Rejected(m)) if m.contains("already executed")));
+        assert_eq!(c.admit(1, 5, 9, true), Admit::Done(ok(1000)));
+        // In total too: many clients, each under its own budget.
+        let l =
+            Limits { window: 100, clients: 10_000, seqs_max: 100_000, bytes_per_client: 1 << 20, bytes_max: 160_000 };
+        let c = ReplyCache::new(l);
+        for client in 1..=1000 {
+            assert_eq!(c.admit(client, 1, client, true), Admit::New);
+            c.fill(client, 1, &ok(1000));
+        }
+        assert!(c.size().1 <= 160_000, "{:?}", c.size());
+        assert_eq!(c.size().0, 1000, "every sequence number is still remembered");
+        assert_eq!(c.admit(1000, 1, 2000, true), Admit::Done(ok(1000)), "the most recent client keeps its reply");
     }
 
     #[test]
     fn snapshots_round_trip_and_bad_bytes_change_nothing() {
-        let c = ReplyCache::new(8, 100);
+        let l = Limits { window: 8, clients: 100, seqs_max: 1000, bytes_per_client: 2, bytes_max: 1 << 20 };
+        let c = ReplyCache::new(l);
         for client in 1..20 {
             for seq in 1..4 {
-                c.admit(client, seq, client * 10 + seq);
+                c.admit(client, seq, client * 10 + seq, true);
                 c.fill(
                     client,
                     seq,
-                    if seq == 2 { Outcome::Rejected("no".into()) } else { Outcome::Ok(vec![seq as u8]) },
+                    &if seq == 2 { Outcome::Rejected("no".into()) } else { Outcome::Ok(vec![seq as u8]) },
                 );
             }
         }
         let snap = c.snapshot();
-        let d = ReplyCache::new(8, 100);
+        let d = ReplyCache::new(l);
         d.restore(&snap).unwrap();
         assert_eq!(d.snapshot(), snap);
-        assert_eq!(d.admit(5, 2, 999), Admit::Done(Outcome::Rejected("no".into())));
+        assert_eq!(d.size(), c.size());
+        assert_eq!(d.admit(5, 3, 999, true), Admit::Done(Outcome::Ok(vec![3])));
+        assert!(matches!(d.admit(5, 1, 999, true), Admit::Done(Outcome::Rejected(_))), "dropped, remembered");
         for cut in [1, snap.len() / 2, snap.len() - 1] {
             assert!(d.restore(&snap[..cut]).is_err());
         }

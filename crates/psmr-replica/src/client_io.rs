@@ -9,21 +9,58 @@
 //! that connection with a logged reason, nothing else. Replies come through
 //! the connection's outbox ([`crate::router`]); its writer coalesces the
 //! outcomes waiting for one client into one `Replies` frame.
+//!
+//! Memory is bounded whatever clients do:
+//! * a frame's bytes are held against one budget of
+//!   `client_buffer_bytes_max` bytes for all connections, from its header
+//!   until the Batcher has taken the request (a connection waits for room
+//!   before it reads a body, and its buffer grows with the bytes that
+//!   arrive, never to the length a header announces);
+//! * a frame must arrive whole within `frame_timeout_ms` of its header, and
+//!   a connection with no request for `client_idle_timeout_ms` is closed;
+//! * at `max_connections`, a new connection closes the one idle longest
+//!   (if idle for at least [`EVICTABLE_IDLE`]), so idle sockets cannot lock
+//!   clients out; otherwise the new one is refused.
+//!
+//! Warnings about bad connections are rate-limited ([`crate::ratelog`]).
 
 use crate::batcher::Request;
 use crate::manager::Decision;
-use crate::router::{Outbox, Outgoing};
+use crate::ratelog::RateLimit;
+use crate::router::{Outbox, OutboxRx, Outgoing};
 use crate::store::EntryCommand;
 use crate::Shared;
 use crossbeam::channel::Sender;
-use psmr_model::wire::{read_frame_async, ClientMsg, Outcome, ReplicaStatus, ServerMsg, WireError};
+use parking_lot::Mutex;
+use psmr_model::wire::{
+    frame_len, parse_frame, read_body_async, ClientMsg, Frame, Outcome, ReplicaStatus, ServerMsg, WireError,
+};
 use psmr_model::ClientId;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tracing::debug;
+
+/// A connection idle at least this long may be closed to make room for a
+/// new one when `max_connections` are open.
+pub const EVICTABLE_IDLE: Duration = Duration::from_secs(1);
+
+static BAD_CLIENT: RateLimit = RateLimit::new(10, Duration::from_secs(10));
+static REFUSED_CLIENT: RateLimit = RateLimit::new(5, Duration::from_secs(10));
+
+/// One open connection, as the acceptor sees it.
+struct Open {
+    /// When the connection last delivered a whole frame (ns since start).
+    active_ns: AtomicU64,
+    /// Told to close to make room.
+    evict: Notify,
+}
 
 pub(crate) struct ClientIo {
     pub(crate) shared: Arc<Shared>,
@@ -32,58 +69,112 @@ pub(crate) struct ClientIo {
     /// Decodes an operation as the service manager will (the service is
     /// generic; this is not).
     pub(crate) check_op: crate::CheckOp,
-    pub(crate) connections: AtomicUsize,
-    pub(crate) next_conn: AtomicU64,
+    /// Bytes of client frames in memory, one permit a byte.
+    pub(crate) buffered: Arc<Semaphore>,
+    open: Mutex<HashMap<u64, Arc<Open>>>,
+    next_conn: AtomicU64,
+}
+
+/// Why a connection ended, when it was not the client's doing.
+fn timed_out(why: String) -> WireError {
+    WireError::Io(io::Error::new(io::ErrorKind::TimedOut, why))
 }
 
 impl ClientIo {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        requests: mpsc::Sender<Request>,
+        decisions: Sender<Decision>,
+        check_op: crate::CheckOp,
+    ) -> Self {
+        let buffered = Arc::new(Semaphore::new(shared.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
+        Self { shared, requests, decisions, check_op, buffered, open: Mutex::default(), next_conn: AtomicU64::new(0) }
+    }
+
     pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
         loop {
             let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        warn!("accept failed: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        crate::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                 },
                 _ = self.shared.stopped() => return,
             };
-            if self.connections.fetch_add(1, Ordering::AcqRel) >= self.shared.config.max_connections {
-                self.connections.fetch_sub(1, Ordering::AcqRel);
-                warn!(%peer, "refusing a client: {} connections already", self.shared.config.max_connections);
+            let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+            let Some(open) = self.admit(conn) else {
+                crate::warn_limited!(
+                    REFUSED_CLIENT,
+                    %peer,
+                    "refusing a client: {} busy connections already",
+                    self.shared.config.max_connections
+                );
                 let mut stream = stream;
                 let msg = ServerMsg::Error("too many connections, try later".into()).to_frame();
                 let _ = stream.write_all(&msg).await;
                 continue;
-            }
+            };
             let io = self.clone();
             tokio::spawn(async move {
-                let conn = io.next_conn.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = io.connection(stream, conn).await {
-                    match e {
-                        WireError::Closed => debug!(%peer, "client disconnected"),
-                        e => warn!(%peer, "closing client connection: {e}"),
+                let task = tokio::spawn(io.clone().connection(stream, peer, conn, open));
+                if let Err(e) = task.await {
+                    if e.is_panic() {
+                        let why = psmr_sched::panic_message(e.into_panic().as_ref());
+                        io.shared.fail(format!("a ClientIO task panicked: {why}"));
                     }
                 }
-                io.connections.fetch_sub(1, Ordering::AcqRel);
+                io.open.lock().remove(&conn);
             });
         }
     }
 
-    async fn connection(&self, stream: TcpStream, conn: u64) -> Result<(), WireError> {
+    /// Registers connection `conn`, closing the one idle longest if the
+    /// limit is reached; None if every open connection is busy.
+    fn admit(&self, conn: u64) -> Option<Arc<Open>> {
+        let now = crate::stages::now_ns();
+        let mut open = self.open.lock();
+        if open.len() >= self.shared.config.max_connections {
+            let (&victim, oldest) = open.iter().min_by_key(|(_, o)| o.active_ns.load(Ordering::Relaxed))?;
+            let idle = now.saturating_sub(oldest.active_ns.load(Ordering::Relaxed));
+            if idle < EVICTABLE_IDLE.as_nanos() as u64 {
+                return None;
+            }
+            oldest.evict.notify_one();
+            open.remove(&victim);
+        }
+        let entry = Arc::new(Open { active_ns: AtomicU64::new(now), evict: Notify::new() });
+        open.insert(conn, entry.clone());
+        Some(entry)
+    }
+
+    async fn connection(self: Arc<Self>, stream: TcpStream, peer: std::net::SocketAddr, conn: u64, open: Arc<Open>) {
+        let result = self.serve_connection(stream, conn, &open).await;
+        match result {
+            Ok(()) | Err(WireError::Closed) => debug!(%peer, "client disconnected"),
+            Err(WireError::Io(e)) if e.kind() != io::ErrorKind::TimedOut => debug!(%peer, "client connection: {e}"),
+            Err(e) => crate::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
+        }
+    }
+
+    async fn serve_connection(&self, stream: TcpStream, conn: u64, open: &Open) -> Result<(), WireError> {
         stream.set_nodelay(true)?;
         let (mut rd, wr) = stream.into_split();
-        let (outbox, rx) = mpsc::channel(self.shared.config.queue_depth);
+        let (outbox, rx) = self.shared.router.outbox(self.shared.config.queue_depth);
         let writer = tokio::spawn(write_loop(wr, rx));
         let mut clients = Vec::new();
-        let result = self.read_loop(&mut rd, conn, &outbox, &mut clients).await;
+        let result = tokio::select! {
+            r = self.read_loop(&mut rd, conn, open, &outbox, &mut clients) => r,
+            _ = open.evict.notified() => Err(timed_out(format!(
+                "closed to make room: idle while {} connections were open", self.shared.config.max_connections))),
+        };
         for c in clients {
             self.shared.router.unregister(c, conn);
         }
         if let Err(e) = &result {
-            if !matches!(e, WireError::Closed | WireError::Io(_)) {
+            if !matches!(e, WireError::Closed) {
                 // Tell the client why before closing, if it still listens.
                 let _ = outbox.send(Outgoing::Msg(ServerMsg::Error(e.to_string()))).await;
             }
@@ -93,19 +184,50 @@ impl ClientIo {
         result
     }
 
+    /// Reads one frame within the connection's time limits, holding its
+    /// bytes against the shared budget.
+    async fn read_frame(&self, rd: &mut OwnedReadHalf) -> Result<(Frame, OwnedSemaphorePermit), WireError> {
+        let config = &self.shared.config;
+        let idle = Duration::from_millis(config.client_idle_timeout_ms);
+        let mut header = [0u8; 4];
+        match tokio::time::timeout(idle, rd.read_exact(&mut header)).await {
+            Err(_) => return Err(timed_out(format!("no request for {} ms", config.client_idle_timeout_ms))),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(WireError::Closed),
+            Ok(r) => r?,
+        };
+        let len = frame_len(header, config.frame_max)?;
+        // Waiting for room is the replica's doing, not the client's: no
+        // deadline, and the client is slowed down by TCP meanwhile.
+        let permit = self
+            .buffered
+            .clone()
+            .acquire_many_owned(u32::try_from(len).expect("frame_max fits in u32"))
+            .await
+            .map_err(|_| WireError::Closed)?;
+        let frame_timeout = Duration::from_millis(config.frame_timeout_ms);
+        let body = tokio::time::timeout(frame_timeout, read_body_async(rd, len)).await.map_err(|_| {
+            WireError::Malformed {
+                what: "frame",
+                why: format!("{len} bytes did not arrive within {} ms", config.frame_timeout_ms),
+            }
+        })??;
+        Ok((parse_frame(body)?, permit))
+    }
+
     async fn read_loop(
         &self,
-        rd: &mut tokio::net::tcp::OwnedReadHalf,
+        rd: &mut OwnedReadHalf,
         conn: u64,
+        open: &Open,
         outbox: &Outbox,
         clients: &mut Vec<u64>,
     ) -> Result<(), WireError> {
-        let config = &self.shared.config;
         loop {
-            let frame = tokio::select! {
-                f = read_frame_async(rd, config.frame_max) => f?,
+            let (frame, permit) = tokio::select! {
+                f = self.read_frame(rd) => f?,
                 _ = self.shared.stopped() => return Ok(()),
             };
+            open.active_ns.store(crate::stages::now_ns(), Ordering::Relaxed);
             match ClientMsg::from_frame(&frame)? {
                 ClientMsg::Status => {
                     let status = self.status().await;
@@ -150,8 +272,10 @@ impl ClientIo {
                     if checked.is_empty() {
                         continue;
                     }
-                    // Waits while the batcher is behind: back-pressure.
-                    if self.requests.send(Request { commands: checked, bytes }).await.is_err() {
+                    // Waits while the batcher is behind: back-pressure. The
+                    // frame's bytes stay counted until the batcher takes it.
+                    let request = Request { commands: checked, bytes, held: Some(permit) };
+                    if self.requests.send(request).await.is_err() {
                         return Ok(());
                     }
                 }
@@ -209,7 +333,7 @@ impl ClientIo {
 
 /// Writes a connection's outgoing messages, coalescing the outcomes that
 /// are waiting into one `Replies` frame per client.
-async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>) {
+async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx) {
     let mut buf = Vec::new();
     let mut replies: Vec<(u64, Vec<(u64, Outcome)>)> = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -228,7 +352,7 @@ async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Recei
             }
             taken += 1;
             if taken < 4096 {
-                next = rx.try_recv().ok();
+                next = rx.try_recv();
             }
         }
         flush_replies(&mut replies, &mut buf);
@@ -240,8 +364,23 @@ async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Recei
     let _ = wr.shutdown().await;
 }
 
+/// Bytes of outcomes in one `Replies` frame, at most (unless one outcome
+/// is larger): well below what clients accept in a frame.
+const REPLIES_FRAME_BYTES: usize = psmr_model::wire::FRAME_MAX_DEFAULT / 2;
+
 fn flush_replies(replies: &mut Vec<(u64, Vec<(u64, Outcome)>)>, buf: &mut Vec<u8>) {
     for (client, list) in replies.drain(..) {
-        buf.extend_from_slice(&ServerMsg::Replies { client, replies: list }.to_frame());
+        let mut frame = Vec::new();
+        let mut bytes = 0;
+        for (seq, outcome) in list {
+            let n = outcome.payload_len() + 16;
+            if bytes + n > REPLIES_FRAME_BYTES && !frame.is_empty() {
+                buf.extend_from_slice(&ServerMsg::Replies { client, replies: std::mem::take(&mut frame) }.to_frame());
+                bytes = 0;
+            }
+            frame.push((seq, outcome));
+            bytes += n;
+        }
+        buf.extend_from_slice(&ServerMsg::Replies { client, replies: frame }.to_frame());
     }
 }

@@ -103,6 +103,32 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// Mutual TLS between replicas: every replica proves its id with a
+/// certificate issued by the cluster's CA, and accepts raft messages only
+/// from replicas that did the same (`psmr certs` makes the files).
+///
+/// `{id}` in `cert` and `key` stands for the replica's id, so that one
+/// configuration serves every member. Relative paths are relative to the
+/// working directory, like `data_dir`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerTls {
+    /// The cluster CA's certificate (PEM).
+    pub ca: PathBuf,
+    /// This replica's certificate (PEM), e.g. `certs/replica-{id}.pem`.
+    pub cert: PathBuf,
+    /// This replica's private key (PEM, readable by its owner only), e.g.
+    /// `certs/replica-{id}.key`.
+    pub key: PathBuf,
+}
+
+impl PeerTls {
+    /// `path` with `{id}` replaced by `id`.
+    pub fn for_replica(path: &Path, id: u64) -> PathBuf {
+        PathBuf::from(path.to_string_lossy().replace("{id}", &id.to_string()))
+    }
+}
+
 /// A replica's configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -117,10 +143,28 @@ pub struct Config {
     pub storage: Storage,
     /// Disk storage: replica `N` keeps its data in `data_dir/replica-N`.
     pub data_dir: PathBuf,
+    /// Mutual TLS between replicas (required unless `insecure_peers`).
+    pub peer_tls: Option<PeerTls>,
+    /// Accept peers without authentication: any process that reaches a
+    /// peer port can then speak raft to this replica. Only for closed test
+    /// networks and for measuring what TLS costs.
+    pub insecure_peers: bool,
     /// ClientIO threads.
     pub client_io_threads: usize,
-    /// Most client connections at once; more are refused.
+    /// Most client connections at once. A new connection beyond it closes
+    /// the connection that has been idle longest (if one has been idle for
+    /// a second or more), otherwise it is refused.
     pub max_connections: usize,
+    /// A client connection with no request for this long is closed, in ms.
+    pub client_idle_timeout_ms: u64,
+    /// A frame (client or peer) must arrive whole within this long of its
+    /// first byte, in ms; a slower sender is disconnected.
+    pub frame_timeout_ms: u64,
+    /// Bytes of client frames being read or waiting for the Batcher, over
+    /// all connections (a connection waits for room before reading a
+    /// frame); and, separately, bytes of replies waiting to be written
+    /// (replies beyond it are dropped; a retry gets them again).
+    pub client_buffer_bytes_max: usize,
     /// Batcher: most commands in one log entry.
     pub batch_max_commands: usize,
     /// Batcher: most bytes of operations in one log entry.
@@ -142,6 +186,14 @@ pub struct Config {
     /// Clients the reply cache remembers (least recently active forgotten
     /// first).
     pub reply_clients: usize,
+    /// Write sequence numbers the reply cache remembers over all clients
+    /// (least recently active clients forgotten first).
+    pub reply_seqs_max: usize,
+    /// Bytes of write outcomes the reply cache keeps per client (older
+    /// outcomes give way first; reads are never cached).
+    pub reply_bytes_per_client: usize,
+    /// Bytes of write outcomes the reply cache keeps in total.
+    pub reply_bytes_max: usize,
     /// Take a snapshot and compact the log every this many entries.
     pub snapshot_every: u64,
     /// Raft tick, in ms.
@@ -160,8 +212,13 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             storage: Storage::Disk,
             data_dir: PathBuf::from("psmr-data"),
+            peer_tls: None,
+            insecure_peers: false,
             client_io_threads: 2,
             max_connections: 10_000,
+            client_idle_timeout_ms: 300_000,
+            frame_timeout_ms: 10_000,
+            client_buffer_bytes_max: 256 << 20,
             batch_max_commands: 1_000,
             batch_max_bytes: 1 << 20,
             batch_delay_us: 200,
@@ -171,6 +228,9 @@ impl Default for Config {
             peer_frame_max: 256 << 20,
             reply_window: 1_024,
             reply_clients: 100_000,
+            reply_seqs_max: 1_000_000,
+            reply_bytes_per_client: 1 << 20,
+            reply_bytes_max: 64 << 20,
             snapshot_every: 10_000,
             tick_ms: 50,
             election_ticks: 10,
@@ -231,8 +291,23 @@ impl Config {
             psmr_model::Mapping::from_spec(&model, self.scheduler.workers, &self.scheduler.mapping)
                 .map_err(|e| ConfigError::Invalid(format!("scheduler.mapping: {e}")))?;
         }
+        match (&self.peer_tls, self.insecure_peers) {
+            (None, false) => {
+                return Err(ConfigError::Invalid(
+                    "peers are not authenticated: give [peer_tls] (`psmr certs` makes a cluster CA and a \
+                     certificate per replica) or, on a closed network only, set insecure_peers = true"
+                        .into(),
+                ))
+            }
+            (Some(_), true) => {
+                return Err(ConfigError::Invalid("peer_tls and insecure_peers = true exclude each other".into()))
+            }
+            _ => {}
+        }
         bounded("client_io_threads", self.client_io_threads as u64, 1, 256)?;
         bounded("max_connections", self.max_connections as u64, 1, 1_000_000)?;
+        bounded("client_idle_timeout_ms", self.client_idle_timeout_ms, 100, 86_400_000)?;
+        bounded("frame_timeout_ms", self.frame_timeout_ms, 10, 3_600_000)?;
         bounded("batch_max_commands", self.batch_max_commands as u64, 1, 100_000)?;
         bounded("batch_max_bytes", self.batch_max_bytes as u64, 1, (self.frame_max / 2) as u64)?;
         bounded("batch_delay_us", self.batch_delay_us, 0, 1_000_000)?;
@@ -240,8 +315,13 @@ impl Config {
         bounded("queue_depth", self.queue_depth as u64, 1, 1 << 20)?;
         bounded("frame_max", self.frame_max as u64, 1 << 10, 1 << 30)?;
         bounded("peer_frame_max", self.peer_frame_max as u64, self.frame_max as u64, 1 << 31)?;
+        // Room for at least one largest frame, or a client could wait forever.
+        bounded("client_buffer_bytes_max", self.client_buffer_bytes_max as u64, self.frame_max as u64, 1 << 40)?;
         bounded("reply_window", self.reply_window, 1, 1 << 20)?;
         bounded("reply_clients", self.reply_clients as u64, 1, 10_000_000)?;
+        bounded("reply_seqs_max", self.reply_seqs_max as u64, 1, 1 << 32)?;
+        bounded("reply_bytes_per_client", self.reply_bytes_per_client as u64, 0, 1 << 40)?;
+        bounded("reply_bytes_max", self.reply_bytes_max as u64, self.reply_bytes_per_client as u64, 1 << 40)?;
         bounded("snapshot_every", self.snapshot_every, 1, u64::MAX)?;
         bounded("tick_ms", self.tick_ms, 1, 10_000)?;
         bounded("heartbeat_ticks", self.heartbeat_ticks as u64, 1, 1_000)?;
@@ -304,7 +384,7 @@ mod tests {
             client: format!("127.0.0.1:{}", 7000 + id).parse().unwrap(),
             peer: format!("127.0.0.1:{}", 7100 + id).parse().unwrap(),
         };
-        Config { replicas: vec![m(1), m(2), m(3)], ..Config::default() }
+        Config { replicas: vec![m(1), m(2), m(3)], insecure_peers: true, ..Config::default() }
     }
 
     #[test]
@@ -333,6 +413,9 @@ mod tests {
         c.election_ticks = 2;
         assert!(c.validate().unwrap_err().to_string().contains("must exceed heartbeat_ticks"));
         assert!(Config::default().validate().unwrap_err().to_string().contains("no replicas"));
+        let mut c = three();
+        c.insecure_peers = false;
+        assert!(c.validate().unwrap_err().to_string().contains("peers are not authenticated"));
         assert!(three().member(9).unwrap_err().to_string().contains("replica 9 is not in the configuration"));
     }
 

@@ -36,12 +36,16 @@ pub mod cache;
 pub mod client_io;
 pub mod config;
 pub mod disk;
+pub mod guard;
 pub mod manager;
 pub mod peer;
 pub mod protocol;
+pub mod ratelog;
 pub mod router;
 pub mod stages;
 pub mod store;
+pub mod synced;
+pub mod tls;
 
 pub use app::{App, KvApp, ListApp};
 pub use config::{Config, ConfigError, Member, Storage};
@@ -55,7 +59,7 @@ use psmr_model::ClientId;
 use psmr_sched::SchedConfig;
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use thiserror::Error;
@@ -84,6 +88,9 @@ pub enum ReplicaError {
     /// The data directory cannot be used.
     #[error(transparent)]
     Storage(#[from] disk::DiskError),
+    /// The peer certificates cannot be used.
+    #[error("peer TLS: {0}")]
+    Tls(#[from] tls::TlsError),
     /// A thread or runtime cannot start.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),
@@ -100,6 +107,9 @@ pub(crate) type CheckOp = Arc<dyn Fn(ClientId, u64, &[u8]) -> Result<(), WireErr
 pub struct Stats {
     /// Raft messages received from peers.
     pub peer_in: AtomicU64,
+    /// Raft messages from peers that the [`guard`] refused: each breaks
+    /// a rule no honest replica breaks (a bug or a damaged frame).
+    pub peer_refused: AtomicU64,
 }
 
 /// State shared by a replica's threads.
@@ -112,6 +122,10 @@ pub struct Shared {
     pub incarnation: u64,
     /// Incarnations seen per peer.
     pub(crate) incarnations: Mutex<HashMap<u64, u64>>,
+    /// This replica was repaired and its log is still below the vote floor
+    /// the repair left: said in the peer `Hello` (see [`peer`]), cleared by
+    /// the protocol thread once the log reaches the floor.
+    pub(crate) repaired: AtomicBool,
     /// Leader id as this replica knows it (0: none).
     pub leader: AtomicU64,
     /// Current term.
@@ -199,7 +213,9 @@ impl Replica {
             Storage::Memory => (store::Log::Memory(store::LogStore::new(voters)), fresh, None),
             Storage::Disk => {
                 let disk = disk::DiskStore::open(&config.replica_dir(id), voters)?;
-                let incarnation = disk.incarnation(fresh)?;
+                // The directory's own, kept in its sync record (and by a
+                // repair): `fresh` is for memory storage only.
+                let incarnation = disk.incarnation();
                 let snapshot = disk.snapshot_kept();
                 (store::Log::Disk(disk), incarnation, snapshot)
             }
@@ -211,11 +227,12 @@ impl Replica {
             id,
             incarnation,
             incarnations: Mutex::new(HashMap::new()),
+            repaired: AtomicBool::new(log.vote_floor().is_some()),
             leader: AtomicU64::new(0),
             term: AtomicU64::new(0),
             is_leader: AtomicBool::new(false),
             applied: AtomicU64::new(0),
-            router: Arc::new(Router::default()),
+            router: Arc::new(Router::new(config.client_buffer_bytes_max)),
             stats: Stats::default(),
             worker_metrics: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
@@ -227,8 +244,14 @@ impl Replica {
 
         // Execution.
         let app = Arc::new(app);
-        let cache = Arc::new(ReplyCache::new(config.reply_window, config.reply_clients));
-        let sink = Arc::new(ManagerSink::new(app.clone(), cache.clone(), shared.router.clone()));
+        let cache = Arc::new(ReplyCache::new(cache::Limits {
+            window: config.reply_window,
+            clients: config.reply_clients,
+            seqs_max: config.reply_seqs_max,
+            bytes_per_client: config.reply_bytes_per_client,
+            bytes_max: config.reply_bytes_max,
+        }));
+        let sink = Arc::new(ManagerSink::new(app.clone(), cache.clone(), shared.clone()));
         let mut sched = SchedConfig::new(kind, config.scheduler.workers);
         if kind.needs_mapping() {
             let workers = config.scheduler.workers;
@@ -255,12 +278,18 @@ impl Replica {
         let (decision_tx, decision_rx) = crossbeam::channel::bounded(depth);
         let (request_tx, request_rx) = tokio::sync::mpsc::channel(depth);
 
-        // ReplicaIO.
+        // ReplicaIO. The certificates are loaded before any peer thread
+        // starts: a replica that cannot authenticate must not run at all.
+        let tls = match &config.peer_tls {
+            Some(files) => Some(Arc::new(tls::PeerTlsContext::load(files, id)?)),
+            None => None,
+        };
         let mut peers = HashMap::new();
         for m in config.replicas.iter().filter(|m| m.id != id) {
-            peers.insert(m.id, peer::spawn_sender(&shared, m.id, m.peer)?);
+            peers.insert(m.id, peer::spawn_sender(&shared, m.id, m.peer, tls.clone())?);
         }
-        peer::spawn_listener(&shared, peer_listener, inbound_tx.clone())?;
+        let accept = peer::spawn_listener(&shared, peer_listener, tls, inbound_tx.clone())?;
+        replica.threads.push(accept);
 
         // Raft.
         let store = log;
@@ -314,14 +343,12 @@ impl Replica {
             .enable_all()
             .build()?;
         let check_app = app.clone();
-        let io = Arc::new(client_io::ClientIo {
-            shared: shared.clone(),
-            requests: request_tx,
-            decisions: decision_tx,
-            check_op: Arc::new(move |client, seq, op| check_app.command(client, seq, op).map(|_| ())),
-            connections: AtomicUsize::new(0),
-            next_conn: AtomicU64::new(0),
-        });
+        let io = Arc::new(client_io::ClientIo::new(
+            shared.clone(),
+            request_tx,
+            decision_tx,
+            Arc::new(move |client, seq, op| check_app.command(client, seq, op).map(|_| ())),
+        ));
         client_listener.set_nonblocking(true)?;
         let listener = {
             let _guard = runtime.enter();
@@ -333,8 +360,17 @@ impl Replica {
         Ok(replica)
     }
 
+    /// Spawns a stage thread. A panic in it stops the replica (fail-stop):
+    /// the other stages would otherwise run on without it, a zombie that
+    /// still answers `status`.
     fn spawn(&mut self, name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
-        let h = std::thread::Builder::new().name(name.into()).spawn(f)?;
+        let shared = self.shared.clone();
+        let thread = name.to_string();
+        let h = std::thread::Builder::new().name(name.into()).spawn(move || {
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                shared.fail(format!("thread {thread} panicked: {}", psmr_sched::panic_message(payload.as_ref())));
+            }
+        })?;
         self.threads.push(h);
         Ok(())
     }

@@ -19,7 +19,7 @@ use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
 use psmr_model::{Batch, ClientId, Digest, Service, BITMAP_BITS_DEFAULT};
-use psmr_sched::{Reply, ReplySink, Scheduler};
+use psmr_sched::{Reply, ReplySink, SchedError, Scheduler};
 use raft::prelude::{Entry, EntryType, Snapshot};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,6 +41,10 @@ pub struct ManagerSink<A: App> {
     app: Arc<A>,
     cache: Arc<ReplyCache>,
     router: Arc<Router>,
+    /// Stopped by an execution failure.
+    shared: Arc<Shared>,
+    /// Execution failed: replies still missing will never come.
+    broken: AtomicBool,
     /// Commands whose reply has come back.
     done: AtomicU64,
     /// Somebody waits in [`ManagerSink::wait_for`].
@@ -50,11 +54,13 @@ pub struct ManagerSink<A: App> {
 }
 
 impl<A: App> ManagerSink<A> {
-    pub(crate) fn new(app: Arc<A>, cache: Arc<ReplyCache>, router: Arc<Router>) -> Self {
+    pub(crate) fn new(app: Arc<A>, cache: Arc<ReplyCache>, shared: Arc<Shared>) -> Self {
         Self {
             app,
             cache,
-            router,
+            router: shared.router.clone(),
+            shared,
+            broken: AtomicBool::new(false),
             done: AtomicU64::new(0),
             waiting: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -62,34 +68,69 @@ impl<A: App> ManagerSink<A> {
         }
     }
 
-    /// Waits until `submitted` replies have come back.
-    fn wait_for(&self, submitted: u64) {
-        if self.done.load(Ordering::SeqCst) >= submitted {
-            return;
+    /// Waits until `submitted` replies have come back; false if execution
+    /// failed and they never will.
+    fn wait_for(&self, submitted: u64) -> bool {
+        let arrived = || self.done.load(Ordering::SeqCst) >= submitted;
+        if arrived() {
+            return true;
         }
         let mut guard = self.lock.lock();
         self.waiting.store(true, Ordering::SeqCst);
-        while self.done.load(Ordering::SeqCst) < submitted {
+        while !arrived() && !self.broken.load(Ordering::SeqCst) {
             self.cvar.wait(&mut guard);
         }
         self.waiting.store(false, Ordering::SeqCst);
+        arrived()
     }
-}
 
-impl<A: App> ReplySink<<A::S as Service>::Reply> for ManagerSink<A> {
-    fn deliver(&self, _worker: usize, reply: Reply<<A::S as Service>::Reply>) {
-        let bytes = self.app.encode_reply(&reply.value);
-        let (client, seq) = (reply.client.0, reply.seq);
-        self.cache.fill(client, seq, Outcome::Ok(bytes.clone()));
-        self.router.reply(client, seq, Outcome::Ok(bytes));
+    fn wake(&self) {
         // SeqCst on both sides (with `waiting`): either the waiter sees the
-        // count, or this thread sees the waiter and wakes it.
-        self.done.fetch_add(1, Ordering::SeqCst);
+        // change, or this thread sees the waiter and wakes it.
         if self.waiting.load(Ordering::SeqCst) {
             let _guard = self.lock.lock();
             self.cvar.notify_all();
         }
     }
+}
+
+impl<A: App> ReplySink<<A::S as Service>::Reply> for ManagerSink<A> {
+    fn deliver(&self, _worker: usize, reply: Reply<<A::S as Service>::Reply>) {
+        let outcome = Outcome::Ok(self.app.encode_reply(&reply.value));
+        let (client, seq) = (reply.client.0, reply.seq);
+        self.cache.fill(client, seq, &outcome);
+        self.router.reply(client, seq, outcome);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn failed(&self, error: &SchedError) {
+        self.broken.store(true, Ordering::SeqCst);
+        self.wake();
+        self.shared.fail(format!("execution failed, the state is no longer trusted: {error}"));
+    }
+}
+
+/// Which commands of an entry the reply cache must remember: writes, and
+/// reads followed by a write of the same client in the entry (executing
+/// such a read again on a retry would show it that later write). Other
+/// reads execute again when retried.
+fn must_remember<O>(commands: &[psmr_model::Command<O>]) -> Vec<bool> {
+    let mut write_follows = std::collections::HashSet::new();
+    let mut out: Vec<bool> = commands
+        .iter()
+        .rev()
+        .map(|c| {
+            let writes = !c.is_read_only();
+            let remember = writes || write_follows.contains(&c.client);
+            if writes {
+                write_follows.insert(c.client);
+            }
+            remember
+        })
+        .collect();
+    out.reverse();
+    out
 }
 
 pub(crate) struct Manager<A: App> {
@@ -125,8 +166,11 @@ impl<A: App> Manager<A> {
                     }
                 }
                 Decision::Status(reply) => {
-                    self.sink.wait_for(self.submitted);
-                    let _ = reply.send((self.shared.applied.load(Ordering::Acquire), self.app.service().digest()));
+                    // A failed replica has no state worth reporting: the
+                    // request is dropped and ClientIO answers that it stops.
+                    if self.sink.wait_for(self.submitted) {
+                        let _ = reply.send((self.shared.applied.load(Ordering::Acquire), self.app.service().digest()));
+                    }
                 }
             }
         }
@@ -136,6 +180,7 @@ impl<A: App> Manager<A> {
     }
 
     fn apply(&mut self, e: &Entry) -> Result<(), String> {
+        fail::fail_point!("manager-apply");
         if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
             self.execute(e)?;
         }
@@ -160,25 +205,37 @@ impl<A: App> Manager<A> {
             }
         };
         let router = &self.shared.router;
-        let mut batch = Vec::with_capacity(commands.len());
+        let mut decoded = Vec::with_capacity(commands.len());
         for c in commands {
-            match self.cache.admit(c.client, c.seq, e.index) {
-                Admit::New => match self.app.command(ClientId(c.client), c.seq, &c.op) {
-                    Ok(cmd) => batch.push(cmd),
-                    Err(err) => {
-                        let outcome = Outcome::Rejected(format!("bad operation: {err}"));
-                        self.cache.fill(c.client, c.seq, outcome.clone());
-                        router.reply(c.client, c.seq, outcome);
-                    }
-                },
-                Admit::Done(outcome) => router.reply(c.client, c.seq, outcome),
+            match self.app.command(ClientId(c.client), c.seq, &c.op) {
+                Ok(cmd) => decoded.push(cmd),
+                // Not remembered: the same bytes are refused the same way
+                // whenever they come back.
+                Err(err) => router.reply(c.client, c.seq, Outcome::Rejected(format!("bad operation: {err}"))),
+            }
+        }
+        let remember = must_remember(&decoded);
+        let mut batch = Vec::with_capacity(decoded.len());
+        for (cmd, remember) in decoded.into_iter().zip(remember) {
+            let (client, seq) = (cmd.client.0, cmd.seq);
+            match self.cache.admit(client, seq, e.index, remember) {
+                Admit::New => batch.push(cmd),
+                Admit::Done(outcome) => router.reply(client, seq, outcome),
                 Admit::Pending => {}
                 Admit::Stale => router.reply(
-                    c.client,
-                    c.seq,
+                    client,
+                    seq,
                     Outcome::Rejected(format!(
-                        "sequence number {} is older than the {} this replica remembers for client {}",
-                        c.seq, self.shared.config.reply_window, c.client
+                        "sequence number {seq} is older than the {} this replica remembers for client {client}",
+                        self.shared.config.reply_window
+                    )),
+                ),
+                Admit::Superseded => router.reply(
+                    client,
+                    seq,
+                    Outcome::Rejected(format!(
+                        "read {seq} of client {client} came back after later writes of the same client executed, \
+                         and reads are not kept: issue it again"
                     )),
                 ),
             }
@@ -193,7 +250,9 @@ impl<A: App> Manager<A> {
     }
 
     fn snapshot(&mut self, index: u64, term: u64) {
-        self.sink.wait_for(self.submitted);
+        if !self.sink.wait_for(self.submitted) {
+            return;
+        }
         let mut enc = Encoder::new();
         enc.u64(index).u64(term).bytes(&self.app.service().snapshot()).bytes(&self.cache.snapshot());
         let data = enc.finish();
@@ -210,7 +269,9 @@ impl<A: App> Manager<A> {
     }
 
     pub(crate) fn restore(&mut self, snap: &Snapshot) -> Result<(), String> {
-        self.sink.wait_for(self.submitted);
+        if !self.sink.wait_for(self.submitted) {
+            return Err("execution failed before a snapshot could be restored".into());
+        }
         let parse = |bytes: &[u8]| -> Result<(u64, Vec<u8>, Vec<u8>), WireError> {
             let mut d = Decoder::new(bytes, "state snapshot");
             let (index, _term) = (d.u64()?, d.u64()?);
@@ -228,5 +289,23 @@ impl<A: App> Manager<A> {
         self.since_snapshot = 0;
         info!(index, "state restored from a snapshot");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::must_remember;
+    use psmr_model::{ClassId, ClientId, Command, KeySet};
+
+    fn cmd(client: u64, seq: u64, write: bool) -> Command<()> {
+        let keys: KeySet = [1].into_iter().collect();
+        let (reads, writes) = if write { (KeySet::new(), keys) } else { (keys, KeySet::new()) };
+        Command { client: ClientId(client), seq, class: ClassId(0), reads, writes, op: () }
+    }
+
+    #[test]
+    fn reads_before_a_write_of_their_client_are_remembered() {
+        let entry = [cmd(1, 1, false), cmd(2, 1, false), cmd(1, 2, true), cmd(1, 3, false), cmd(2, 2, false)];
+        assert_eq!(must_remember(&entry), vec![true, false, true, false, false]);
     }
 }

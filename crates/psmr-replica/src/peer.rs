@@ -1,11 +1,56 @@
-//! ReplicaIO (002 §V-B): blocking I/O, one sender thread per peer and one
-//! receiver thread per incoming peer connection.
+//! ReplicaIO (002 §V-B): blocking I/O, one sender thread per peer and, per
+//! peer, one receiver thread for its current connection.
 //!
 //! The protocol thread never blocks on a peer: it puts raft messages on the
 //! peer's bounded send queue and drops them when the queue is full or the
 //! peer is unreachable (raft retransmits what matters). A sender connects,
-//! introduces itself with a `Hello` (its id and incarnation), waits for the
-//! answer, then streams frames; on any error it reconnects with backoff.
+//! authenticates (below), introduces itself with a `Hello` (its id,
+//! incarnation and whether it was repaired), waits for the answer, then
+//! streams frames through a 64 KiB buffer, so that a burst of messages
+//! leaves in one TLS record (up to 16 KiB each) and one system call; on any
+//! error it reconnects with backoff.
+//!
+//! # Who may speak raft here
+//!
+//! The peer port is reachable by every process on the network and on the
+//! host (DESIGN.md, "Trust"). With `[peer_tls]` ([`crate::tls`]) each
+//! connection first runs a mutual TLS 1.3 handshake: the accepting replica
+//! requires a certificate from the cluster CA, the connecting one checks
+//! that the server is the replica it meant to reach, and the id claimed in
+//! the `Hello` must be the one in the client's certificate. A connection
+//! that fails any of this is closed before a byte of it reaches raft; a
+//! forged `MsgAppend` needs a replica's private key. TLS also keeps the
+//! raft traffic confidential and unaltered on the wire. It does not stop a
+//! replica whose key was stolen, and it is no defence against floods,
+//! which the limits below bound instead. With `insecure_peers` the same
+//! protocol runs over plain TCP and anyone who reaches the port is
+//! believed (closed networks and measurements only).
+//!
+//! # Limits: what any process can cost a replica
+//!
+//! * **Handshakes.** At most [`HANDSHAKES_MAX`] connections are between
+//!   accept and a verified `Hello` at once, each for at most
+//!   [`HANDSHAKE_TIMEOUT`] (TLS handshake, `Hello` and answer together);
+//!   a connection beyond that is closed at once. A flood can delay a
+//!   replica's *new* peer connections by that much, never break the
+//!   established ones.
+//! * **Receivers.** After authentication there is one receiver thread per
+//!   peer id: a newer authenticated connection from the same peer replaces
+//!   the older one (whose socket is shut down, which ends its thread). So
+//!   peer threads are bounded by [`HANDSHAKES_MAX`] plus the peers,
+//!   whatever connects.
+//! * **Time.** An established connection must deliver a frame whole within
+//!   `frame_timeout_ms` of its first byte (a frame that trickles in is cut
+//!   off, however steady the trickle), and one silent for ten election
+//!   timeouts (at least [`IDLE_MIN`]) is closed: a live leader or follower
+//!   sends far more often, and the sender reconnects with its next
+//!   message (raft retransmits what was lost).
+//! * **Memory.** A frame's buffer grows as its bytes arrive, so a length
+//!   announced and not sent costs nothing.
+//! * **Logs.** Warnings about bad connections are rate-limited
+//!   ([`crate::ratelog`]).
+//!
+//! # Incarnations
 //!
 //! The incarnation enforces the crash-stop rule of in-memory storage: a
 //! replica that lost its log must not come back under the same id, since
@@ -14,23 +59,132 @@
 //! (so a disk replica that restarts keeps it, and one whose directory was
 //! wiped gets a new one); a receiver remembers the first incarnation it
 //! sees per peer and refuses any other, with a message that the refused
-//! replica prints before it stops.
+//! replica prints before it stops. The check runs only after the peer is
+//! authenticated, so that nobody can claim a replica's id first and have
+//! the real replica refused.
+//!
+//! # Repaired replicas
+//!
+//! A repair ([`crate::disk::DiskStore::repair`]) keeps the incarnation but
+//! empties the log: the replica no longer holds entries it acknowledged.
+//! A leader that was already leading does not know that: its progress for
+//! the replica keeps the old `matched` index: raft-rs sends heartbeats
+//! committing up to it, which the [`crate::guard`] drops (rule 10: a
+//! heartbeat never commits beyond the receiver's log), and, while it
+//! replicates, takes rejections at or below it for stale
+//! (`Progress::maybe_decr_to`). So nothing the replica answers moves the
+//! leader: its probe stays paused (only a heartbeat response resumes it),
+//! and the replica would never catch up until the leader changes (a new
+//! leader starts every progress from scratch). So the `Hello` also says
+//! whether the sender is below the vote floor a repair left, that is,
+//! repaired and not caught up: the receiver passes that on
+//! ([`Inbound::PeerRepaired`]), and the protocol thread, if it leads,
+//! resets its progress for the peer to nothing matched, so that it probes
+//! the peer's real log (or sends a snapshot) as for a new follower. The
+//! flag comes from the vote floor, which is persisted in the sync record
+//! until the log reaches it, so a repaired replica that restarts before it
+//! caught up says so again. It is believed only after authentication;
+//! a false one costs a resend (from a snapshot, at worst), never safety:
+//! `matched` only ever overstates what a follower holds, and a lower one
+//! delays nothing already committed.
 
+use crate::ratelog::RateLimit;
+use crate::tls::{PeerTlsContext, TlsError, TlsStream};
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
-use psmr_model::wire::{frame_bytes, read_frame, Decoder, Encoder, Frame, WireError};
+use parking_lot::Mutex;
+use psmr_model::wire::{frame_bytes, frame_len, parse_frame, read_frame, Decoder, Encoder, Frame, WireError};
 use raft::prelude::Message;
-use std::io::{BufWriter, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::io::{self, BufWriter, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tracing::{debug, info, warn};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use tracing::{debug, info};
 
 const K_HELLO: u8 = 64;
 const K_ACK: u8 = 65;
 const K_REFUSED: u8 = 66;
 const K_RAFT: u8 = 67;
+
+/// Most peer connections between accept and a verified `Hello` at once.
+/// Each holds a thread for at most [`HANDSHAKE_TIMEOUT`]; 16 is far more
+/// than the handful of replicas that reconnect at once after a restart.
+pub const HANDSHAKES_MAX: usize = 16;
+
+/// Longest time from accepting (or connecting) to a verified `Hello` and
+/// its answer. A constant rather than `frame_timeout_ms`: a TLS handshake
+/// is three round trips and two signatures, milliseconds even on a busy
+/// host, and a hostile connection must give its slot back soon whatever
+/// the configuration says about large frames.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Shortest time an established peer connection may stay silent before it
+/// is closed (see [`idle_timeout`]).
+pub const IDLE_MIN: Duration = Duration::from_secs(5);
+
+/// The sender's buffer: a burst of raft messages up to this size leaves in
+/// one write.
+const SEND_BUFFER: usize = 64 << 10;
+
+/// Longest `Hello` or answer.
+const HELLO_MAX: usize = 1 << 16;
+
+/// Warnings about connections that fail authentication or break the
+/// protocol.
+static BAD_PEER: RateLimit = RateLimit::new(10, Duration::from_secs(10));
+/// Warnings about connections closed because every handshake slot is taken.
+static BUSY: RateLimit = RateLimit::new(1, Duration::from_secs(10));
+/// Warnings about failing accepts (out of file descriptors, say).
+static ACCEPT: RateLimit = RateLimit::new(1, Duration::from_secs(10));
+/// Warnings of senders that cannot authenticate a peer.
+static SEND_AUTH: RateLimit = RateLimit::new(3, Duration::from_secs(10));
+
+/// How long an established peer connection may stay silent: ten election
+/// timeouts, at least [`IDLE_MIN`]. A leader sends heartbeats every
+/// `heartbeat_ticks` and followers answer them, so only a dead or hung
+/// peer (or a connection nobody uses) stays silent that long.
+pub fn idle_timeout(config: &crate::Config) -> Duration {
+    let election = config.tick_ms.saturating_mul(config.election_ticks as u64);
+    Duration::from_millis(election.saturating_mul(10)).max(IDLE_MIN)
+}
+
+/// Why a peer connection ended.
+#[derive(Debug, Error)]
+enum PeerError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("silent for {0:?}")]
+    Idle(Duration),
+    #[error("a frame took longer than {0:?} to arrive")]
+    SlowFrame(Duration),
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+impl From<io::Error> for PeerError {
+    fn from(e: io::Error) -> Self {
+        PeerError::Wire(WireError::Io(e))
+    }
+}
+
+impl PeerError {
+    /// The peer went away between frames: not worth a warning.
+    fn is_close(&self) -> bool {
+        match self {
+            PeerError::Wire(WireError::Closed) => true,
+            // A TLS peer that exits without a close_notify.
+            PeerError::Wire(WireError::Io(e)) => {
+                matches!(e.kind(), io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset)
+            }
+            _ => false,
+        }
+    }
+}
 
 /// What the protocol thread receives besides proposals.
 pub enum Inbound {
@@ -46,11 +200,21 @@ pub enum Inbound {
         /// The snapshot.
         data: Vec<u8>,
     },
+    /// Peer `peer` (authenticated, with the incarnation this replica knows)
+    /// connected saying it was repaired and has not caught up yet: what it
+    /// acknowledged before is gone (see "Repaired replicas" above).
+    PeerRepaired {
+        /// The peer.
+        peer: u64,
+    },
 }
 
-fn hello(from: u64, incarnation: u64) -> Vec<u8> {
+/// The `Hello`: this replica's id, its incarnation, and whether it was
+/// repaired and has not caught up yet (its log is below its vote floor;
+/// see "Repaired replicas" above).
+fn hello(from: u64, incarnation: u64, repaired: bool) -> Vec<u8> {
     let mut e = Encoder::new();
-    e.u64(from).u64(incarnation);
+    e.u64(from).u64(incarnation).u8(u8::from(repaired));
     frame_bytes(K_HELLO, &e.finish())
 }
 
@@ -63,6 +227,142 @@ fn raft_frame(msg: &Message) -> Vec<u8> {
 fn parse_raft(f: &Frame) -> Result<Message, WireError> {
     use protobuf::Message as _;
     Message::parse_from_bytes(&f.body).map_err(|e| WireError::Malformed { what: "raft message", why: e.to_string() })
+}
+
+/// A TCP socket whose reads fail with `TimedOut` once its deadline has
+/// passed, however the bytes trickle in (a plain read timeout restarts
+/// with every byte).
+struct Sock {
+    tcp: TcpStream,
+    deadline: Option<Instant>,
+    /// The read timeout last given to the socket.
+    applied: Option<Duration>,
+}
+
+impl Sock {
+    fn new(tcp: TcpStream, deadline: Option<Instant>) -> Self {
+        Self { tcp, deadline, applied: None }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(deadline) = self.deadline else {
+            if self.applied.take().is_some() {
+                self.tcp.set_read_timeout(None)?;
+            }
+            return self.tcp.read(buf);
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            // Setting the timeout is a system call; one up to an eighth
+            // longer than what is left is kept, so that reads of a steady
+            // stream cost no extra call and a deadline is late by at most
+            // an eighth.
+            if self.applied.map_or(true, |a| a > left + left / 8) {
+                self.tcp.set_read_timeout(Some(left))?;
+                self.applied = Some(left);
+            }
+            match self.tcp.read(buf) {
+                // The timeout in force was shorter than what is left now
+                // (the deadline moved later): wait again with the right one.
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    self.applied = None;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tcp.write(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.tcp.write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
+/// A peer connection, authenticated with TLS or plain TCP.
+enum PeerStream {
+    Plain(Sock),
+    Tls(Box<TlsStream<Sock>>),
+}
+
+impl PeerStream {
+    fn sock(&mut self) -> &mut Sock {
+        match self {
+            PeerStream::Plain(s) => s,
+            PeerStream::Tls(t) => t.get_mut(),
+        }
+    }
+
+    fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.sock().deadline = deadline;
+    }
+}
+
+impl Read for PeerStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            PeerStream::Plain(s) => s.read(buf),
+            PeerStream::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for PeerStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            PeerStream::Plain(s) => s.write(buf),
+            PeerStream::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            PeerStream::Plain(s) => s.flush(),
+            PeerStream::Tls(t) => t.flush(),
+        }
+    }
+}
+
+/// Reads one frame of an established connection: the frame must start
+/// within `idle` and arrive whole within `whole` of its first byte.
+fn read_frame_timed(s: &mut PeerStream, max: usize, idle: Duration, whole: Duration) -> Result<Frame, PeerError> {
+    s.set_deadline(Some(Instant::now() + idle));
+    let mut header = [0u8; 4];
+    let got = loop {
+        match s.read(&mut header) {
+            Ok(0) => return Err(WireError::Closed.into()),
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(PeerError::Idle(idle)),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    s.set_deadline(Some(Instant::now() + whole));
+    let slow = |e: io::Error| match e.kind() {
+        io::ErrorKind::TimedOut => PeerError::SlowFrame(whole),
+        _ => e.into(),
+    };
+    s.read_exact(&mut header[got..]).map_err(slow)?;
+    let len = frame_len(header, max)?;
+    let mut body = Vec::with_capacity(len.min(SEND_BUFFER));
+    let n = (&mut *s).take(len as u64).read_to_end(&mut body).map_err(slow)?;
+    if n < len {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(parse_frame(body)?)
 }
 
 /// The send side of one peer: a bounded queue, drained by its thread.
@@ -80,21 +380,37 @@ impl PeerSender {
     }
 }
 
-/// Starts the sender thread for peer `to` at `addr`.
-pub fn spawn_sender(shared: &Arc<Shared>, to: u64, addr: SocketAddr) -> std::io::Result<PeerSender> {
+/// Starts the sender thread for peer `to` at `addr`; with `tls`, it
+/// authenticates both ends before it sends anything.
+pub fn spawn_sender(
+    shared: &Arc<Shared>,
+    to: u64,
+    addr: SocketAddr,
+    tls: Option<Arc<PeerTlsContext>>,
+) -> io::Result<PeerSender> {
     let (tx, rx) = crossbeam::channel::bounded(shared.config.queue_depth);
     let shared = shared.clone();
-    std::thread::Builder::new().name(format!("psmr-peer-snd-{to}")).spawn(move || sender(&shared, to, addr, &rx))?;
+    std::thread::Builder::new()
+        .name(format!("psmr-peer-snd-{to}"))
+        .spawn(move || sender(&shared, to, addr, tls.as_deref(), &rx))?;
     Ok(PeerSender { queue: tx })
 }
 
-fn sender(shared: &Shared, to: u64, addr: SocketAddr, rx: &Receiver<Message>) {
+fn sender(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>, rx: &Receiver<Message>) {
     let mut backoff = Duration::from_millis(20);
     while !shared.stopping() {
-        let stream = match connect(shared, to, addr) {
+        let stream = match connect(shared, to, addr, tls) {
             Ok(s) => s,
             Err(e) => {
-                debug!(peer = to, "cannot reach peer: {e}");
+                match e {
+                    // The peer is up and something is wrong with who it is
+                    // or who we are: worth telling, within limits.
+                    PeerError::Tls(TlsError::Handshake(e)) if e.kind() == io::ErrorKind::InvalidData => {
+                        crate::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
+                    }
+                    // Down, restarting, or too busy to take a handshake.
+                    e => debug!(peer = to, "cannot reach peer: {e}"),
+                }
                 // Messages for an unreachable peer are stale by the time it
                 // is back; raft sends fresh ones.
                 while rx.try_recv().is_ok() {}
@@ -104,7 +420,7 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, rx: &Receiver<Message>) {
             }
         };
         backoff = Duration::from_millis(20);
-        let mut w = BufWriter::new(stream);
+        let mut w = BufWriter::with_capacity(SEND_BUFFER, stream);
         loop {
             let msg = match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(m) => m,
@@ -112,8 +428,8 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, rx: &Receiver<Message>) {
                 Err(_) => return,
             };
             let mut result = w.write_all(&raft_frame(&msg));
-            // Write whatever else is queued before flushing: one system
-            // call for a burst of messages.
+            // Write whatever else is queued before flushing: one record
+            // and one system call for a burst of messages.
             while result.is_ok() {
                 match rx.try_recv() {
                     Ok(m) => result = w.write_all(&raft_frame(&m)),
@@ -122,79 +438,228 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, rx: &Receiver<Message>) {
             }
             if let Err(e) = result.and_then(|_| w.flush()) {
                 debug!(peer = to, "connection to peer lost: {e}");
+                // Dropped without the flush a `BufWriter` tries on drop:
+                // it would wait on the dead connection once more.
+                drop(w.into_parts());
                 break;
             }
         }
     }
 }
 
-/// Connects to a peer and introduces this replica.
-fn connect(shared: &Shared, to: u64, addr: SocketAddr) -> Result<TcpStream, WireError> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.write_all(&hello(shared.id, shared.incarnation))?;
-    let answer = read_frame(&mut stream, 1 << 16)?;
+/// Connects to a peer, authenticates both ends (with TLS) and introduces
+/// this replica.
+fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>) -> Result<PeerStream, PeerError> {
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    tcp.set_nodelay(true)?;
+    tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let sock = Sock::new(tcp, Some(Instant::now() + HANDSHAKE_TIMEOUT));
+    let mut stream = match tls {
+        Some(tls) => PeerStream::Tls(Box::new(tls.connect(to, sock)?)),
+        None => PeerStream::Plain(sock),
+    };
+    stream.write_all(&hello(shared.id, shared.incarnation, shared.repaired.load(Ordering::Acquire)))?;
+    stream.flush()?;
+    let answer = read_frame(&mut stream, HELLO_MAX).map_err(|e| match e {
+        // The server refused our certificate: its alert arrives here.
+        WireError::Io(e) if e.kind() == io::ErrorKind::InvalidData && tls.is_some() => {
+            PeerError::Tls(TlsError::Handshake(e))
+        }
+        e => e.into(),
+    })?;
     match answer.kind {
         K_ACK => {
-            stream.set_read_timeout(None)?;
+            // The sender never reads again; a peer that takes no bytes for
+            // as long as a connection may stay silent is gone.
+            stream.set_deadline(None);
+            stream.sock().tcp.set_write_timeout(Some(idle_timeout(&shared.config)))?;
             Ok(stream)
         }
         K_REFUSED => {
             let why = Decoder::new(&answer.body, "refusal").str().unwrap_or_else(|e| e.to_string());
             shared.fail(format!("replica {to} refused this replica: {why}"));
-            Err(WireError::Malformed { what: "hello", why })
+            Err(PeerError::Refused(why))
         }
-        k => Err(WireError::UnknownKind(k)),
+        k => Err(WireError::UnknownKind(k).into()),
     }
 }
 
-/// Accepts peer connections until the replica stops; one thread each.
-pub fn spawn_listener(shared: &Arc<Shared>, listener: TcpListener, inbound: Sender<Inbound>) -> std::io::Result<()> {
+/// Peer connections accepted by one replica: the handshakes in progress
+/// and the receiver of each authenticated peer.
+#[derive(Default)]
+struct Pool {
+    handshakes: AtomicUsize,
+    /// Per peer id: the current receiver's number and a handle on its
+    /// socket, to shut it down when a newer connection replaces it.
+    receivers: Mutex<HashMap<u64, (u64, TcpStream)>>,
+    next: AtomicU64,
+}
+
+/// A handshake slot, given back when dropped.
+struct Slot(Arc<Pool>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.handshakes.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A peer's current receiver, unregistered when dropped.
+struct Registration {
+    pool: Arc<Pool>,
+    peer: u64,
+    number: u64,
+}
+
+impl Registration {
+    /// False once a newer connection of the same peer replaced this one.
+    fn current(&self) -> bool {
+        self.pool.receivers.lock().get(&self.peer).is_some_and(|(n, _)| *n == self.number)
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut receivers = self.pool.receivers.lock();
+        if receivers.get(&self.peer).is_some_and(|(n, _)| *n == self.number) {
+            receivers.remove(&self.peer);
+        }
+    }
+}
+
+impl Pool {
+    fn try_handshake(self: &Arc<Self>) -> Option<Slot> {
+        let taken = self.handshakes.fetch_add(1, Ordering::AcqRel);
+        // Built first, so that giving the slot back is the guard's job.
+        let slot = Slot(self.clone());
+        (taken < HANDSHAKES_MAX).then_some(slot)
+    }
+
+    /// Makes `socket` the receiver of `peer`, shutting down the one before.
+    fn register(self: &Arc<Self>, peer: u64, socket: TcpStream) -> Registration {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Some((_, old)) = self.receivers.lock().insert(peer, (number, socket)) {
+            let _ = old.shutdown(Shutdown::Both);
+        }
+        Registration { pool: self.clone(), peer, number }
+    }
+
+    fn close_all(&self) {
+        for (_, (_, s)) in self.receivers.lock().drain() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Accepts peer connections until the replica stops; with `tls`, only
+/// authenticated replicas get past the handshake.
+pub fn spawn_listener(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    tls: Option<Arc<PeerTlsContext>>,
+    inbound: Sender<Inbound>,
+) -> io::Result<std::thread::JoinHandle<()>> {
     let shared = shared.clone();
     listener.set_nonblocking(true)?;
+    // The handle is joined when the replica stops: until this thread ends,
+    // the listener holds the peer port, and a replica restarted on the same
+    // configuration could not bind it.
     std::thread::Builder::new().name("psmr-peer-accept".into()).spawn(move || {
+        let pool = Arc::new(Pool::default());
         while !shared.stopping() {
             match listener.accept() {
                 Ok((stream, from)) => {
-                    let (shared, inbound) = (shared.clone(), inbound.clone());
+                    let Some(slot) = pool.try_handshake() else {
+                        crate::warn_limited!(
+                            BUSY,
+                            %from,
+                            "peer port busy ({HANDSHAKES_MAX} handshakes in progress): closing a new connection"
+                        );
+                        continue;
+                    };
+                    let (shared, pool, tls, inbound) = (shared.clone(), pool.clone(), tls.clone(), inbound.clone());
                     let spawned = std::thread::Builder::new()
                         .name("psmr-peer-rcv".into())
-                        .spawn(move || receiver(&shared, stream, from, &inbound));
+                        .spawn(move || receiver(&shared, &pool, slot, stream, from, tls.as_deref(), &inbound));
                     if let Err(e) = spawned {
-                        warn!("cannot start a peer receiver: {e}");
+                        crate::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                Err(e) => warn!("peer accept failed: {e}"),
+                Err(e) => {
+                    crate::warn_limited!(ACCEPT, "peer accept failed: {e}");
+                    // Out of descriptors, say: give connections time to end.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
         }
-    })?;
-    Ok(())
+        pool.close_all();
+    })
 }
 
-fn receiver(shared: &Shared, mut stream: TcpStream, from: SocketAddr, inbound: &Sender<Inbound>) {
-    if let Err(e) = receive(shared, &mut stream, inbound) {
-        match e {
-            WireError::Closed => debug!(%from, "peer connection closed"),
-            e => warn!(%from, "closing peer connection: {e}"),
-        }
+fn receiver(
+    shared: &Shared,
+    pool: &Arc<Pool>,
+    slot: Slot,
+    stream: TcpStream,
+    from: SocketAddr,
+    tls: Option<&PeerTlsContext>,
+    inbound: &Sender<Inbound>,
+) {
+    let mut registration = None;
+    let result = receive(shared, pool, slot, stream, tls, inbound, &mut registration);
+    let replaced = registration.as_ref().is_some_and(|r| !r.current());
+    match result {
+        Ok(()) => {}
+        Err(_) if replaced || shared.stopping() => debug!(%from, "peer connection replaced or closed"),
+        Err(e) if e.is_close() => debug!(%from, "peer connection closed"),
+        // Only an authenticated peer gets this far: no flood to fear.
+        Err(e @ PeerError::Idle(_)) => info!(%from, "closing peer connection: {e}"),
+        Err(e) => crate::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
     }
 }
 
-fn receive(shared: &Shared, stream: &mut TcpStream, inbound: &Sender<Inbound>) -> Result<(), WireError> {
-    stream.set_nonblocking(false)?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let first = read_frame(stream, 1 << 16)?;
+fn receive(
+    shared: &Shared,
+    pool: &Arc<Pool>,
+    slot: Slot,
+    tcp: TcpStream,
+    tls: Option<&PeerTlsContext>,
+    inbound: &Sender<Inbound>,
+    registration: &mut Option<Registration>,
+) -> Result<(), PeerError> {
+    tcp.set_nonblocking(false)?;
+    tcp.set_nodelay(true)?;
+    tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let control = tcp.try_clone()?;
+    let sock = Sock::new(tcp, Some(Instant::now() + HANDSHAKE_TIMEOUT));
+    let mut stream = match tls {
+        Some(tls) => PeerStream::Tls(Box::new(tls.accept(sock)?)),
+        None => PeerStream::Plain(sock),
+    };
+    let first = read_frame(&mut stream, HELLO_MAX)?;
     if first.kind != K_HELLO {
-        return Err(WireError::Malformed { what: "peer hello", why: format!("got kind {} first", first.kind) });
+        return Err(WireError::Malformed { what: "peer hello", why: format!("got kind {} first", first.kind) }.into());
     }
     let mut d = Decoder::new(&first.body, "peer hello");
     let (peer, incarnation) = (d.u64()?, d.u64()?);
+    // Absent in the `Hello` of a replica built before the flag existed: it
+    // was never repaired by this protocol's rules, or cannot say so (it
+    // then catches up once the leader changes, as before).
+    let repaired = match if d.end().is_ok() { 0 } else { d.u8()? } {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(WireError::Malformed { what: "peer hello", why: format!("repaired flag {other}") }.into());
+        }
+    };
     d.end()?;
+    // Who the peer is, before anything it claims is believed.
+    if let PeerStream::Tls(t) = &stream {
+        t.verify_peer_is(peer)?;
+    }
     let refusal = if peer == shared.id || shared.config.member(peer).is_err() {
         Some(format!("id {peer} is not another member of this cluster"))
     } else {
@@ -213,30 +678,105 @@ fn receive(shared: &Shared, stream: &mut TcpStream, inbound: &Sender<Inbound>) -
     if let Some(why) = refusal {
         let mut e = Encoder::new();
         e.str(&why);
-        let _ = stream.write_all(&frame_bytes(K_REFUSED, &e.finish()));
-        return Err(WireError::Malformed { what: "peer hello", why });
+        let _ = stream.write_all(&frame_bytes(K_REFUSED, &e.finish())).and_then(|()| stream.flush());
+        return Err(PeerError::Refused(why));
     }
     stream.write_all(&frame_bytes(K_ACK, &[]))?;
-    // No timeout from here on: a timeout inside a frame would lose the
-    // framing. The thread ends when the peer closes the connection or when
-    // the protocol thread is gone.
-    stream.set_read_timeout(None)?;
-    info!(peer, "peer connected");
+    stream.flush()?;
+    *registration = Some(pool.register(peer, control));
+    // From here on this thread is `peer`'s receiver, not a handshake.
+    drop(slot);
+    info!(peer, repaired, "peer connected");
+    // Before any raft message of this connection: the protocol thread
+    // forgets what the peer acknowledged before it was repaired.
+    if repaired && inbound.send(Inbound::PeerRepaired { peer }).is_err() {
+        return Ok(());
+    }
+    let (idle, whole) = (idle_timeout(&shared.config), Duration::from_millis(shared.config.frame_timeout_ms));
     loop {
-        let frame = read_frame(stream, shared.config.peer_frame_max)?;
+        let frame = read_frame_timed(&mut stream, shared.config.peer_frame_max, idle, whole)?;
         if frame.kind != K_RAFT {
-            return Err(WireError::UnknownKind(frame.kind));
+            return Err(WireError::UnknownKind(frame.kind).into());
         }
         let msg = parse_raft(&frame)?;
-        if msg.from != peer {
+        if msg.from != peer || msg.to != shared.id {
             return Err(WireError::Malformed {
                 what: "raft message",
-                why: format!("from {} on {peer}'s link", msg.from),
-            });
+                why: format!("from {} to {} on the link from {peer} to {}", msg.from, msg.to, shared.id),
+            }
+            .into());
         }
         shared.stats.peer_in.fetch_add(1, Ordering::Relaxed);
         if inbound.send(Inbound::Raft(Box::new(msg))).is_err() {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (TcpStream, PeerStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, PeerStream::Plain(Sock::new(b, None)))
+    }
+
+    #[test]
+    fn a_whole_frame_passes_and_a_trickling_one_is_cut_off() {
+        let (mut a, mut b) = pair();
+        let frame = frame_bytes(K_RAFT, &[7; 40]);
+        a.write_all(&frame).unwrap();
+        let got = read_frame_timed(&mut b, 1 << 10, Duration::from_secs(5), Duration::from_secs(5)).unwrap();
+        assert_eq!((got.kind, got.body), (K_RAFT, vec![7; 40]));
+        // One byte at a time, each well within any read timeout, the whole
+        // far beyond the frame's deadline: a plain read timeout would
+        // never fire.
+        let writer = std::thread::spawn(move || {
+            for byte in frame {
+                if a.write_all(&[byte]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let e = read_frame_timed(&mut b, 1 << 10, Duration::from_secs(5), Duration::from_millis(150)).unwrap_err();
+        assert!(matches!(e, PeerError::SlowFrame(_)), "{e}");
+        drop(b);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_connection_is_closed_and_a_closed_one_is_quiet() {
+        let (a, mut b) = pair();
+        let e = read_frame_timed(&mut b, 1 << 10, Duration::from_millis(100), Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(e, PeerError::Idle(_)), "{e}");
+        drop(a);
+        let e = read_frame_timed(&mut b, 1 << 10, Duration::from_secs(5), Duration::from_secs(5)).unwrap_err();
+        assert!(e.is_close(), "{e}");
+    }
+
+    #[test]
+    fn a_frame_announced_and_not_sent_is_an_error() {
+        let (mut a, mut b) = pair();
+        // 200 MiB announced (the buffer grows with what arrives), 10 bytes
+        // sent, then the sender goes away.
+        a.write_all(&(200u32 << 20).to_be_bytes()).unwrap();
+        a.write_all(&[0; 10]).unwrap();
+        drop(a);
+        let e = read_frame_timed(&mut b, 256 << 20, Duration::from_secs(5), Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(&e, PeerError::Wire(WireError::Io(io)) if io.kind() == io::ErrorKind::UnexpectedEof), "{e}");
+    }
+
+    #[test]
+    fn handshake_slots_are_bounded_and_given_back() {
+        let pool = Arc::new(Pool::default());
+        let slots: Vec<Slot> = (0..HANDSHAKES_MAX).map(|_| pool.try_handshake().unwrap()).collect();
+        assert!(pool.try_handshake().is_none());
+        drop(slots);
+        assert_eq!(pool.handshakes.load(Ordering::Acquire), 0);
+        assert!(pool.try_handshake().is_some());
     }
 }

@@ -7,12 +7,21 @@
 //! that connection's bounded outbox without waiting. A client that does not
 //! read its replies fills its outbox; further replies to it are dropped
 //! (and counted), and it gets them from the reply cache when it retries.
+//!
+//! Outboxes are bounded in items and in bytes: per connection
+//! ([`OUTBOX_BYTES_MAX`]) and over all connections (the router's budget),
+//! so that a client that asks for large values and never reads them cannot
+//! make the replica hold them.
 
 use parking_lot::Mutex;
 use psmr_model::wire::{Outcome, ServerMsg};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::sync::mpsc;
+
+/// Bytes of outgoing messages one connection may have queued.
+pub const OUTBOX_BYTES_MAX: usize = 64 << 20;
 
 const SHARDS: usize = 16;
 
@@ -32,8 +41,117 @@ pub enum Outgoing {
     Msg(ServerMsg),
 }
 
-/// A connection's outbox.
-pub type Outbox = mpsc::Sender<Outgoing>;
+impl Outgoing {
+    /// Bytes this item holds, roughly (what the byte bounds count).
+    fn size(&self) -> usize {
+        match self {
+            Outgoing::Reply { outcome, .. } => 24 + outcome.payload_len(),
+            Outgoing::Msg(_) => 256,
+        }
+    }
+}
+
+/// Bytes queued, against a bound.
+#[derive(Debug)]
+struct Budget {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl Budget {
+    fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self { used: AtomicUsize::new(0), max })
+    }
+
+    fn take(&self, n: usize) -> bool {
+        let before = self.used.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.max && before > 0 {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn give(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// A connection's outbox: the send side, bounded in items and bytes.
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    tx: mpsc::Sender<Outgoing>,
+    mine: Arc<Budget>,
+    all: Arc<Budget>,
+}
+
+/// The receive side of an [`Outbox`], read by the connection's writer.
+#[derive(Debug)]
+pub struct OutboxRx {
+    rx: mpsc::Receiver<Outgoing>,
+    mine: Arc<Budget>,
+    all: Arc<Budget>,
+}
+
+impl Outbox {
+    /// Queues `item` if there is room in items and bytes; false if not.
+    pub fn try_send(&self, item: Outgoing) -> bool {
+        let n = item.size();
+        if !self.mine.take(n) {
+            return false;
+        }
+        if !self.all.take(n) {
+            self.mine.give(n);
+            return false;
+        }
+        match self.tx.try_send(item) {
+            Ok(()) => true,
+            Err(_) => {
+                self.mine.give(n);
+                self.all.give(n);
+                false
+            }
+        }
+    }
+
+    /// Queues `item`, waiting for room in items (ClientIO's own small
+    /// messages; the byte bound lets a message through when the queue is
+    /// empty of bytes). Err when the connection's writer is gone.
+    pub async fn send(&self, item: Outgoing) -> Result<(), ()> {
+        let n = item.size();
+        self.mine.used.fetch_add(n, Ordering::AcqRel);
+        self.all.used.fetch_add(n, Ordering::AcqRel);
+        if self.tx.send(item).await.is_err() {
+            self.mine.give(n);
+            self.all.give(n);
+            return Err(());
+        }
+        Ok(())
+    }
+}
+
+impl OutboxRx {
+    fn taken(&self, item: Option<Outgoing>) -> Option<Outgoing> {
+        if let Some(i) = &item {
+            let n = i.size();
+            self.mine.give(n);
+            self.all.give(n);
+        }
+        item
+    }
+
+    /// The next item; None once every sender is gone.
+    pub async fn recv(&mut self) -> Option<Outgoing> {
+        let item = self.rx.recv().await;
+        self.taken(item)
+    }
+
+    /// The next item if one is waiting.
+    pub fn try_recv(&mut self) -> Option<Outgoing> {
+        let item = self.rx.try_recv().ok();
+        self.taken(item)
+    }
+}
 
 struct Route {
     conn: u64,
@@ -43,17 +161,34 @@ struct Route {
 /// See the module documentation.
 pub struct Router {
     shards: Vec<Mutex<HashMap<u64, Route>>>,
+    /// Bytes queued in all outboxes.
+    queued: Arc<Budget>,
     /// Replies dropped because an outbox was full or gone.
     pub dropped: AtomicU64,
 }
 
-impl Default for Router {
-    fn default() -> Self {
-        Self { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), dropped: AtomicU64::new(0) }
-    }
-}
-
 impl Router {
+    /// A router whose outboxes hold at most `bytes_max` bytes together.
+    pub fn new(bytes_max: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            queued: Budget::new(bytes_max),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// A new connection's outbox of at most `items` items.
+    pub fn outbox(&self, items: usize) -> (Outbox, OutboxRx) {
+        let (tx, rx) = mpsc::channel(items);
+        let mine = Budget::new(OUTBOX_BYTES_MAX);
+        (Outbox { tx, mine: mine.clone(), all: self.queued.clone() }, OutboxRx { rx, mine, all: self.queued.clone() })
+    }
+
+    /// Bytes queued in all outboxes.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.used.load(Ordering::Acquire)
+    }
+
     fn shard(&self, client: u64) -> &Mutex<HashMap<u64, Route>> {
         let h = client.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60;
         &self.shards[h as usize % SHARDS]
@@ -87,7 +222,7 @@ impl Router {
     pub fn send(&self, client: u64, item: Outgoing) {
         let shard = self.shard(client).lock();
         if let Some(route) = shard.get(&client) {
-            if route.outbox.try_send(item).is_err() {
+            if !route.outbox.try_send(item) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }

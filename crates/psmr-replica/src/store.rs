@@ -126,6 +126,18 @@ impl Log {
         }
     }
 
+    /// The vote floor of a replica repaired after it lost its log: the
+    /// (term, index) of the last entry it had synced, which it may have
+    /// acknowledged. Until its log reaches the floor, the replica votes
+    /// for no log behind it and never campaigns (see [`crate::guard`]).
+    /// A log in memory has none: such a replica never comes back.
+    pub fn vote_floor(&self) -> Option<(u64, u64)> {
+        match self {
+            Log::Memory(_) => None,
+            Log::Disk(d) => d.vote_floor(),
+        }
+    }
+
     /// Replaces the log with a snapshot from the leader.
     pub fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
         match self {

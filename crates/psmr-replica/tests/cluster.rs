@@ -32,20 +32,45 @@ fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-fn config(n: u64, kind: SchedulerKind, workers: usize) -> Config {
+/// A configuration and the certificates it names, removed when dropped.
+/// It derefs to the configuration.
+struct TestConfig {
+    config: Config,
+    _certs: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TestConfig {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for TestConfig {
+    fn deref_mut(&mut self) -> &mut Config {
+        &mut self.config
+    }
+}
+
+/// `n` replicas on loopback, authenticated with certificates of a fresh
+/// cluster CA.
+fn config(n: u64, kind: SchedulerKind, workers: usize) -> TestConfig {
     // Every listener stays open until all ports are chosen: a port closed
     // at once may be handed out again.
     let held: Vec<TcpListener> = (0..2 * n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let addr = |i: u64| held[i as usize].local_addr().unwrap();
     let replicas = (1..=n).map(|id| Member { id, client: addr(2 * id - 2), peer: addr(2 * id - 1) }).collect();
     drop(held);
-    let mut c = Config { replicas, storage: Storage::Memory, ..Config::default() };
+    let certs = tempfile::tempdir().unwrap();
+    let ids: Vec<u64> = (1..=n).collect();
+    let peer_tls = psmr_replica::tls::generate(&certs.path().join("certs"), &ids).unwrap();
+    let mut c = Config { replicas, storage: Storage::Memory, peer_tls: Some(peer_tls), ..Config::default() };
     c.scheduler.kind = kind.name().into();
     c.scheduler.workers = workers;
     c.tick_ms = 20;
     c.client_io_threads = 1;
     c.validate().unwrap();
-    c
+    TestConfig { config: c, _certs: certs }
 }
 
 fn start(config: &Config, id: u64) -> Replica {

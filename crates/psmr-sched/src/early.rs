@@ -203,7 +203,7 @@ impl<S: Service> Early<S> {
             let (tx, rx) = unbounded();
             let (exec, plans, credits) = (early.exec.clone(), plans.clone(), early.credits.clone());
             let (metrics, timing) = (early.metrics.clone(), config.metrics);
-            match std::thread::Builder::new().name(format!("psmr-early-{id}")).spawn(move || {
+            match early.exec.spawn_worker(format!("psmr-early-{id}"), id, move || {
                 let env = WorkerEnv {
                     id,
                     plans: &plans,
@@ -222,7 +222,7 @@ impl<S: Service> Early<S> {
                 }
                 Err(e) => {
                     early.close_and_join();
-                    return Err(SchedError::Spawn(e.to_string()));
+                    return Err(e);
                 }
             }
         }

@@ -22,13 +22,16 @@ impl Failure {
         self.failed.load(Ordering::Relaxed)
     }
 
-    fn record(&self, client: u64, seq: u64, class: u16, message: String) {
+    /// Records a service panic; true for the first one.
+    fn record(&self, client: u64, seq: u64, class: u16, message: String) -> bool {
         let mut first = self.first.lock();
-        if first.is_none() {
+        let is_first = first.is_none();
+        if is_first {
             tracing::error!(client, seq, class, %message, "service panicked; skipping the rest of the log");
             *first = Some((client, seq, class, message));
         }
         self.failed.store(true, Ordering::Relaxed);
+        is_first
     }
 
     /// The error to report, if a command panicked.
@@ -86,16 +89,49 @@ impl<S: Service> Executor<S> {
                 true
             }
             Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".to_string());
-                self.failure.record(cmd.client.0, cmd.seq, cmd.class.0, message);
+                if self.failure.record(cmd.client.0, cmd.seq, cmd.class.0, panic_message(payload.as_ref())) {
+                    if let Some(e) = self.failure.error() {
+                        self.sink.failed(&e);
+                    }
+                }
                 false
             }
         }
     }
+
+    /// Spawns worker thread `id` running `body`. A panic outside the
+    /// service (a bug in psmr) would leave the other workers waiting for
+    /// it at the next barrier, so the sink hears of it at once; the panic
+    /// then goes on, and joining the thread reports it as
+    /// [`SchedError::WorkerPanicked`].
+    pub(crate) fn spawn_worker(
+        &self,
+        name: String,
+        id: usize,
+        body: impl FnOnce() -> u64 + Send + 'static,
+    ) -> Result<std::thread::JoinHandle<u64>, SchedError> {
+        let sink = self.sink.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || match catch_unwind(AssertUnwindSafe(body)) {
+                Ok(executed) => executed,
+                Err(payload) => {
+                    tracing::error!(worker = id, "worker panicked: {}", panic_message(payload.as_ref()));
+                    sink.failed(&SchedError::WorkerPanicked(id));
+                    std::panic::resume_unwind(payload)
+                }
+            })
+            .map_err(|e| SchedError::Spawn(e.to_string()))
+    }
+}
+
+/// The message of a panic payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
 }
 
 /// What a pool of workers reports once joined: each worker's count of

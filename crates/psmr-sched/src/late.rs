@@ -257,10 +257,7 @@ impl<S: Service> Late<S> {
         let mut late = Self { kind: config.kind, shared, exec, workers: Vec::new(), classes };
         for id in 0..config.workers {
             let (shared, exec) = (late.shared.clone(), late.exec.clone());
-            let handle = std::thread::Builder::new()
-                .name(format!("psmr-late-{id}"))
-                .spawn(move || worker(id, &shared, &exec))
-                .map_err(|e| SchedError::Spawn(e.to_string()));
+            let handle = late.exec.spawn_worker(format!("psmr-late-{id}"), id, move || worker(id, &shared, &exec));
             match handle {
                 Ok(h) => late.workers.push(h),
                 Err(e) => {

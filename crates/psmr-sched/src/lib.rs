@@ -48,6 +48,7 @@ mod ws;
 
 pub use barrier::Barrier;
 pub use cycles::{CycleCounters, Role};
+pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 pub use ws::{Victims, WsQueue};

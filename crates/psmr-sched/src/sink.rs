@@ -25,6 +25,12 @@ pub struct Reply<R> {
 pub trait ReplySink<R>: Send + Sync {
     /// Takes one reply. Called from worker threads; must not block for long.
     fn deliver(&self, worker: usize, reply: Reply<R>);
+
+    /// Execution failed (a service or a worker panicked): the state is no
+    /// longer trusted. Called once, at once, from the failing thread, so
+    /// that an owner can stop instead of waiting for replies that will
+    /// never come; the error is also returned by the scheduler's next call.
+    fn failed(&self, _error: &crate::SchedError) {}
 }
 
 /// Drops every reply.

@@ -599,11 +599,11 @@ impl<S: Service> WorkStealing<S> {
         };
         for id in 0..config.workers {
             let shared = ws.shared.clone();
-            match std::thread::Builder::new().name(format!("psmr-ws-{id}")).spawn(move || worker(id, &shared)) {
+            match ws.shared.exec.spawn_worker(format!("psmr-ws-{id}"), id, move || worker(id, &shared)) {
                 Ok(h) => ws.workers.push(h),
                 Err(e) => {
                     ws.close_and_join();
-                    return Err(SchedError::Spawn(e.to_string()));
+                    return Err(e);
                 }
             }
         }

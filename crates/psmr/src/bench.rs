@@ -35,8 +35,8 @@ pub struct BenchArgs {
     /// Sweep a parameter over values, KEY=V1,V2,... (repeatable); replaces
     /// the scenario's sweep over KEY or adds one. Keys: replicas, scheduler,
     /// workers, storage, client_io_threads, batch_max_commands,
-    /// batch_delay_us, pipeline, clients, per_request, write_pct, keys,
-    /// warmup_s, duration_s.
+    /// batch_delay_us, pipeline, insecure_peers, clients, per_request,
+    /// write_pct, keys, warmup_s, duration_s.
     #[arg(long = "sweep", value_name = "KEY=V1,V2")]
     sweeps: Vec<String>,
     /// Set a parameter of every point, KEY=VALUE (repeatable; same keys).
@@ -262,7 +262,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     for point in &points {
         load_spec(&point.params, None, args.seed)?.validate().with_context(|| format!("point {}", point.name()))?;
         if args.cluster.is_empty() {
-            cluster_config(&point.params, &std::env::temp_dir()).with_context(|| format!("point {}", point.name()))?;
+            // Checked without peer TLS: making a point's certificates is
+            // its run's job (in its own directory), not the check's.
+            let check = Params { insecure_peers: true, ..point.params.clone() };
+            cluster_config(&check, &std::env::temp_dir()).with_context(|| format!("point {}", point.name()))?;
         }
         if args.cluster.is_empty() && point.params.per_request > point.params.batch_max_commands {
             bail!(
@@ -554,6 +557,7 @@ fn cluster_config(p: &Params, dir: &Path) -> Result<psmr_replica::Config> {
         snapshot_every: 10_000,
         host: "127.0.0.1".into(),
         data_dir: None,
+        insecure_peers: p.insecure_peers,
     };
     fresh_config(&args, parse_storage(&p.storage)?, dir)
 }

@@ -27,13 +27,36 @@ pub struct ReplicaArgs {
     /// the configuration's data_dir].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Disk storage, after the replica refused to start on damaged data:
+    /// move its data aside to DIR/replica-ID.damaged-<unix time> (nothing
+    /// is deleted), rebuild it empty under the same identity (keeping its
+    /// term and vote, with a vote floor at what it had synced), then start;
+    /// it catches up from the leader. Never done automatically.
+    #[arg(long)]
+    repair: bool,
 }
+
+/// Set while this process runs a replica: a panic in any thread then ends
+/// the process with [`EXIT_PANIC`] (see `main`).
+pub static FAIL_STOP: AtomicBool = AtomicBool::new(false);
+
+/// Exit status of a replica process that stopped because a thread panicked.
+pub const EXIT_PANIC: i32 = 101;
 
 /// Runs one replica until it fails or is killed.
 pub fn replica(args: ReplicaArgs) -> Result<()> {
+    FAIL_STOP.store(true, Ordering::SeqCst);
     let mut config = Config::from_file(&args.config)?;
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
+    }
+    if args.repair {
+        if config.storage != Storage::Disk {
+            bail!("--repair applies to disk storage only: a replica in memory keeps nothing to repair");
+        }
+        let report = psmr_replica::disk::DiskStore::repair(&config.replica_dir(args.id))
+            .with_context(|| format!("replica {}: repair", args.id))?;
+        println!("{report}");
     }
     let replica = match config.service.kind.as_str() {
         "list" => Replica::start(config.clone(), args.id, ListApp::new(&config.service)),
@@ -41,8 +64,25 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
     }
     .with_context(|| format!("replica {} cannot start", args.id))?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
-    replica.wait().with_context(|| format!("replica {}", args.id))?;
+    if let Err(e) = replica.wait() {
+        // Exit at once: joining the replica's threads could wait forever
+        // on the one that failed.
+        eprintln!("psmr: error: replica {}: {e}", args.id);
+        std::process::exit(1);
+    }
     Ok(())
+}
+
+/// How a replica process ended, for people.
+pub(crate) fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(EXIT_PANIC), _) => "a thread panicked and the replica stopped itself (fail-stop); see its log".into(),
+        (Some(1), _) => "stopped on an error; see its log".into(),
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => status.to_string(),
+    }
 }
 
 /// `psmr cluster`.
@@ -104,10 +144,16 @@ pub struct ClusterArgs {
     /// The cluster's directory: its configuration (cluster.toml) and each
     /// replica's data (replica-N). If DIR/cluster.toml exists, the cluster
     /// starts again from it and its data, on the same addresses, and the
-    /// other flags are ignored [default: a fresh directory under the
-    /// system's temporary directory].
+    /// other flags are ignored [default: a new private directory under the
+    /// system's temporary directory, removed when the cluster stops].
     #[arg(long, value_name = "DIR")]
     pub(crate) data_dir: Option<PathBuf>,
+    /// Run the replicas without peer authentication: any process that
+    /// reaches a peer port can then speak raft to them. Only for closed
+    /// networks and for measuring what TLS costs [default: mutual TLS, with
+    /// a cluster CA and a certificate per replica made under DIR/certs].
+    #[arg(long)]
+    pub(crate) insecure_peers: bool,
 }
 
 /// Picks `n` free ports on `host`. Every listener stays open until all are
@@ -123,12 +169,21 @@ fn free_ports(host: &str, n: usize) -> Result<Vec<SocketAddr>> {
 /// SIGTERM, then stops them all.
 pub fn cluster(args: ClusterArgs) -> Result<()> {
     let storage = parse_storage(&args.storage)?;
-    let dir = match &args.data_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("psmr-cluster-{}", std::process::id())),
+    // Without --data-dir: a new directory of a random name, private to
+    // this user (never one another process could have planted), removed
+    // when the cluster stops.
+    let (dir, scratch) = match &args.data_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("psmr-cluster-")
+                .tempdir()
+                .context("cannot make a temporary directory")?;
+            (t.path().to_path_buf(), Some(t))
+        }
     };
     let path = dir.join("cluster.toml");
-    if path.exists() {
+    if scratch.is_none() && path.exists() {
         let config = Config::from_file(&path)?;
         eprintln!("cluster configuration: {} (existing; starting again from its data)", path.display());
         return run_cluster(&path, &config);
@@ -149,7 +204,8 @@ pub(crate) fn parse_storage(name: &str) -> Result<Storage> {
 }
 
 /// A new cluster's configuration from the flags: free ports on the host,
-/// replica data under `dir`.
+/// replica data under `dir`, and (unless `--insecure-peers`) a new cluster
+/// CA and replica certificates under `dir/certs`.
 pub(crate) fn fresh_config(args: &ClusterArgs, storage: Storage, dir: &std::path::Path) -> Result<Config> {
     if !(1..=15).contains(&args.replicas) {
         bail!("--replicas must be between 1 and 15, got {}", args.replicas);
@@ -172,7 +228,20 @@ pub(crate) fn fresh_config(args: &ClusterArgs, storage: Storage, dir: &std::path
     config.batch_delay_us = args.batch_delay_us;
     config.pipeline = args.pipeline;
     config.snapshot_every = args.snapshot_every;
+    // Every other rule is checked before the certificates are made, so
+    // that a bad flag leaves no files behind to refuse the next attempt.
+    config.insecure_peers = true;
     config.validate()?;
+    if !args.insecure_peers {
+        let ids: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+        let certs = dir.join("certs");
+        config.peer_tls = Some(
+            psmr_replica::tls::generate(&certs, &ids)
+                .with_context(|| format!("cannot make peer certificates in {}", certs.display()))?,
+        );
+        config.insecure_peers = false;
+        config.validate()?;
+    }
     Ok(config)
 }
 
@@ -310,7 +379,7 @@ fn run_cluster(path: &std::path::Path, config: &Config) -> Result<()> {
     while !stop.load(Ordering::SeqCst) {
         for (id, status) in cluster.exited() {
             if reported.insert(id) {
-                eprintln!("replica {id} exited: {status}");
+                eprintln!("replica {id} exited: {}", describe_exit(status));
             }
         }
         if reported.len() == cluster.children.len() {

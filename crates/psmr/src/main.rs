@@ -5,6 +5,7 @@
 //! up as one `psmr: error: ...` line on stderr and a non-zero exit code.
 
 mod bench;
+mod certs;
 mod cluster;
 mod load;
 mod mapping;
@@ -52,6 +53,9 @@ enum Command {
     /// Map request classes to worker threads for early scheduling: the
     /// optimizer of 003 Alg. 3 (proven optimal) or the naive mapping.
     Mapping(mapping::MappingArgs),
+    /// Make a cluster CA and a certificate per replica for mutual TLS
+    /// between replicas, and print the `[peer_tls]` configuration block.
+    Certs(certs::CertsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -287,6 +291,11 @@ fn main() -> ExitCode {
             std::process::exit(0);
         }
         default_hook(info);
+        if cluster::FAIL_STOP.load(std::sync::atomic::Ordering::SeqCst) {
+            // A replica whose thread panicked must not run on without it.
+            eprintln!("psmr replica: a thread panicked; the replica stops (fail-stop)");
+            std::process::exit(cluster::EXIT_PANIC);
+        }
     }));
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -295,6 +304,9 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // `FAILPOINTS=name=action` injects faults (builds with `failpoints`).
+    #[cfg(feature = "failpoints")]
+    let _faults = fail::FailScenario::setup();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::SchedBench(args) => sched_bench(args),
@@ -303,6 +315,7 @@ fn main() -> ExitCode {
         Command::Client(args) => cluster::client(args),
         Command::Bench(args) => bench::bench(args),
         Command::Mapping(args) => mapping::mapping(args),
+        Command::Certs(args) => certs::certs(args),
         Command::CheckHistory(args) => match cluster::check_history(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

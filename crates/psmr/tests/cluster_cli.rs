@@ -290,7 +290,10 @@ fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
     let config = dir.join("c.toml");
     std::fs::write(
         &config,
-        format!("data_dir = {:?}\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n", dir.to_str().unwrap()),
+        format!(
+            "data_dir = {:?}\ninsecure_peers = true\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n",
+            dir.to_str().unwrap()
+        ),
     )
     .unwrap();
     let start = |limited: bool| {
@@ -444,4 +447,87 @@ fn a_list_cluster_under_load_ends_with_equal_digests() {
     assert!(text(&bad.stderr).contains("service model"), "{}", text(&bad.stderr));
     drop(cluster);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// `psmr certs` makes private files, prints a `[peer_tls]` block that a
+/// replica starts with, never overwrites, and a replica refuses a key
+/// others may read.
+#[test]
+fn certs_makes_private_certificates_and_prints_the_configuration() {
+    let dir = test_dir("certs");
+    let certs = dir.join("certs");
+    let o = psmr(&["certs", "--dir", certs.to_str().unwrap(), "--replicas", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert_eq!(mode(&certs), 0o700);
+    for name in ["ca.key", "replica-1.key", "replica-2.key", "replica-3.key"] {
+        assert_eq!(mode(&certs.join(name)), 0o600, "{name}");
+    }
+    for name in ["ca.pem", "replica-1.pem", "replica-2.pem", "replica-3.pem"] {
+        let pem = std::fs::read_to_string(certs.join(name)).unwrap();
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{name}");
+        assert!(out.contains(name.trim_end_matches(".pem")), "{name} not listed: {out}");
+    }
+    let abs = certs.canonicalize().unwrap();
+    let block: String = out.lines().skip_while(|l| *l != "[peer_tls]").collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        block,
+        format!(
+            "[peer_tls]\nca = \"{0}/ca.pem\"\ncert = \"{0}/replica-{{id}}.pem\"\nkey = \"{0}/replica-{{id}}.key\"",
+            abs.display()
+        ),
+        "{out}"
+    );
+
+    // A second run over the same directory changes nothing.
+    let before = std::fs::read(certs.join("ca.key")).unwrap();
+    let again = psmr(&["certs", "--dir", certs.to_str().unwrap(), "--ids", "1,2"]);
+    assert!(!again.status.success());
+    assert!(text(&again.stderr).contains("refusing to overwrite"), "{}", text(&again.stderr));
+    assert_eq!(std::fs::read(certs.join("ca.key")).unwrap(), before);
+    let other = psmr(&["certs", "--dir", dir.join("other").to_str().unwrap(), "--ids", "4,7"]);
+    assert!(other.status.success(), "{}", text(&other.stderr));
+    assert!(dir.join("other/replica-7.key").exists() && !dir.join("other/replica-1.key").exists());
+
+    // The printed block is a working configuration.
+    let held =
+        [std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap()];
+    let (client, peer) = (held[0].local_addr().unwrap().to_string(), held[1].local_addr().unwrap().to_string());
+    drop(held);
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!("storage = \"memory\"\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n{block}\n"),
+    )
+    .unwrap();
+    let mut replica = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["replica", "--config", config.to_str().unwrap(), "--id", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(replica.stdout.take().unwrap()).lines().next();
+    let _ = replica.kill();
+    let _ = replica.wait();
+    let first = first.expect("a line").unwrap();
+    assert!(first.starts_with("replica 1 listening on"), "{first}");
+
+    // A key others may read is refused, with the fix.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(certs.join("replica-1.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let o = psmr(&["replica", "--config", config.to_str().unwrap(), "--id", "1"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("chmod 600"), "{}", text(&o.stderr));
+
+    let bad = psmr(&["certs", "--dir", dir.join("bad").to_str().unwrap(), "--replicas", "0"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("--replicas must be between 1"), "{}", text(&bad.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }
