@@ -1146,11 +1146,7 @@ mod tests {
             Ok(Ok(())) => Ok(()),
             Ok(Err(why)) => Err(format!("a ready could not be handled: {why}\nafter {trace:#?}")),
             Err(payload) => {
-                let why = payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
+                let why = psmr_sched::panic_message(payload.as_ref());
                 Err(format!("raft panicked: {why}\nafter {trace:#?}"))
             }
         }
@@ -1744,12 +1740,7 @@ mod tests {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(|info| {
             let at = info.location().map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()));
-            let what = info
-                .payload()
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let what = psmr_sched::panic_message(info.payload());
             PANICS.lock().unwrap_or_else(|p| p.into_inner()).push((at, what));
         }));
         let mut sites = Sites::new();

@@ -19,16 +19,24 @@
 //!   change, forwarding would cost a hop on every request).
 //! * Batcher ([`batcher`]): log entries bounded in commands, bytes and delay.
 //! * Protocol ([`protocol`]): the raft node; pipelining bounded by
-//!   `pipeline` entries proposed and not applied.
-//! * ReplicaIO ([`peer`]): blocking sockets, a sender and a receiver thread
-//!   per peer; never blocks the protocol thread.
+//!   `pipeline` entries proposed and not applied; every peer message
+//!   passes the [`guard`] first.
+//! * ReplicaIO ([`peer`]): blocking sockets authenticated by mutual TLS
+//!   ([`tls`]), a sender thread per peer and a receiver thread per
+//!   authenticated peer (handshakes in a bounded pool); never blocks the
+//!   protocol thread.
 //! * ServiceManager ([`manager`]): reply cache ([`cache`]: each client
 //!   command executes once), scheduler, snapshots and log compaction.
 //!
 //! Storage ([`store::Log`]) is on disk ([`disk`]: raft-engine, synced,
-//! recovered after a crash) or in memory (the papers' crash-stop model: a
+//! recovered after a crash, damage refused with the help of the sync
+//! record in [`synced`]) or in memory (the papers' crash-stop model: a
 //! replica that crashed must not come back under the same id, and its peers
 //! refuse it if it tries, see [`peer`]).
+//!
+//! Fail-stop: a panic in any thread of a replica (a stage, a ClientIO task,
+//! an execution worker) stops the whole replica with the reason
+//! ([`Replica::wait`] returns it); it never runs on without that thread.
 
 pub mod app;
 pub mod batcher;

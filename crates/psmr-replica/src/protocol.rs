@@ -88,15 +88,6 @@ impl Stepped {
     }
 }
 
-/// The text of a panic's payload.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}
-
 /// Runs `f`, which touches the raft node; if it panics, stops the replica
 /// with a message saying what it was doing (`what`).
 ///
@@ -107,7 +98,7 @@ fn contained<R>(shared: &Shared, what: impl FnOnce() -> String, f: impl FnOnce()
         shared.fail(format!(
             "raft panicked {}: {}; its state can no longer be trusted, the replica stops",
             what(),
-            panic_text(payload.as_ref())
+            psmr_sched::panic_message(payload.as_ref())
         ));
         Stopped
     })

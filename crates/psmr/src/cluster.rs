@@ -177,6 +177,7 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
         None => {
             let t = tempfile::Builder::new()
                 .prefix("psmr-cluster-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .tempdir()
                 .context("cannot make a temporary directory")?;
             (t.path().to_path_buf(), Some(t))

@@ -531,3 +531,35 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
     assert!(text(&bad.stderr).contains("--replicas must be between 1"), "{}", text(&bad.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_cluster_without_a_directory_makes_a_private_one_and_removes_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["cluster", "--replicas", "1", "--storage", "memory"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let config = loop {
+        let line = err.next().expect("psmr cluster names its configuration").unwrap();
+        if let Some(path) = line.strip_prefix("cluster configuration: ") {
+            break std::path::PathBuf::from(path);
+        }
+    };
+    let dir = config.parent().unwrap().to_path_buf();
+    // Not a name another process could guess from the pid and plant first.
+    assert_ne!(dir.file_name().unwrap().to_str().unwrap(), format!("psmr-cluster-{}", child.id()));
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = out.next().expect("the replica starts").unwrap();
+    assert!(line.starts_with("replica 1 listening"), "{line}");
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "psmr cluster did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+}
