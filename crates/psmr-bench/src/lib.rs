@@ -16,8 +16,16 @@
 //!
 //! [`history`] reads client histories of the key-value store and checks
 //! them for linearizability (`psmr check-history`).
+//!
+//! [`cpu`] reads processes' CPU time from `/proc` (the CPU µs per command
+//! of each replica); [`kv_stream`] is the kv load's random stream of keys
+//! and values; [`peers`] runs etcd and Redis next to psmr (`psmr bench
+//! --scenario peers`).
 
+pub mod cpu;
 pub mod history;
+pub mod kv_stream;
+pub mod peers;
 pub mod report;
 pub mod scenario;
 pub mod sched_bench;

@@ -1,6 +1,7 @@
 //! What `psmr bench` writes into its output directory: `results.json`,
 //! `results.csv`, SVG plots and `report.md`.
 
+use crate::cpu::{self, ReplicaCpu};
 use crate::scenario::{Point, Scenario, Sweep};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -101,6 +102,13 @@ pub struct PointResult {
     pub worker_timeline: Vec<Vec<WorkerRow>>,
     /// Faults injected, in order.
     pub events: Vec<Event>,
+    /// Each replica's CPU time over the window, per command, from its
+    /// process's own accounting (local clusters only).
+    pub cpu: Vec<ReplicaCpu>,
+    /// Why `cpu` is empty or incomplete (e.g. the replicas of `--cluster`
+    /// are not processes of this machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_note: Option<String>,
     /// The class-to-threads mapping the replicas ran, when not their
     /// default, in the compact form `--set mapping=` accepts.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,6 +132,8 @@ impl PointResult {
             workers: Vec::new(),
             worker_timeline: Vec::new(),
             events: Vec::new(),
+            cpu: Vec::new(),
+            cpu_note: None,
             mapping_spec: None,
         }
     }
@@ -170,7 +180,10 @@ pub fn write_all(
 }
 
 /// Writes each `(name, text)` into `dir`; returns the paths.
-fn write_files<N: AsRef<Path>>(dir: &Path, files: Vec<(N, String)>) -> std::io::Result<Vec<std::path::PathBuf>> {
+pub(crate) fn write_files<N: AsRef<Path>>(
+    dir: &Path,
+    files: Vec<(N, String)>,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
     let mut written = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);
@@ -190,14 +203,18 @@ fn kinds(points: &[PointResult]) -> Vec<String> {
     kinds
 }
 
-/// One row per point: its parameters, failed requests, throughput and
-/// percentiles per command kind.
+/// One row per point: its parameters, failed requests, throughput,
+/// percentiles per command kind and CPU µs per command (leader, followers'
+/// mean and largest; empty when not measured).
 pub fn csv(points: &[PointResult]) -> String {
     let mut out = String::new();
     let keys: Vec<&String> = points.first().map(|p| p.params.keys().collect()).unwrap_or_default();
     let kinds = kinds(points);
     let mut header: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
     header.extend(["commands_per_s".into(), "requests_per_s".into(), "failed_requests".into()]);
+    header.extend(
+        ["cpu_us_per_cmd_leader", "cpu_us_per_cmd_followers_mean", "cpu_us_per_cmd_followers_max"].map(String::from),
+    );
     for kind in &kinds {
         for q in ["count", "p50_us", "p90_us", "p99_us", "p999_us", "max_us"] {
             header.push(format!("{kind}_{q}"));
@@ -210,6 +227,9 @@ pub fn csv(points: &[PointResult]) -> String {
         row.push(format!("{:.1}", p.commands_per_s));
         row.push(format!("{:.1}", p.requests_per_s));
         row.push(p.failed_requests.to_string());
+        let figure = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+        let followers = cpu::followers_us(&p.cpu);
+        row.extend([figure(cpu::leader_us(&p.cpu)), figure(followers.map(|f| f.0)), figure(followers.map(|f| f.1))]);
         for kind in &kinds {
             let l = p.latency_us.get(kind).cloned().unwrap_or_default();
             row.extend([l.count, l.p50, l.p90, l.p99, l.p999, l.max].map(|v| v.to_string()));
@@ -433,6 +453,23 @@ pub fn chart(
     s
 }
 
+/// Under the results table: how the CPU columns were measured, and why
+/// some are missing.
+fn cpu_notes(s: &mut String, points: &[PointResult]) {
+    let _ = writeln!(
+        s,
+        "\nCPU µs per command: each replica process's CPU time over the measured window (`/proc`, all its threads), divided by the commands completed in the window; the leader is the one at the start of the window. `n/a`: not measured."
+    );
+    for p in points {
+        if let Some(note) = &p.cpu_note {
+            let _ = writeln!(s, "- {}: {note}", p.name);
+        }
+        for r in p.cpu.iter().filter(|r| r.error.is_some()) {
+            let _ = writeln!(s, "- {}: replica {}: {}", p.name, r.id, r.error.as_deref().unwrap_or(""));
+        }
+    }
+}
+
 /// The report: what ran, a table of results, the plots, the stages.
 pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -> String {
     let mut s = String::new();
@@ -460,8 +497,11 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
         header.push_str(&format!(" {k} p50 / p99 / p99.9 ms |"));
         rule.push_str(" ---: |");
     }
-    let _ = writeln!(s, "{header} request max ms | failed requests |");
-    let _ = writeln!(s, "{rule} ---: | ---: |");
+    let _ = writeln!(
+        s,
+        "{header} request max ms | failed requests | cpu µs/cmd leader | cpu µs/cmd followers (mean / max) |"
+    );
+    let _ = writeln!(s, "{rule} ---: | ---: | ---: | ---: |");
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
     for p in points {
         let mut row = format!("| {} | {:.0} |", p.name, p.commands_per_s);
@@ -474,8 +514,10 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
             row.push_str(&format!(" {cell} |"));
         }
         let max = p.latency_us.get("request").map_or("-".to_string(), |l| ms(l.max));
-        let _ = writeln!(s, "{row} {max} | {} |", p.failed_requests);
+        let (leader, followers) = cpu::cells(&p.cpu);
+        let _ = writeln!(s, "{row} {max} | {} | {leader} | {followers} |", p.failed_requests);
     }
+    cpu_notes(&mut s, points);
     let mapped: Vec<&PointResult> = points.iter().filter(|p| p.mapping_spec.is_some()).collect();
     if !mapped.is_empty() {
         let _ = writeln!(s, "\nMappings the replicas ran:\n");
@@ -621,6 +663,32 @@ mod tests {
             assert!(md.contains(&format!("| {} |", p.name)), "{}", p.name);
         }
         assert!(md.contains("Swept: clients=1,4,16,64; scheduler=sequential,early."));
+        assert!(md.contains("| n/a | n/a |"), "no CPU figures measured");
+        let mut with_cpu = points.clone();
+        let replica = |id, role, us| ReplicaCpu {
+            id,
+            addr: format!("r{id}"),
+            pid: Some(id as u32),
+            role,
+            cpu_s: Some(1.0),
+            us_per_command: us,
+            error: us.is_none().then(|| "process 3 exited or was replaced during the window".to_string()),
+        };
+        with_cpu[0].cpu = vec![
+            replica(1, cpu::Role::Leader, Some(20.0)),
+            replica(2, cpu::Role::Follower, Some(10.0)),
+            replica(3, cpu::Role::Follower, None),
+        ];
+        with_cpu[1].cpu_note = Some("n/a: not local".into());
+        let md = markdown(&scenario, &scenario.sweeps, &with_cpu);
+        assert!(md.contains("| 20.0 | 10.0 / 10.0 |"), "{md}");
+        assert!(md.contains("replica 3: process 3 exited") && md.contains(": n/a: not local"), "{md}");
+        let text = csv(&with_cpu);
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split(',').collect();
+        let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+        let col = |name: &str| header.iter().position(|c| *c == name).unwrap();
+        assert_eq!(row[col("cpu_us_per_cmd_leader")], "20.00");
+        assert_eq!(row[col("cpu_us_per_cmd_followers_max")], "10.00");
     }
 
     #[test]

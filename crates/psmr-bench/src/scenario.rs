@@ -91,7 +91,8 @@ pub struct Params {
     /// Most commands in one log entry (the batch the late schedulers
     /// analyze as one unit).
     pub batch_max_commands: usize,
-    /// Longest a command waits for its log entry to fill, µs.
+    /// Longest a request waits for its log entry to fill while earlier
+    /// entries are in flight, µs.
     pub batch_delay_us: u64,
     /// Log entries in flight.
     pub pipeline: usize,
@@ -106,6 +107,10 @@ pub struct Params {
     pub write_pct: u8,
     /// Keys the load touches.
     pub keys: u64,
+    /// Bytes of every value a kv put writes (the load's random number in
+    /// decimal, padded with zeros); `None` (`decimal`): the number as it
+    /// is, 1 to 20 bytes.
+    pub value_bytes: Option<usize>,
     /// Warm-up, seconds.
     pub warmup_s: f64,
     /// Measured time, seconds.
@@ -136,6 +141,7 @@ impl Default for Params {
             per_request: 50,
             write_pct: 15,
             keys: 10_000,
+            value_bytes: None,
             warmup_s: 1.0,
             duration_s: 5.0,
         }
@@ -162,8 +168,18 @@ pub const CLUSTER_KEYS: [&str; 14] = [
 ];
 
 /// Parameters of the load alone.
-pub const LOAD_KEYS: [&str; 9] =
-    ["workload", "skew", "write_skew", "clients", "per_request", "write_pct", "keys", "warmup_s", "duration_s"];
+pub const LOAD_KEYS: [&str; 10] = [
+    "workload",
+    "skew",
+    "write_skew",
+    "clients",
+    "per_request",
+    "write_pct",
+    "keys",
+    "value_bytes",
+    "warmup_s",
+    "duration_s",
+];
 
 /// Every parameter a sweep or `--set` may name: the cluster's, then the
 /// load's.
@@ -248,6 +264,10 @@ impl Params {
             "per_request" => self.per_request = num(&key, value, count)?,
             "write_pct" => self.write_pct = num(&key, value, "a percentage 0-100")?,
             "keys" => self.keys = num(&key, value, count)?,
+            "value_bytes" => {
+                self.value_bytes =
+                    if value.trim() == "decimal" { None } else { Some(num(&key, value, "decimal or a byte count")?) }
+            }
             "warmup_s" | "duration_s" => {
                 let s: f64 = num(&key, value, "seconds")?;
                 if !(0.0..=3600.0).contains(&s) || (key == "duration_s" && s == 0.0) {
@@ -288,6 +308,7 @@ impl Params {
             "per_request" => self.per_request.to_string(),
             "write_pct" => self.write_pct.to_string(),
             "keys" => self.keys.to_string(),
+            "value_bytes" => self.value_bytes.map_or("decimal".to_string(), |b| b.to_string()),
             "warmup_s" => self.warmup_s.to_string(),
             "duration_s" => self.duration_s.to_string(),
             _ => return None,
@@ -337,6 +358,9 @@ pub enum ScenarioKind {
     /// The bitmap false-positive simulation of 004 Table I: no cluster, no
     /// sweeps ([`crate::simulate`]).
     BitmapSimulation,
+    /// psmr next to etcd and Redis on this machine ([`crate::peers`]): its
+    /// one sweep is the number of closed-loop clients.
+    Peers,
 }
 
 /// A named end-to-end experiment.
@@ -524,6 +548,14 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: vec![sweep("scheduler", &["early", "early-ws-optimistic"])],
         },
         Scenario {
+            kind: ScenarioKind::Peers,
+            name: "peers",
+            source: "the replicated path at the speed of the hardware (etcd 3.4 and Redis 7.0 side by side)",
+            about: "3-member etcd (fsync, no fsync) against 3-replica psmr (disk, memory) with 1, 8 and 64 clients putting one 64 B value per request, and redis-benchmark -P 50 -c 8 against psmr with 8 clients x 50 puts; needs scripts/peers.sh",
+            base: crate::peers::base_params(),
+            sweeps: vec![sweep("clients", &["1", "8", "64"])],
+        },
+        Scenario {
             kind: ScenarioKind::BitmapSimulation,
             name: "bitmap-false-positives",
             source: "004 Table I (a simulation, no cluster)",
@@ -626,6 +658,9 @@ mod tests {
         assert!(matches!("skew=0.3/2".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("workload=25-5".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         assert!(matches!("service=queue".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        assert!(matches!("value_bytes=big".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
+        let v: Sweep = "value-bytes=decimal,64".parse().unwrap();
+        assert_eq!(v, sweep("value_bytes", &["decimal", "64"]));
         let mut p = Params::default();
         p.set("skew", "0.33/0.67").unwrap();
         assert_eq!((p.skew, p.write_skew), (0.33, Some(0.67)));
@@ -641,7 +676,7 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        assert_eq!(keys().count(), 23);
+        assert_eq!(keys().count(), 24);
         for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();

@@ -106,17 +106,23 @@ pub fn sorted_intersect<T: Ord>(a: &[T], b: &[T]) -> bool {
 /// A batch is what one raft log entry carries and what the late batch
 /// schedulers put in their dependency graph; its commands execute one after
 /// the other, in order, on one worker.
+///
+/// The summary is built the first time it is asked for: only the late
+/// batch schedulers read it, and for the others its sorting and bitmaps
+/// (two of `bitmap_bits` bits) would be spent on every log entry for
+/// nothing.
 #[derive(Clone, Debug)]
 pub struct Batch<O> {
     commands: Vec<Command<O>>,
-    summary: BatchSummary,
+    bitmap_bits: u32,
+    summary: std::sync::OnceLock<BatchSummary>,
 }
 
 impl<O> Batch<O> {
-    /// Builds a batch and its key summary (bitmaps of `bitmap_bits` bits).
+    /// A batch whose key summary, when asked for, has bitmaps of
+    /// `bitmap_bits` bits.
     pub fn new(commands: Vec<Command<O>>, bitmap_bits: u32) -> Self {
-        let summary = BatchSummary::of(&commands, bitmap_bits);
-        Self { commands, summary }
+        Self { commands, bitmap_bits, summary: std::sync::OnceLock::new() }
     }
 
     /// The commands, in log order.
@@ -124,9 +130,14 @@ impl<O> Batch<O> {
         &self.commands
     }
 
-    /// The key summary.
+    /// The key summary, built on the first call.
     pub fn summary(&self) -> &BatchSummary {
-        &self.summary
+        self.summary.get_or_init(|| BatchSummary::of(&self.commands, self.bitmap_bits))
+    }
+
+    /// Whether the key summary has been built (by [`Self::summary`]).
+    pub fn has_summary(&self) -> bool {
+        self.summary.get().is_some()
     }
 
     /// Number of commands.
@@ -189,6 +200,23 @@ mod tests {
                 prop_assert!(bb.summary().bitmap_conflict(ba.summary()));
             }
         }
+    }
+
+    #[test]
+    fn the_summary_is_built_only_when_asked_for() {
+        let write = Command {
+            client: ClientId(0),
+            seq: 0,
+            class: ClassId(0),
+            reads: Default::default(),
+            writes: [1].into_iter().collect(),
+            op: (),
+        };
+        let b = Batch::new(vec![write], 64);
+        assert!(!b.has_summary());
+        let first = b.summary() as *const BatchSummary;
+        assert!(b.has_summary());
+        assert_eq!(first, b.summary() as *const BatchSummary, "built once");
     }
 
     #[test]

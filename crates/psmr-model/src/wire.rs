@@ -190,6 +190,12 @@ impl Encoder {
         Self::default()
     }
 
+    /// An empty body with room for `bytes` bytes, so that a body of about
+    /// that size is written without growing.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self { buf: Vec::with_capacity(bytes) }
+    }
+
     /// Appends a byte.
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);

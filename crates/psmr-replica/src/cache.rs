@@ -40,7 +40,7 @@
 
 use parking_lot::Mutex;
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 const SHARDS: usize = 16;
 
@@ -88,9 +88,65 @@ enum Slot {
     Dropped(u64),
 }
 
+/// A client's remembered sequence numbers, in order. Clients number their
+/// commands upwards, so nearly every insertion is at the end and nearly
+/// every removal at the front: a sorted ring, searched by bisection, does
+/// both in constant time and keeps the window in one block of memory.
+#[derive(Default, Debug)]
+struct Seqs(VecDeque<(u64, Slot)>);
+
+impl Seqs {
+    fn find(&self, seq: u64) -> Result<usize, usize> {
+        // The newest is the one most often asked for (its reply comes
+        // back), or a newer one (the next command).
+        match self.0.back() {
+            Some(&(last, _)) if last < seq => Err(self.0.len()),
+            Some(&(last, _)) if last == seq => Ok(self.0.len() - 1),
+            _ => self.0.binary_search_by_key(&seq, |&(q, _)| q),
+        }
+    }
+
+    fn get(&self, seq: u64) -> Option<&Slot> {
+        self.find(seq).ok().map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut Slot> {
+        self.find(seq).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// Inserts or replaces `seq`'s slot.
+    fn insert(&mut self, seq: u64, slot: Slot) {
+        match self.find(seq) {
+            Ok(i) => self.0[i].1 = slot,
+            Err(i) => self.0.insert(i, (seq, slot)),
+        }
+    }
+
+    /// Some sequence number above `seq` is remembered.
+    fn any_after(&self, seq: u64) -> bool {
+        self.0.back().is_some_and(|&(last, _)| last > seq)
+    }
+
+    fn pop_first(&mut self) -> Option<(u64, Slot)> {
+        self.0.pop_front()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Slot)> {
+        self.0.iter().map(|(q, s)| (*q, s))
+    }
+
+    fn slots_mut(&mut self) -> impl Iterator<Item = &mut Slot> {
+        self.0.iter_mut().map(|(_, s)| s)
+    }
+}
+
 #[derive(Default, Debug)]
 struct Client {
-    seqs: BTreeMap<u64, Slot>,
+    seqs: Seqs,
     /// Highest sequence number forgotten (0: none).
     floor: u64,
     /// Log index of the client's latest admitted command.
@@ -104,7 +160,7 @@ impl Client {
     /// returns the bytes freed.
     fn shed(&mut self, budget: usize) -> usize {
         let mut freed = 0;
-        for slot in self.seqs.values_mut() {
+        for slot in self.seqs.slots_mut() {
             if self.bytes <= budget {
                 break;
             }
@@ -151,6 +207,10 @@ impl Shard {
 
     fn touch(&mut self, client: u64, index: u64) {
         if let Some(c) = self.clients.get_mut(&client) {
+            if c.last_index == index {
+                // The client's earlier command in the same entry did it.
+                return;
+            }
             self.by_age.remove(&(c.last_index, client));
             c.last_index = index;
             self.by_age.insert((index, client));
@@ -196,7 +256,7 @@ impl ReplyCache {
         let shard = &mut *shard;
         shard.touch(client, index);
         if let Some(c) = shard.clients.get_mut(&client) {
-            match c.seqs.get(&seq) {
+            match c.seqs.get(seq) {
                 Some(Slot::Pending) => return Admit::Pending,
                 Some(Slot::Done(o)) => return Admit::Done(o.clone()),
                 Some(Slot::Dropped(n)) => {
@@ -205,7 +265,7 @@ impl ReplyCache {
                     )))
                 }
                 None if seq <= c.floor => return Admit::Stale,
-                None if !remember && c.seqs.range(seq + 1..).next().is_some() => return Admit::Superseded,
+                None if !remember && c.seqs.any_after(seq) => return Admit::Superseded,
                 None if !remember => return Admit::New,
                 None => {}
             }
@@ -240,12 +300,19 @@ impl ReplyCache {
     /// Records the outcome of an admitted write (from any thread); outcomes
     /// of reads are not kept (nor copied).
     pub fn fill(&self, client: u64, seq: u64, outcome: &Outcome) {
+        self.fill_with(client, seq, || outcome.clone());
+    }
+
+    /// [`Self::fill`] with an outcome made only if it is kept: `outcome`
+    /// is not called for a command the cache does not remember.
+    pub fn fill_with(&self, client: u64, seq: u64, outcome: impl FnOnce() -> Outcome) {
         let mut shard = self.shard(client).lock();
         let shard = &mut *shard;
         let Some(c) = shard.clients.get_mut(&client) else { return };
-        let Some(slot) = c.seqs.get_mut(&seq) else { return };
+        let Some(slot) = c.seqs.get_mut(seq) else { return };
+        let outcome = outcome();
         let n = outcome.payload_len();
-        *slot = Slot::Done(outcome.clone());
+        *slot = Slot::Done(outcome);
         c.bytes += n;
         shard.bytes += n;
         if c.bytes > self.limits.bytes_per_client {
@@ -289,7 +356,7 @@ impl ReplyCache {
         let mut all: Vec<Saved> = Vec::new();
         for shard in &self.shards {
             for (&id, c) in &shard.lock().clients {
-                let seqs = c.seqs.iter().filter(|(_, s)| **s != Slot::Pending).map(|(&q, s)| (q, s.clone()));
+                let seqs = c.seqs.iter().filter(|(_, s)| **s != Slot::Pending).map(|(q, s)| (q, s.clone()));
                 all.push((id, c.floor, c.last_index, seqs.collect()));
             }
         }
@@ -482,5 +549,29 @@ mod tests {
             assert!(d.restore(&snap[..cut]).is_err());
         }
         assert_eq!(d.clients(), 19);
+    }
+
+    proptest::proptest! {
+        /// The sorted ring behaves as an ordered map, whatever the order
+        /// sequence numbers come in.
+        #[test]
+        fn seqs_behave_as_an_ordered_map(ops in proptest::collection::vec((0u8..4, 0u64..40), 0..200)) {
+            let mut seqs = Seqs::default();
+            let mut model = std::collections::BTreeMap::new();
+            for (op, seq) in ops {
+                match op {
+                    0 | 1 => {
+                        seqs.insert(seq, Slot::Dropped(seq));
+                        model.insert(seq, Slot::Dropped(seq));
+                    }
+                    2 => proptest::prop_assert_eq!(seqs.pop_first(), model.pop_first()),
+                    _ => proptest::prop_assert_eq!(seqs.any_after(seq), model.range(seq + 1..).next().is_some()),
+                }
+                proptest::prop_assert_eq!(seqs.get(seq), model.get(&seq));
+                proptest::prop_assert_eq!(seqs.len(), model.len());
+                let listed: Vec<u64> = seqs.iter().map(|(q, _)| q).collect();
+                proptest::prop_assert_eq!(listed, model.keys().copied().collect::<Vec<_>>());
+            }
+        }
     }
 }

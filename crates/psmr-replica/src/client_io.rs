@@ -2,8 +2,10 @@
 //! `client_io_threads` threads (a tokio runtime that does nothing else).
 //!
 //! A connection reads frames, at most `frame_max` bytes each. A client
-//! request is checked (a follower redirects it to the leader; every
-//! operation must decode; size limits), then queued for the Batcher; when
+//! request is checked (a follower redirects it to the leader; size
+//! limits; its operations are decoded once, later, by the service manager
+//! of every replica, which refuses those that do not decode), then queued
+//! for the protocol thread's batching; when
 //! that bounded queue is full the connection stops reading until there is
 //! room, and TCP slows the client down. A frame that does not decode closes
 //! that connection with a logged reason, nothing else. Replies come through
@@ -24,28 +26,34 @@
 //!
 //! Warnings about bad connections are rate-limited ([`crate::ratelog`]).
 
-use crate::batcher::Request;
+use crate::batcher::{Request, RequestSender};
 use crate::manager::Decision;
 use crate::ratelog::RateLimit;
 use crate::router::{Outbox, OutboxRx, Outgoing};
-use crate::store::EntryCommand;
+use crate::store::encode_command;
 use crate::Shared;
 use crossbeam::channel::Sender;
 use parking_lot::Mutex;
 use psmr_model::wire::{
     frame_len, parse_frame, read_body_async, ClientMsg, Frame, Outcome, ReplicaStatus, ServerMsg, WireError,
 };
-use psmr_model::ClientId;
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::BufReader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::debug;
+
+/// Bytes a connection reads ahead of the frame it parses (held outside
+/// the frame budget: at most this much per connection).
+pub const READ_BUFFER: usize = 2048;
+
+type Reader = BufReader<OwnedReadHalf>;
 
 /// A connection idle at least this long may be closed to make room for a
 /// new one when `max_connections` are open.
@@ -64,11 +72,8 @@ struct Open {
 
 pub(crate) struct ClientIo {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) requests: mpsc::Sender<Request>,
+    pub(crate) requests: RequestSender,
     pub(crate) decisions: Sender<Decision>,
-    /// Decodes an operation as the service manager will (the service is
-    /// generic; this is not).
-    pub(crate) check_op: crate::CheckOp,
     /// Bytes of client frames in memory, one permit a byte.
     pub(crate) buffered: Arc<Semaphore>,
     open: Mutex<HashMap<u64, Arc<Open>>>,
@@ -81,14 +86,9 @@ fn timed_out(why: String) -> WireError {
 }
 
 impl ClientIo {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        requests: mpsc::Sender<Request>,
-        decisions: Sender<Decision>,
-        check_op: crate::CheckOp,
-    ) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, requests: RequestSender, decisions: Sender<Decision>) -> Self {
         let buffered = Arc::new(Semaphore::new(shared.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
-        Self { shared, requests, decisions, check_op, buffered, open: Mutex::default(), next_conn: AtomicU64::new(0) }
+        Self { shared, requests, decisions, buffered, open: Mutex::default(), next_conn: AtomicU64::new(0) }
     }
 
     pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
@@ -161,7 +161,10 @@ impl ClientIo {
 
     async fn serve_connection(&self, stream: TcpStream, conn: u64, open: &Open) -> Result<(), WireError> {
         stream.set_nodelay(true)?;
-        let (mut rd, wr) = stream.into_split();
+        let (rd, wr) = stream.into_split();
+        // A small buffer takes a frame's header and (usually) its body in
+        // one read; a larger body bypasses it.
+        let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
         let (outbox, rx) = self.shared.router.outbox(self.shared.config.queue_depth);
         let writer = tokio::spawn(write_loop(wr, rx));
         let mut clients = Vec::new();
@@ -186,7 +189,7 @@ impl ClientIo {
 
     /// Reads one frame within the connection's time limits, holding its
     /// bytes against the shared budget.
-    async fn read_frame(&self, rd: &mut OwnedReadHalf) -> Result<(Frame, OwnedSemaphorePermit), WireError> {
+    async fn read_frame(&self, rd: &mut Reader) -> Result<(Frame, OwnedSemaphorePermit), WireError> {
         let config = &self.shared.config;
         let idle = Duration::from_millis(config.client_idle_timeout_ms);
         let mut header = [0u8; 4];
@@ -216,7 +219,7 @@ impl ClientIo {
 
     async fn read_loop(
         &self,
-        rd: &mut OwnedReadHalf,
+        rd: &mut Reader,
         conn: u64,
         open: &Open,
         outbox: &Outbox,
@@ -258,23 +261,21 @@ impl ClientIo {
                         }
                         continue;
                     }
+                    // Operations are decoded once, by the service manager
+                    // of every replica, which refuses one that does not
+                    // decode the same way everywhere (the request's size
+                    // was checked above).
                     let mut bytes = 0;
-                    let mut checked = Vec::with_capacity(commands.len());
+                    let count = commands.len() as u32;
+                    let mut encoded = Vec::with_capacity(frame.body.len() + 8 * commands.len());
                     for c in commands {
-                        if let Err(e) = (self.check_op)(ClientId(client), c.seq, &c.op) {
-                            let outcome = Outcome::Rejected(format!("bad operation: {e}"));
-                            let _ = outbox.send(Outgoing::Reply { client, seq: c.seq, outcome }).await;
-                            continue;
-                        }
                         bytes += c.op.len();
-                        checked.push(EntryCommand { client, seq: c.seq, op: c.op });
+                        encode_command(&mut encoded, client, c.seq, &c.op);
                     }
-                    if checked.is_empty() {
-                        continue;
-                    }
-                    // Waits while the batcher is behind: back-pressure. The
-                    // frame's bytes stay counted until the batcher takes it.
-                    let request = Request { commands: checked, bytes, held: Some(permit) };
+                    // Waits while the protocol thread is behind:
+                    // back-pressure. The frame's bytes stay counted until
+                    // its commands are in a proposed entry.
+                    let request = Request::new(client, count, encoded, bytes, Some(permit));
                     if self.requests.send(request).await.is_err() {
                         return Ok(());
                     }

@@ -165,11 +165,13 @@ pub struct Config {
     /// frame); and, separately, bytes of replies waiting to be written
     /// (replies beyond it are dropped; a retry gets them again).
     pub client_buffer_bytes_max: usize,
-    /// Batcher: most commands in one log entry.
+    /// Batching: most commands in one log entry.
     pub batch_max_commands: usize,
-    /// Batcher: most bytes of operations in one log entry.
+    /// Batching: most bytes of operations in one log entry.
     pub batch_max_bytes: usize,
-    /// Batcher: longest a command waits for its entry to fill, in µs.
+    /// Batching: longest a request waits for its entry to fill while
+    /// earlier entries are in flight, in µs (with nothing in flight it is
+    /// proposed at once; see [`crate::batcher`]).
     pub batch_delay_us: u64,
     /// Log entries the leader has proposed and not yet applied, at most
     /// (pipelining).

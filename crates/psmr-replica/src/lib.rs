@@ -7,17 +7,19 @@
 //! of 002 §V, stages joined by bounded queues:
 //!
 //! ```text
-//! clients ─▶ ClientIO (tokio, N threads) ─▶ Batcher ─▶ Protocol (raft) ─▶ ServiceManager ─▶ scheduler workers
-//!               ▲                                        ▲      │                                     │
-//!               └──────────── replies (router) ◀─────────┼──────┼─────────────────────────────────────┘
-//!                                     ReplicaIO receivers ┘      └▶ ReplicaIO senders (one per peer)
+//! clients ─▶ ClientIO (tokio, N threads) ─▶ Protocol (batching, raft) ─▶ ServiceManager ─▶ scheduler workers
+//!               ▲                                  ▲      │                                      │
+//!               └──────── replies (router) ◀───────┼──────┼──────────────────────────────────────┘
+//!                               ReplicaIO receivers ┘      └▶ ReplicaIO senders (one per peer)
 //! ```
 //!
 //! * ClientIO ([`client_io`]): framed, versioned client protocol
 //!   ([`psmr_model::wire`]); a follower *redirects* clients to the leader
 //!   (it does not forward: a redirect costs one round trip once per leader
 //!   change, forwarding would cost a hop on every request).
-//! * Batcher ([`batcher`]): log entries bounded in commands, bytes and delay.
+//! * Batching ([`batcher`], on the protocol thread: one hand-off less per
+//!   entry): a lone request is proposed at once; entries grow while
+//!   earlier ones are in flight, bounded in commands, bytes and delay.
 //! * Protocol ([`protocol`]): the raft node; pipelining bounded by
 //!   `pipeline` entries proposed and not applied; every peer message
 //!   passes the [`guard`] first.
@@ -62,8 +64,6 @@ use crate::cache::ReplyCache;
 use crate::manager::{Manager, ManagerSink};
 use crate::router::Router;
 use parking_lot::{Condvar, Mutex};
-use psmr_model::wire::WireError;
-use psmr_model::ClientId;
 use psmr_sched::SchedConfig;
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
@@ -107,9 +107,6 @@ pub enum ReplicaError {
     Failed(String),
 }
 
-/// Checks a client operation the way the service manager will decode it.
-pub(crate) type CheckOp = Arc<dyn Fn(ClientId, u64, &[u8]) -> Result<(), WireError> + Send + Sync>;
-
 /// Counters of a running replica.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -118,6 +115,10 @@ pub struct Stats {
     /// Raft messages from peers that the [`guard`] refused: each breaks
     /// a rule no honest replica breaks (a bug or a damaged frame).
     pub peer_refused: AtomicU64,
+    /// Log entries this replica proposed as leader.
+    pub entries_proposed: AtomicU64,
+    /// Client commands in those entries.
+    pub commands_proposed: AtomicU64,
 }
 
 /// State shared by a replica's threads.
@@ -142,6 +143,9 @@ pub struct Shared {
     pub is_leader: AtomicBool,
     /// Last log index handed to the scheduler.
     pub applied: AtomicU64,
+    /// The protocol thread waits for the service manager to apply an entry
+    /// (the pipeline is full); see [`Shared::nudge_protocol`].
+    pub(crate) protocol_waits: AtomicBool,
     /// Where replies go.
     pub router: Arc<Router>,
     /// Counters.
@@ -176,6 +180,19 @@ impl Shared {
         self.failed.notify_all();
         drop(f);
         self.stop();
+    }
+
+    /// Records that log entry `index` is applied, and wakes the protocol
+    /// thread if it waits for room in the pipeline (through `protocol`,
+    /// its inbound queue).
+    pub(crate) fn set_applied(&self, index: u64, protocol: &crossbeam::channel::Sender<peer::Inbound>) {
+        self.applied.store(index, Ordering::SeqCst);
+        // SeqCst on both sides (see `Protocol::pipeline_room`): either the
+        // protocol thread saw this index, or this sees its flag.
+        if self.protocol_waits.swap(false, Ordering::SeqCst) {
+            // Full means the protocol thread has messages to wake it.
+            let _ = protocol.try_send(peer::Inbound::Applied);
+        }
     }
 
     fn stop(&self) {
@@ -240,6 +257,7 @@ impl Replica {
             term: AtomicU64::new(0),
             is_leader: AtomicBool::new(false),
             applied: AtomicU64::new(0),
+            protocol_waits: AtomicBool::new(false),
             router: Arc::new(Router::new(config.client_buffer_bytes_max)),
             stats: Stats::default(),
             worker_metrics: std::sync::OnceLock::new(),
@@ -282,9 +300,8 @@ impl Replica {
         // Queues between the stages.
         let depth = config.queue_depth;
         let (inbound_tx, inbound_rx) = crossbeam::channel::bounded(depth);
-        let (proposal_tx, proposal_rx) = crossbeam::channel::bounded(config.pipeline);
         let (decision_tx, decision_rx) = crossbeam::channel::bounded(depth);
-        let (request_tx, request_rx) = tokio::sync::mpsc::channel(depth);
+        let (request_tx, request_rx) = batcher::request_queue(depth);
 
         // ReplicaIO. The certificates are loaded before any peer thread
         // starts: a replica that cannot authenticate must not run at all.
@@ -310,6 +327,12 @@ impl Replica {
             max_inflight_msgs: 256,
             check_quorum: true,
             pre_vote: true,
+            // Followers learn the commit index from the next append or
+            // heartbeat instead of from an append of its own after every
+            // commit: half the peer messages (and their wake-ups) per
+            // entry. Clients hear from the leader, which knows at once; a
+            // follower applies at most one heartbeat later when idle.
+            skip_bcast_commit: true,
             ..raft::Config::default()
         };
         raft_config.validate()?;
@@ -321,7 +344,12 @@ impl Replica {
             store,
             peers,
             inbound: inbound_rx,
-            proposals: proposal_rx,
+            requests: request_rx,
+            batcher: batcher::Batcher::new(batcher::Limits {
+                max_commands: config.batch_max_commands,
+                max_bytes: config.batch_max_bytes,
+                delay: std::time::Duration::from_micros(config.batch_delay_us),
+            }),
             decisions: decision_tx.clone(),
         };
         let mut manager = Manager {
@@ -341,8 +369,6 @@ impl Replica {
         }
         replica.spawn("psmr-protocol", move || protocol.run())?;
         replica.spawn("psmr-manager", move || manager.run())?;
-        let s = shared.clone();
-        replica.spawn("psmr-batcher", move || batcher::run(&s, request_rx, &proposal_tx))?;
 
         // ClientIO.
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -350,13 +376,7 @@ impl Replica {
             .thread_name("psmr-client-io")
             .enable_all()
             .build()?;
-        let check_app = app.clone();
-        let io = Arc::new(client_io::ClientIo::new(
-            shared.clone(),
-            request_tx,
-            decision_tx,
-            Arc::new(move |client, seq, op| check_app.command(client, seq, op).map(|_| ())),
-        ));
+        let io = Arc::new(client_io::ClientIo::new(shared.clone(), request_tx, decision_tx));
         client_listener.set_nonblocking(true)?;
         let listener = {
             let _guard = runtime.enter();

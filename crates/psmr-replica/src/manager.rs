@@ -13,7 +13,7 @@ use crate::app::App;
 use crate::cache::{Admit, ReplyCache};
 use crate::peer::Inbound;
 use crate::router::Router;
-use crate::store::decode_entry;
+use crate::store::entry_commands;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -96,10 +96,13 @@ impl<A: App> ManagerSink<A> {
 
 impl<A: App> ReplySink<<A::S as Service>::Reply> for ManagerSink<A> {
     fn deliver(&self, _worker: usize, reply: Reply<<A::S as Service>::Reply>) {
-        let outcome = Outcome::Ok(self.app.encode_reply(&reply.value));
         let (client, seq) = (reply.client.0, reply.seq);
-        self.cache.fill(client, seq, &outcome);
-        self.router.reply(client, seq, outcome);
+        // Encoded only if kept (a write) or answered here (its client is
+        // connected to this replica), and then once.
+        let encode = || Outcome::Ok(self.app.encode_reply(&reply.value));
+        let mut kept = None;
+        self.cache.fill_with(client, seq, || kept.insert(encode()).clone());
+        self.router.reply_with(client, seq, || kept.take().unwrap_or_else(encode));
         self.done.fetch_add(1, Ordering::SeqCst);
         self.wake();
     }
@@ -184,7 +187,7 @@ impl<A: App> Manager<A> {
         if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
             self.execute(e)?;
         }
-        self.shared.applied.store(e.index, Ordering::Release);
+        self.shared.set_applied(e.index, &self.protocol);
         self.applied_term = e.term;
         self.since_snapshot += 1;
         if self.since_snapshot >= self.shared.config.snapshot_every {
@@ -195,7 +198,7 @@ impl<A: App> Manager<A> {
     }
 
     fn execute(&mut self, e: &Entry) -> Result<(), String> {
-        let commands = match decode_entry(&e.data) {
+        let commands = match entry_commands(&e.data) {
             Ok(c) => c,
             Err(err) => {
                 // Every replica decodes the same bytes the same way, so
@@ -207,7 +210,7 @@ impl<A: App> Manager<A> {
         let router = &self.shared.router;
         let mut decoded = Vec::with_capacity(commands.len());
         for c in commands {
-            match self.app.command(ClientId(c.client), c.seq, &c.op) {
+            match self.app.command(ClientId(c.client), c.seq, c.op) {
                 Ok(cmd) => decoded.push(cmd),
                 // Not remembered: the same bytes are refused the same way
                 // whenever they come back.
@@ -284,7 +287,7 @@ impl<A: App> Manager<A> {
         let (index, service, cache) = parse(&snap.data).map_err(|e| bad(&e))?;
         self.app.service().restore(&service).map_err(|e| bad(&e))?;
         self.cache.restore(&cache).map_err(|e| bad(&e))?;
-        self.shared.applied.store(index, Ordering::Release);
+        self.shared.set_applied(index, &self.protocol);
         self.applied_term = snap.get_metadata().term;
         self.since_snapshot = 0;
         info!(index, "state restored from a snapshot");

@@ -207,6 +207,9 @@ pub enum Inbound {
         /// The peer.
         peer: u64,
     },
+    /// The service manager applied an entry while the protocol thread
+    /// waited for room in the pipeline.
+    Applied,
 }
 
 /// The `Hello`: this replica's id, its incarnation, and whether it was

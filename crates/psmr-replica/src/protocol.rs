@@ -1,8 +1,10 @@
 //! The Protocol thread (002 §V-C2): the only thread that touches the raft
-//! node. It steps peers' messages, proposes the Batcher's log entries while
-//! fewer than `pipeline` of them are proposed and not yet applied, ticks,
-//! and handles each `Ready`: sends messages, stores entries and hard state,
-//! and passes committed entries and snapshots to the service manager.
+//! node. It steps peers' messages, turns client requests into log entries
+//! and proposes them ([`batcher`]: at once when nothing is in flight,
+//! growing while entries are in flight, at most `pipeline` proposed and not
+//! yet applied), ticks, and handles each `Ready`: sends messages, stores
+//! entries and hard state, and passes committed entries and snapshots to
+//! the service manager.
 //!
 //! Every peer message passes the [`guard`] before raft sees
 //! it. Should raft-rs panic anyway (in `step`, `tick`, `propose` or while a
@@ -10,11 +12,12 @@
 //! panic cannot be trusted, and a replica whose protocol thread is gone
 //! must not run on as a zombie.
 
+use crate::batcher::{Batcher, Request, RequestReceiver};
 use crate::guard::{self, Guard};
 use crate::manager::Decision;
 use crate::peer::{Inbound, PeerSender};
 use crate::ratelog::RateLimit;
-use crate::store::{decode_entry, Log};
+use crate::store::Log;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Select, Sender};
 use psmr_model::wire::ServerMsg;
@@ -27,13 +30,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
-/// A log entry ready to propose (the clients whose commands it holds are
-/// told to go elsewhere if the proposal is dropped).
-pub struct Proposal {
-    /// The encoded entry.
-    pub data: Vec<u8>,
-}
-
 /// Entries the log keeps behind a snapshot (at most), so that a follower
 /// slightly behind catches up from the log rather than from a snapshot.
 const LOG_SLACK: u64 = 1_000;
@@ -44,13 +40,18 @@ static REFUSED: RateLimit = RateLimit::new(10, Duration::from_secs(10));
 /// Messages stepped between two readies that a failure report names.
 const STEPPED_REPORTED: usize = 8;
 
+/// Peer messages, and separately client requests, taken in one turn at
+/// most: one ready for a burst, yet ticks and readies still come often.
+const TURN_TAKES: usize = 256;
+
 pub(crate) struct Protocol {
     pub(crate) shared: Arc<Shared>,
     pub(crate) node: RawNode<Log>,
     pub(crate) store: Log,
     pub(crate) peers: HashMap<u64, PeerSender>,
     pub(crate) inbound: Receiver<Inbound>,
-    pub(crate) proposals: Receiver<Proposal>,
+    pub(crate) requests: RequestReceiver,
+    pub(crate) batcher: Batcher,
     pub(crate) decisions: Sender<Decision>,
 }
 
@@ -88,6 +89,17 @@ impl Stepped {
     }
 }
 
+/// Makes this thread's timed waits end within a microsecond of their
+/// deadline instead of Linux's default slack of 50 µs: the batching delay
+/// is honoured to within microseconds, not to within the kernel's timer
+/// coalescing.
+fn precise_timers() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_timerslack(1_000) {
+        debug!("cannot lower the protocol thread's timer slack: {e}");
+    }
+}
+
 /// Runs `f`, which touches the raft node; if it panics, stops the replica
 /// with a message saying what it was doing (`what`).
 ///
@@ -106,6 +118,7 @@ fn contained<R>(shared: &Shared, what: impl FnOnce() -> String, f: impl FnOnce()
 
 impl Protocol {
     pub(crate) fn run(mut self) {
+        precise_timers();
         let guard = Guard::new(self.shared.id, self.shared.config.replicas.iter().map(|m| m.id));
         // Read once: the floor only ever goes away, and it does once this
         // replica's log reaches it (then Raft's own up-to-date check covers
@@ -135,44 +148,26 @@ impl Protocol {
         tick: Duration,
         next_tick: &mut Instant,
     ) -> Result<(), Stopped> {
-        let in_flight =
-            self.node.raft.raft_log.last_index().saturating_sub(self.shared.applied.load(Ordering::Acquire));
-        let leader = self.node.raft.state == StateRole::Leader;
-        // A follower takes proposals only to turn them away.
-        let take_proposals = !leader || in_flight < self.shared.config.pipeline as u64;
-        enum Got {
-            Inbound(Inbound),
-            Proposal(Proposal),
-            Nothing,
-            Closed,
-        }
-        let got = {
-            let mut sel = Select::new();
-            let i_in = sel.recv(&self.inbound);
-            let i_prop = take_proposals.then(|| sel.recv(&self.proposals));
-            let timeout = next_tick.saturating_duration_since(Instant::now());
-            match sel.select_timeout(timeout) {
-                Ok(op) if op.index() == i_in => op.recv(&self.inbound).map_or(Got::Closed, Got::Inbound),
-                Ok(op) if Some(op.index()) == i_prop => op.recv(&self.proposals).map_or(Got::Closed, Got::Proposal),
-                Ok(_) => unreachable!("only two operations are selected"),
-                Err(_) => Got::Nothing,
-            }
-        };
         let mut stepped = Stepped::default();
-        match got {
-            Got::Inbound(m) => self.inbound_msg(guard, floor, m, &mut stepped)?,
-            Got::Proposal(p) => self.propose(p)?,
-            Got::Nothing => {}
-            Got::Closed => return Err(Stopped),
-        }
+        self.wait(guard, floor, *next_tick, &mut stepped)?;
         // Take whatever else is waiting before handling the ready: one
-        // ready for a burst of messages.
-        for _ in 0..256 {
+        // ready (one sync) for a burst of messages and requests.
+        for _ in 0..TURN_TAKES {
             match self.inbound.try_recv() {
                 Ok(m) => self.inbound_msg(guard, floor, m, &mut stepped)?,
                 Err(_) => break,
             }
         }
+        for _ in 0..TURN_TAKES {
+            if !self.batcher.has_room() {
+                break;
+            }
+            match self.requests.rx.try_recv() {
+                Ok(r) => self.batcher.push(r),
+                Err(_) => break,
+            }
+        }
+        self.propose_due(Instant::now())?;
         if Instant::now() >= *next_tick {
             // A follower that is not ticked never starts an election: below
             // its vote floor, this replica must not campaign. It still
@@ -188,6 +183,51 @@ impl Protocol {
         self.on_ready(&stepped)?;
         self.publish();
         Ok(())
+    }
+
+    /// Waits for a peer message or a request, until the next tick or until
+    /// the waiting entry is due; handles what came.
+    fn wait(
+        &mut self,
+        guard: &Guard,
+        floor: Option<(u64, u64)>,
+        next_tick: Instant,
+        stepped: &mut Stepped,
+    ) -> Result<(), Stopped> {
+        let now = Instant::now();
+        let deadline = if self.batcher.is_empty() || !self.pipeline_room() {
+            next_tick
+        } else if self.batcher.due(self.in_flight(), now) {
+            now
+        } else {
+            self.batcher.deadline().map_or(next_tick, |d| d.min(next_tick))
+        };
+        enum Got {
+            Inbound(Inbound),
+            Request(Request),
+            Nothing,
+            Closed,
+        }
+        let got = {
+            let mut sel = Select::new();
+            let i_in = sel.recv(&self.inbound);
+            let i_req = self.batcher.has_room().then(|| sel.recv(&self.requests.rx));
+            match sel.select_deadline(deadline) {
+                Ok(op) if op.index() == i_in => op.recv(&self.inbound).map_or(Got::Closed, Got::Inbound),
+                Ok(op) if Some(op.index()) == i_req => op.recv(&self.requests.rx).map_or(Got::Closed, Got::Request),
+                Ok(_) => unreachable!("only two operations are selected"),
+                Err(_) => Got::Nothing,
+            }
+        };
+        match got {
+            Got::Inbound(m) => self.inbound_msg(guard, floor, m, stepped),
+            Got::Request(r) => {
+                self.batcher.push(r);
+                Ok(())
+            }
+            Got::Nothing => Ok(()),
+            Got::Closed => Err(Stopped),
+        }
     }
 
     fn inbound_msg(
@@ -223,6 +263,8 @@ impl Protocol {
             }
             Inbound::Snapshot { index, term, data } => self.install_own_snapshot(index, term, data),
             Inbound::PeerRepaired { peer } => self.forget_progress(peer)?,
+            // The turn this ends looks at the pipeline again.
+            Inbound::Applied => {}
         }
         Ok(())
     }
@@ -258,29 +300,81 @@ impl Protocol {
         })
     }
 
-    fn propose(&mut self, p: Proposal) -> Result<(), Stopped> {
-        if self.node.raft.state == StateRole::Leader {
-            let proposed =
-                contained(&self.shared, || "proposing".into(), || self.node.propose(Vec::new(), p.data.clone()))?;
-            match proposed {
-                Ok(()) => return Ok(()),
-                Err(e) => warn!("proposal dropped: {e}"),
-            }
+    /// Entries this replica appended and that are not committed yet: while
+    /// there are any, the next entry grows.
+    fn in_flight(&self) -> u64 {
+        let log = &self.node.raft.raft_log;
+        log.last_index().saturating_sub(log.committed)
+    }
+
+    /// Whether a leader may propose another entry: fewer than `pipeline`
+    /// proposed and not yet applied. If not, the service manager is asked
+    /// to nudge this thread when it applies one (see
+    /// [`Shared::nudge_protocol`]), so the wait for room is not a wait
+    /// for the next tick.
+    fn pipeline_room(&self) -> bool {
+        if self.node.raft.state != StateRole::Leader {
+            return true;
         }
-        // Not the leader (any more): send the clients to the leader; they
-        // retry there with the same sequence numbers.
-        let leader = self.node.raft.leader_id;
-        let addr = self.shared.config.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
-        if let Ok(cmds) = decode_entry(&p.data) {
-            let mut told = std::collections::HashSet::new();
-            for c in cmds {
-                if told.insert(c.client) {
-                    let msg = ServerMsg::Redirect { leader, addr: addr.clone() };
-                    self.shared.router.send(c.client, crate::router::Outgoing::Msg(msg));
-                }
+        let last = self.node.raft.raft_log.last_index();
+        let pipeline = self.shared.config.pipeline as u64;
+        let room = || last.saturating_sub(self.shared.applied.load(Ordering::SeqCst)) < pipeline;
+        if room() {
+            return true;
+        }
+        self.shared.protocol_waits.store(true, Ordering::SeqCst);
+        // Read again after saying so: either the manager sees the flag, or
+        // this read sees what it applied.
+        if room() {
+            self.shared.protocol_waits.store(false, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
+    /// Proposes the waiting entry if it is due; a follower turns the
+    /// requests away instead.
+    fn propose_due(&mut self, now: Instant) -> Result<(), Stopped> {
+        if self.batcher.is_empty() {
+            return Ok(());
+        }
+        if self.node.raft.state != StateRole::Leader {
+            let (_, clients) = self.batcher.take();
+            self.redirect(clients);
+            return Ok(());
+        }
+        if !self.pipeline_room() || !self.batcher.due(self.in_flight(), now) {
+            return Ok(());
+        }
+        let commands = self.batcher.len() as u64;
+        let (data, clients) = self.batcher.take();
+        let proposed = contained(&self.shared, || "proposing".into(), || self.node.propose(Vec::new(), data))?;
+        match proposed {
+            Ok(()) => {
+                let stats = &self.shared.stats;
+                stats.entries_proposed.fetch_add(1, Ordering::Relaxed);
+                stats.commands_proposed.fetch_add(commands, Ordering::Relaxed);
+            }
+            Err(e) => {
+                warn!("proposal dropped: {e}");
+                self.redirect(clients);
             }
         }
         Ok(())
+    }
+
+    /// Sends `clients` to the leader; they retry there with the same
+    /// sequence numbers.
+    fn redirect(&self, clients: Vec<u64>) {
+        let leader = self.node.raft.leader_id;
+        let addr = self.shared.config.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+        let mut told = std::collections::HashSet::new();
+        for client in clients {
+            if told.insert(client) {
+                let msg = ServerMsg::Redirect { leader, addr: addr.clone() };
+                self.shared.router.send(client, crate::router::Outgoing::Msg(msg));
+            }
+        }
     }
 
     fn install_own_snapshot(&mut self, index: u64, term: u64, data: Vec<u8>) {

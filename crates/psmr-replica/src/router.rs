@@ -218,11 +218,22 @@ impl Router {
         self.send(client, Outgoing::Reply { client, seq, outcome });
     }
 
+    /// Sends an outcome made by `outcome` to `client` if it is connected
+    /// here; otherwise `outcome` is not called (every replica executes
+    /// every command, and most replies have nobody to go to).
+    pub fn reply_with(&self, client: u64, seq: u64, outcome: impl FnOnce() -> Outcome) {
+        self.send_with(client, || Outgoing::Reply { client, seq, outcome: outcome() });
+    }
+
     /// Sends a message to `client` if it is connected here.
     pub fn send(&self, client: u64, item: Outgoing) {
+        self.send_with(client, || item);
+    }
+
+    fn send_with(&self, client: u64, item: impl FnOnce() -> Outgoing) {
         let shard = self.shard(client).lock();
         if let Some(route) = shard.get(&client) {
-            if !route.outbox.try_send(item) {
+            if !route.outbox.try_send(item()) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -213,6 +213,48 @@ fn every_scheduler_replies_like_the_model_and_replicas_agree() {
     }
 }
 
+/// Entries proposed by the replica that leads, and requests they held.
+fn proposed(replicas: &[Option<Replica>], leader: usize) -> (u64, u64) {
+    let stats = &replicas[leader].as_ref().unwrap().shared().stats;
+    (stats.entries_proposed.load(Ordering::Relaxed), stats.commands_proposed.load(Ordering::Relaxed))
+}
+
+/// Batching follows the load (`psmr_replica::batcher`): with the longest
+/// delay allowed, a lone client's requests still go out at once, each its
+/// own entry (waiting for the delay would make every attempt time out);
+/// with 16 clients at once, entries hold several requests.
+#[test]
+fn a_lone_request_goes_out_at_once_and_entries_grow_under_load() {
+    let seed = seed();
+    let mut config = config(3, SchedulerKind::Sequential, 1);
+    config.batch_delay_us = 1_000_000;
+    // A short pipeline: the protocol thread also waits for the service
+    // manager to apply an entry, and must be woken when it does.
+    config.pipeline = 2;
+    config.validate().unwrap();
+    let replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
+    let l = leader(&config, &replicas);
+    let stop = AtomicBool::new(false);
+    // 20 single-command requests and the 8-command read-back, one by one.
+    run_client(&config, 1, seed, 20, 1, &stop);
+    let (entries, commands) = proposed(&replicas, l);
+    assert_eq!((entries, commands), (21, 28), "one entry per request");
+    std::thread::scope(|s| {
+        for id in 2..=17u64 {
+            let (config, stop) = (&config, &stop);
+            s.spawn(move || run_client(config, id, seed, 30, 1, stop));
+        }
+    });
+    let (all_entries, _) = proposed(&replicas, l);
+    let requests = 16 * 31;
+    assert!(
+        all_entries - entries < requests,
+        "{} entries for {requests} requests from 16 clients at once",
+        all_entries - entries
+    );
+    converged(&addrs(&config));
+}
+
 #[test]
 fn the_leader_dies_under_load_and_nothing_acknowledged_is_lost_or_doubled() {
     let seed = seed();

@@ -606,7 +606,11 @@ impl OpCodec for KvCodec {
     }
 
     fn encode_reply(&self, reply: &KvReply) -> Vec<u8> {
-        let mut e = Encoder::new();
+        let value_len = match reply {
+            KvReply::Value(Some(v)) => v.len(),
+            _ => 0,
+        };
+        let mut e = Encoder::with_capacity(6 + value_len);
         match reply {
             KvReply::Value(None) => e.u8(0).u8(0),
             KvReply::Value(Some(v)) => e.u8(0).u8(1).bytes(v),

@@ -2,9 +2,10 @@
 //! existing one), with sweeps, and a report written to a directory.
 
 use crate::cluster::{fresh_config, parse_storage, ClusterArgs, LocalCluster};
-use crate::load::{LoadResult, LoadSpec, Ops};
+use crate::load::{CpuSource, LoadResult, LoadSpec, Ops};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use psmr_bench::peers;
 use psmr_bench::report::{self, Event, Percentiles, PointResult};
 use psmr_bench::scenario::{self, Params, Point, Scenario, ScenarioKind, Sweep, CLUSTER_KEYS};
 use psmr_client::{Client, ClientConfig};
@@ -36,7 +37,7 @@ pub struct BenchArgs {
     /// the scenario's sweep over KEY or adds one. Keys: replicas, scheduler,
     /// workers, storage, client_io_threads, batch_max_commands,
     /// batch_delay_us, pipeline, insecure_peers, clients, per_request,
-    /// write_pct, keys, warmup_s, duration_s.
+    /// write_pct, keys, value_bytes, warmup_s, duration_s.
     #[arg(long = "sweep", value_name = "KEY=V1,V2")]
     sweeps: Vec<String>,
     /// Set a parameter of every point, KEY=VALUE (repeatable; same keys).
@@ -213,8 +214,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let scenario = scenario::find(&args.scenario)?;
-    if scenario.kind == ScenarioKind::BitmapSimulation {
-        return simulation(&args, &scenario);
+    match scenario.kind {
+        ScenarioKind::BitmapSimulation => return simulation(&args, &scenario),
+        ScenarioKind::Peers => return peers(&args, &scenario),
+        ScenarioKind::Cluster => {}
     }
     let overrides = args.sweeps.iter().map(|s| s.parse::<Sweep>()).collect::<Result<Vec<_>, _>>()?;
     let scenario_sweeps: Vec<Sweep> = if args.cluster.is_empty() {
@@ -246,16 +249,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         // A replica restarted from memory would have forgotten its log.
         base.storage = "disk".into();
     }
-    if args.quick {
-        base.warmup_s = 0.5;
-        base.duration_s = 2.0;
-    }
-    for set in &args.sets {
-        let Some((key, value)) = set.split_once('=') else {
-            bail!("malformed --set {set:?}: expected KEY=VALUE such as clients=8");
-        };
-        base.set(key, value)?;
-    }
+    apply_quick_and_sets(&args, &mut base)?;
     let points = scenario::expand(&base, &sweeps)?;
     // Every point is checked before the first one runs: a bad value in the
     // last point must not cost the whole run.
@@ -340,15 +334,21 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if !results.is_empty() {
         let files = report::write_all(&out, &scenario, &sweeps, &results)
             .with_context(|| format!("cannot write results into {}", out.display()))?;
-        println!("{:<40} {:>14} {:>12} {:>12}", "point", "commands/s", "p50 ms", "p99 ms");
+        println!(
+            "{:<40} {:>14} {:>12} {:>12} {:>18} {:>20}",
+            "point", "commands/s", "p50 ms", "p99 ms", "cpu µs/cmd leader", "followers mean/max"
+        );
         for r in &results {
             let l = r.latency_us.get("request").cloned().unwrap_or_default();
+            let (leader, followers) = psmr_bench::cpu::cells(&r.cpu);
             println!(
-                "{:<40} {:>14.0} {:>12.2} {:>12.2}",
+                "{:<40} {:>14.0} {:>12.2} {:>12.2} {:>18} {:>20}",
                 r.name,
                 r.commands_per_s,
                 l.p50 as f64 / 1e3,
-                l.p99 as f64 / 1e3
+                l.p99 as f64 / 1e3,
+                leader,
+                followers
             );
         }
         for f in files {
@@ -359,6 +359,21 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// `--quick` and every `--set` applied to `base`.
+fn apply_quick_and_sets(args: &BenchArgs, base: &mut Params) -> Result<()> {
+    if args.quick {
+        base.warmup_s = 0.5;
+        base.duration_s = 2.0;
+    }
+    for set in &args.sets {
+        let Some((key, value)) = set.split_once('=') else {
+            bail!("malformed --set {set:?}: expected KEY=VALUE such as clients=8");
+        };
+        base.set(key, value)?;
+    }
+    Ok(())
 }
 
 /// A progress bar on the terminal for one point, until `done`: the
@@ -422,6 +437,265 @@ fn simulation(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
     Ok(())
 }
 
+/// `--scenario peers`: etcd, psmr and Redis side by side on this machine
+/// (`psmr_bench::peers`); the psmr runs are ordinary points.
+fn peers(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
+    let extra = !args.cluster.is_empty()
+        || args.history.is_some()
+        || args.kill_leader_every.is_some()
+        || args.kill_replica.is_some();
+    if extra {
+        bail!("scenario peers starts its own clusters of every system: --cluster, --history and faults do not apply");
+    }
+    let overrides = args.sweeps.iter().map(|s| s.parse::<Sweep>()).collect::<Result<Vec<_>, _>>()?;
+    if let Some(s) = overrides.iter().find(|s| s.key != "clients") {
+        bail!("scenario peers sweeps only clients (its systems and setups are fixed), not {}", s.key);
+    }
+    // Before anything runs: a missing program is the likeliest failure.
+    let tools = peers::Tools::find()?;
+    let mut base = scenario.base.clone();
+    apply_quick_and_sets(args, &mut base)?;
+    let sweeps = scenario::merge(&scenario.sweeps, &overrides)?;
+    let clients = sweeps
+        .iter()
+        .find(|s| s.key == "clients")
+        .map(|s| s.values.iter().map(|v| v.parse::<usize>()).collect::<Result<Vec<_>, _>>())
+        .transpose()?
+        .unwrap_or_else(|| vec![base.clients]);
+    let cases = peers::plan(&clients);
+    for case in &cases {
+        check_case(case, &base, args.seed).with_context(|| case.name())?;
+    }
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("psmr-bench-out").join(scenario.name));
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
+    let mut setup = peers_setup(&tools, &base, args.seed);
+    eprintln!(
+        "scenario peers ({} runs; etcd {}, redis {}), seed {}, results into {}",
+        cases.len(),
+        setup.etcd_version,
+        setup.redis_version,
+        args.seed,
+        out.display()
+    );
+    let (rows, failure) = run_cases(&cases, &tools, &setup, &base, &out, args.seed);
+    setup.load_average = format!("{} before the runs, {} after", setup.load_average, load_average());
+    if !rows.is_empty() {
+        let files = peers::write(&out, scenario.about, &setup, &rows)
+            .with_context(|| format!("cannot write results into {}", out.display()))?;
+        print_peers(&rows);
+        for f in files {
+            println!("wrote {}", f.display());
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// The parameters of a psmr case.
+fn case_params(base: &Params, storage: &str, clients: usize, per_request: usize) -> Params {
+    Params { storage: storage.to_string(), clients, per_request, ..base.clone() }
+}
+
+/// Checks one case's settings before the first run.
+fn check_case(case: &peers::Case, base: &Params, seed: u64) -> Result<()> {
+    match case {
+        peers::Case::Psmr { storage, clients, per_request } => {
+            let p = case_params(base, storage, *clients, *per_request);
+            load_spec(&p, None, seed)?.validate()?;
+            let check = Params { insecure_peers: true, ..p.clone() };
+            cluster_config(&check, &std::env::temp_dir())?;
+            if p.per_request > p.batch_max_commands {
+                bail!("per_request {} is above batch_max_commands {}", p.per_request, p.batch_max_commands);
+            }
+        }
+        peers::Case::Etcd { clients, .. } | peers::Case::Redis { clients, .. } => {
+            peers::PeerLoad::of(base, *clients, seed)?;
+        }
+    }
+    Ok(())
+}
+
+/// Versions, the load and the psmr cluster, for the report.
+fn peers_setup(tools: &peers::Tools, base: &Params, seed: u64) -> peers::Setup {
+    let tmp = std::env::temp_dir();
+    let fs = peers::fs_type(&tmp).unwrap_or_else(|| "file system unknown".into());
+    peers::Setup {
+        etcd_version: peers::version_of(&tools.etcd),
+        redis_version: peers::version_of(&tools.redis_server),
+        redis_benchmark_version: peers::version_of(&tools.redis_benchmark),
+        keys: base.keys,
+        key_bytes: peers::KEY_BYTES,
+        value_bytes: base.value_bytes.unwrap_or(peers::VALUE_BYTES),
+        warmup_s: base.warmup_s,
+        duration_s: base.duration_s,
+        seed,
+        psmr: psmr_summary(base),
+        data_dir: format!("{} ({fs}), for etcd and psmr alike", tmp.display()),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average: load_average(),
+    }
+}
+
+fn load_average() -> String {
+    peers::load_average().unwrap_or_else(|| "unknown".into())
+}
+
+/// The psmr cluster of `p` in words.
+fn psmr_summary(p: &Params) -> String {
+    format!(
+        "{} `psmr replica` processes ({} between them), scheduler {}, {} workers, {} ClientIO threads, log entries of at most {} commands, batch delay {} µs, pipeline {}; closed-loop psmr clients that find the leader and send to it",
+        p.replicas,
+        if p.insecure_peers { "plain TCP" } else { "mutual TLS" },
+        p.scheduler,
+        p.workers,
+        p.client_io_threads,
+        p.batch_max_commands,
+        p.batch_delay_us,
+        p.pipeline
+    )
+}
+
+/// Runs every case in order until one fails; returns the rows and the
+/// failure.
+fn run_cases(
+    cases: &[peers::Case],
+    tools: &peers::Tools,
+    setup: &peers::Setup,
+    base: &Params,
+    out: &Path,
+    seed: u64,
+) -> (Vec<peers::Row>, Option<anyhow::Error>) {
+    let terminal = std::io::stderr().is_terminal();
+    let clear = if terminal { "\x1b[K" } else { "" };
+    let mut rows = Vec::with_capacity(cases.len());
+    for (i, case) in cases.iter().enumerate() {
+        let tag = format!("[{}/{}] {}", i + 1, cases.len(), case.name());
+        let logs = out.join("logs").join(format!("point-{i}"));
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let outcome = std::thread::scope(|scope| {
+            if terminal {
+                let (tag, done) = (&tag, &done);
+                scope.spawn(move || progress(tag, base.warmup_s + base.duration_s, done));
+            }
+            let outcome = run_case(case, tools, setup, base, &logs, seed);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            outcome
+        });
+        match outcome {
+            Ok(row) => {
+                eprintln!(
+                    "{tag}: {:.0} puts/s, p50 {:.2} ms, p99 {:.2} ms{clear}",
+                    row.puts_per_s,
+                    row.p50_us as f64 / 1e3,
+                    row.p99_us as f64 / 1e3
+                );
+                rows.push(row);
+            }
+            Err(e) => {
+                eprintln!("{tag}: failed{clear}");
+                return (rows, Some(e.context(case.name())));
+            }
+        }
+    }
+    (rows, None)
+}
+
+/// Runs one case.
+fn run_case(
+    case: &peers::Case,
+    tools: &peers::Tools,
+    setup: &peers::Setup,
+    base: &Params,
+    logs: &Path,
+    seed: u64,
+) -> Result<peers::Row> {
+    Ok(match case {
+        peers::Case::Etcd { fsync, clients } => {
+            let load = peers::PeerLoad::of(base, *clients, seed)?;
+            peers::etcd::run(&tools.etcd, &setup.etcd_version, *fsync, &load, logs)?
+        }
+        peers::Case::Redis { clients, pipeline } => {
+            let load = peers::PeerLoad::of(base, *clients, seed)?;
+            let versions = (setup.redis_version.as_str(), setup.redis_benchmark_version.as_str());
+            peers::redis::run(tools, versions, &load, *pipeline, logs)?
+        }
+        peers::Case::Psmr { storage, clients, per_request } => {
+            psmr_row(&case_params(base, storage, *clients, *per_request), logs, seed)?
+        }
+    })
+}
+
+/// One psmr run of the peers scenario, as a row of its table.
+fn psmr_row(p: &Params, logs: &Path, seed: u64) -> Result<peers::Row> {
+    let label = [("storage", p.storage.clone()), ("clients", p.clients.to_string())];
+    let point = Point { params: p.clone(), label: label.map(|(k, v)| (k.to_string(), v)).to_vec() };
+    let r = run_point(&point, None, None, &Faults::default(), logs, seed)?;
+    let l = r.latency_us.get("request").cloned().unwrap_or_default();
+    Ok(peers::Row {
+        system: "psmr".into(),
+        setup: p.storage.clone(),
+        clients: p.clients,
+        per_request: p.per_request,
+        puts_per_s: r.commands_per_s,
+        p50_us: l.p50,
+        p99_us: l.p99,
+        max_us: l.max,
+        failed_requests: r.failed_requests,
+        cpu: r.cpu,
+        cpu_note: r.cpu_note,
+        ran: format!(
+            "psmr {}: storage {}; {} clients x {} puts per request, {} % writes, {} B values",
+            env!("CARGO_PKG_VERSION"),
+            p.storage,
+            p.clients,
+            p.per_request,
+            p.write_pct,
+            p.value_bytes.map_or("decimal".to_string(), |b| b.to_string())
+        ),
+    })
+}
+
+/// The peers' rows and ratios on stdout.
+fn print_peers(rows: &[peers::Row]) {
+    println!(
+        "{:<8} {:<12} {:>7} {:>7} {:>12} {:>9} {:>9} {:>18} {:>20}",
+        "system",
+        "setup",
+        "clients",
+        "per req",
+        "puts/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs/put leader",
+        "followers mean/max"
+    );
+    for r in rows {
+        let (leader, followers) = psmr_bench::cpu::cells(&r.cpu);
+        println!(
+            "{:<8} {:<12} {:>7} {:>7} {:>12.0} {:>9.2} {:>9.2} {:>18} {:>20}",
+            r.system,
+            r.setup,
+            r.clients,
+            r.per_request,
+            r.puts_per_s,
+            r.p50_us as f64 / 1e3,
+            r.p99_us as f64 / 1e3,
+            leader,
+            followers
+        );
+    }
+    println!("\n{:<32} {:>14} {:>10} {:>10} {:>10}", "psmr/peer", "clients x req", "puts/s", "p50", "p99");
+    for c in peers::compare(rows) {
+        println!(
+            "{:<32} {:>14} {:>9.2}x {:>9.2}x {:>9.2}x",
+            c.pair,
+            format!("{} x {}", c.clients, c.per_request),
+            c.puts_ratio,
+            c.p50_ratio,
+            c.p99_ratio
+        );
+    }
+}
+
 /// The addresses of `--cluster`, once at least one replica answers.
 fn reachable(list: &[String]) -> Result<Vec<SocketAddr>> {
     let addrs = crate::cluster::resolve(list)?;
@@ -447,7 +721,7 @@ fn load_spec(p: &Params, history: Option<PathBuf>, seed: u64) -> Result<LoadSpec
             let cost: Cost = p.cost.parse()?;
             Ops::List { model: p.model.parse()?, workload: list_workload(p)?, list_size: cost.list_size() }
         }
-        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct },
+        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct, value_bytes: p.value_bytes },
     };
     Ok(LoadSpec {
         seed,
@@ -516,7 +790,11 @@ fn run_point(
     // `load::run` checks the spec again; `bench` checked every point first.
     let spec = load_spec(p, history, seed)?;
     let (load, events, mapping) = match existing {
-        Some(addrs) => (crate::load::run(addrs, || ClientConfig::new(addrs.to_vec()), &spec)?, Vec::new(), None),
+        Some(addrs) => {
+            // Another machine's pids, or ours by chance: not guessed at.
+            let cpu = CpuSource::Off("n/a: the replicas of --cluster are not processes psmr bench started".into());
+            (crate::load::run_with_cpu(addrs, || ClientConfig::new(addrs.to_vec()), &spec, &cpu)?, Vec::new(), None)
+        }
         None => {
             let dir = std::env::temp_dir().join(format!("psmr-bench-{}-{}", std::process::id(), next_dir_number()));
             let result = run_local(p, &dir, &spec, faults, logs);
@@ -582,7 +860,7 @@ fn run_local(
     let start = std::time::Instant::now();
     let (result, events) = std::thread::scope(|scope| {
         let injector = faults.any().then(|| scope.spawn(|| inject(&cluster, faults, start, &stop)));
-        let result = crate::load::run(&addrs, || ClientConfig::new(addrs.clone()), spec);
+        let result = crate::load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local);
         stop.store(true, Ordering::SeqCst);
         let events = injector.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
         (result, events)
@@ -620,6 +898,8 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     r.workers = load.workers.clone();
     r.worker_timeline = load.worker_timeline.clone();
     r.stages = load.stages.clone();
+    r.cpu = load.cpu.clone();
+    r.cpu_note = load.cpu_note.clone();
     r
 }
 

@@ -129,7 +129,8 @@ pub struct ClusterArgs {
     /// Most commands in one log entry.
     #[arg(long, default_value_t = 1000)]
     pub(crate) batch_max_commands: usize,
-    /// Longest a command waits for its log entry to fill, in µs.
+    /// Longest a request waits for its log entry to fill while earlier
+    /// entries are in flight, in µs (with none in flight it goes at once).
     #[arg(long, default_value_t = 200)]
     pub(crate) batch_delay_us: u64,
     /// Log entries proposed and not yet applied, at most.
@@ -597,7 +598,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         per_request: l.per_request,
         warmup: Duration::from_secs(1),
         duration: secs(l.duration, "--duration")?,
-        ops: crate::load::Ops::Kv { keys: l.keys, write_pct: l.write_pct },
+        ops: crate::load::Ops::Kv { keys: l.keys, write_pct: l.write_pct, value_bytes: None },
         history: l.history,
         seed: l.seed,
     };
@@ -617,7 +618,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
             serde_json::json!({"clients": l.clients, "per_request": l.per_request, "seconds": r.seconds,
                 "commands_per_s": r.commands_per_s(), "requests_per_s": r.requests as f64 / r.seconds,
                 "p50_us": p50, "p99_us": p99, "max_us": r.request_latency.max(), "failed_requests": r.errors,
-                "stages": stages})
+                "stages": stages, "cpu": serde_json::to_value(&r.cpu)?, "cpu_note": r.cpu_note})
         );
     } else {
         println!(
@@ -630,6 +631,11 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
             p99,
             r.errors
         );
+        let (leader, followers) = psmr_bench::cpu::cells(&r.cpu);
+        println!("cpu µs/command: leader {leader}, followers mean/max {followers}");
+        if let Some(note) = &r.cpu_note {
+            println!("cpu: {note}");
+        }
         println!("{:<22} {:<16} {:>6} {:>8} {:>8}", "replica", "thread", "busy", "wait-cpu", "blocked");
         for s in &r.stages {
             println!(

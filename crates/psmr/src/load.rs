@@ -1,10 +1,13 @@
 //! Closed-loop load against a kv cluster, shared by `psmr client load` and
 //! `psmr bench`: client threads, latency histograms per command kind, a
-//! throughput timeline, the replicas' per-stage busy time, and the optional
-//! history of every operation.
+//! throughput timeline, the replicas' per-stage busy time, each replica
+//! process's CPU time per command, and the optional history of every
+//! operation.
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
+use psmr_bench::cpu::{CpuSample, Reading as CpuReading, ReplicaCpu, Role};
+use psmr_bench::kv_stream::{self, XorShift};
 use psmr_bench::report::{StageRow, WorkerRow};
 use psmr_client::ReplicaStats;
 use psmr_client::{Client, ClientConfig};
@@ -26,6 +29,9 @@ const LATENCY_MAX_US: u64 = 60_000_000;
 /// Most closed-loop clients (one thread each).
 pub const CLIENTS_MAX: usize = 4096;
 
+/// Largest value a sized kv load writes, bytes.
+pub const VALUE_BYTES_MAX: usize = 4096;
+
 /// The commands a load sends.
 #[derive(Clone, Debug)]
 pub enum Ops {
@@ -35,6 +41,10 @@ pub enum Ops {
         keys: u64,
         /// Percentage of writes.
         write_pct: u8,
+        /// Bytes of every value written, 1 to [`VALUE_BYTES_MAX`]: the
+        /// random number in decimal, padded with zeros on the left (or its
+        /// last `value_bytes` digits). None: the number's own digits.
+        value_bytes: Option<usize>,
     },
     /// Sharded list: the α-β-γ workload of `workload` (its mix, shards,
     /// skew, write skew and spread; its seed is replaced per client).
@@ -81,12 +91,11 @@ impl LoadSpec {
             );
         }
         match &self.ops {
-            Ops::Kv { keys, write_pct } => {
-                if *keys == 0 {
-                    bail!("--keys must be at least 1");
-                }
-                if *write_pct > 100 {
-                    bail!("--write-pct must be at most 100, got {write_pct}");
+            Ops::Kv { keys, write_pct, value_bytes } => {
+                check_kv(*keys, *write_pct)?;
+                if value_bytes.is_some_and(|n| !(1..=VALUE_BYTES_MAX).contains(&n)) {
+                    let value_bytes = value_bytes.unwrap_or_default();
+                    bail!("value_bytes must be between 1 and {VALUE_BYTES_MAX}, got {value_bytes}");
                 }
             }
             Ops::List { model, workload, list_size } => {
@@ -101,6 +110,16 @@ impl LoadSpec {
         }
         Ok(())
     }
+}
+
+fn check_kv(keys: u64, write_pct: u8) -> Result<()> {
+    if keys == 0 {
+        bail!("--keys must be at least 1");
+    }
+    if write_pct > 100 {
+        bail!("--write-pct must be at most 100, got {write_pct}");
+    }
+    Ok(())
 }
 
 /// What one load run measured.
@@ -127,6 +146,10 @@ pub struct LoadResult {
     pub workers: Vec<WorkerRow>,
     /// The same for each second of the window.
     pub worker_timeline: Vec<Vec<WorkerRow>>,
+    /// Each replica process's CPU time over the window (see [`CpuSource`]).
+    pub cpu: Vec<ReplicaCpu>,
+    /// Why `cpu` is empty or its roles uncertain, if they are.
+    pub cpu_note: Option<String>,
 }
 
 impl LoadResult {
@@ -152,7 +175,13 @@ struct ClientTally {
 
 /// One client's source of commands.
 enum Generator {
-    Kv { keys: u64, write_pct: u64, x: u64 },
+    /// `value_bytes`: `None` for the number in decimal as it is.
+    Kv {
+        keys: u64,
+        write_pct: u64,
+        value_bytes: Option<usize>,
+        x: XorShift,
+    },
     List(Box<OpStream>),
 }
 
@@ -167,13 +196,14 @@ struct Request {
 impl Generator {
     fn new(ops: &Ops, seed: u64, client: usize) -> Result<Self> {
         // Each client its own stream, the same seed the same streams.
-        let mixed =
-            (seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let mixed = kv_stream::client_seed(seed, client);
         Ok(match ops {
-            // xorshift never leaves the all-zero state: keep a bit set.
-            Ops::Kv { keys, write_pct } => {
-                Generator::Kv { keys: *keys, write_pct: u64::from(*write_pct), x: mixed | 1 }
-            }
+            Ops::Kv { keys, write_pct, value_bytes } => Generator::Kv {
+                keys: *keys,
+                write_pct: u64::from(*write_pct),
+                value_bytes: *value_bytes,
+                x: XorShift::new(mixed),
+            },
             Ops::List { model, workload, list_size } => {
                 let cfg = WorkloadConfig { seed: mixed, ..workload.clone() };
                 Generator::List(Box::new(OpStream::new(*model, &cfg, *list_size)?))
@@ -184,17 +214,17 @@ impl Generator {
     fn request(&mut self, n: usize) -> Request {
         let mut r = Request { encoded: Vec::with_capacity(n), kinds: Vec::with_capacity(n), kv: Vec::new() };
         match self {
-            Generator::Kv { keys, write_pct, x } => {
-                let mut next = || {
-                    *x ^= *x << 13;
-                    *x ^= *x >> 7;
-                    *x ^= *x << 17;
-                    *x
-                };
+            Generator::Kv { keys, write_pct, value_bytes, x } => {
+                // The etcd driver of the peers scenario draws the same
+                // three numbers per put: keep them in step.
+                let mut next = || x.next();
                 for _ in 0..n {
                     let key = next() % *keys;
                     let op = if next() % 100 < *write_pct {
-                        KvOp::Put { key, value: next().to_string().into_bytes() }
+                        let n = next();
+                        let value =
+                            value_bytes.map_or_else(|| n.to_string().into_bytes(), |b| kv_stream::sized_value(n, b));
+                        KvOp::Put { key, value }
                     } else {
                         KvOp::Read { key }
                     };
@@ -220,9 +250,24 @@ impl Generator {
     }
 }
 
-/// Runs `spec` against the replicas at `addrs`.
+/// Runs `spec` against the replicas at `addrs`, measuring their CPU time
+/// when they are `psmr` processes of this machine ([`CpuSource::IfLocal`]).
 pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadSpec) -> Result<LoadResult> {
+    run_with_cpu(addrs, config, spec, &CpuSource::IfLocal)
+}
+
+/// Runs `spec` against the replicas at `addrs`; `cpu` says whose CPU time
+/// to measure.
+pub fn run_with_cpu(
+    addrs: &[SocketAddr],
+    config: impl Fn() -> ClientConfig,
+    spec: &LoadSpec,
+    cpu: &CpuSource,
+) -> Result<LoadResult> {
     spec.validate()?;
+    // Before the clients start, so that finding the replicas costs the
+    // load nothing.
+    let watch = CpuWatch::locate(addrs, cpu);
     let start = Instant::now();
     let (measure_from, measure_to) = (start + spec.warmup, start + spec.warmup + spec.duration);
     let buckets = (spec.duration.as_secs_f64().ceil() as usize).max(1);
@@ -302,14 +347,19 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
     let probe = Client::new(ClientConfig::new(addrs.to_vec()))?;
     std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
     let read = || -> Vec<Reading> { addrs.iter().map(|&a| probe.stats_of(a, Duration::from_secs(3)).ok()).collect() };
+    let cpu_before = watch.sample();
     let before = read();
     // The workers are read every second too, for their timeline (000
     // Fig. 5.3); a replica that does not answer leaves a gap.
     let mut worker_timeline = Vec::with_capacity(buckets);
     let mut last = before.clone();
+    let mut cpu_after = Vec::new();
     for second in 1..=buckets {
         let tick = (measure_from + Duration::from_secs(second as u64)).min(measure_to);
         std::thread::sleep(tick.saturating_duration_since(Instant::now()));
+        if second == buckets {
+            cpu_after = watch.sample();
+        }
         let now = read();
         worker_timeline.push(worker_shares(addrs, &last, &now));
         last = now;
@@ -326,6 +376,8 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         stages: stage_shares(addrs, &before, &after),
         workers: worker_shares(addrs, &before, &after),
         worker_timeline,
+        cpu: Vec::new(),
+        cpu_note: watch.note.clone(),
     };
     for h in handles {
         let t = h.join().map_err(|_| anyhow!("a client thread panicked"))??;
@@ -349,7 +401,125 @@ pub fn run(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, spec: &LoadS
         use std::io::Write as _;
         r.out.lock().map_err(|_| anyhow!("a client thread panicked"))?.flush()?;
     }
+    result.cpu = watch.rows(&cpu_before, &cpu_after, result.commands);
+    if let Some(change) = watch.leader_change() {
+        result.cpu_note = Some(change);
+    }
     Ok(result)
+}
+
+/// Whose CPU time a load measures: the replica processes, found by the
+/// pid each reports in its status.
+#[derive(Clone, Debug)]
+pub enum CpuSource {
+    /// None; the reason goes in the report (`n/a`).
+    Off(String),
+    /// The replicas are processes this one started: their pids are ours
+    /// to read.
+    Local,
+    /// Only replicas on a loopback address whose pid is a `psmr` process
+    /// here (a cluster started by hand next to the client); `n/a` for the
+    /// others.
+    IfLocal,
+}
+
+/// A replica whose CPU time a load reads.
+struct Watched {
+    id: u64,
+    addr: SocketAddr,
+    pid: u32,
+    role: Role,
+}
+
+/// The replicas a load reads the CPU time of, found before it starts.
+struct CpuWatch {
+    replicas: Vec<Watched>,
+    leader: u64,
+    addrs: Vec<SocketAddr>,
+    note: Option<String>,
+}
+
+/// How long a replica may take to tell its status.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl CpuWatch {
+    /// Asks every replica for its pid and the leader.
+    fn locate(addrs: &[SocketAddr], source: &CpuSource) -> Self {
+        let mut watch = CpuWatch { replicas: Vec::new(), leader: 0, addrs: addrs.to_vec(), note: None };
+        if let CpuSource::Off(why) = source {
+            watch.note = Some(why.clone());
+            return watch;
+        }
+        let statuses = statuses(addrs);
+        watch.leader = leader_of(&statuses);
+        let mut foreign = Vec::new();
+        for (addr, status) in addrs.iter().zip(statuses) {
+            let Some(s) = status else { continue };
+            if matches!(source, CpuSource::IfLocal) && !is_local_psmr(addr, s.pid) {
+                foreign.push(addr.to_string());
+                continue;
+            }
+            let role = if s.id == watch.leader { Role::Leader } else { Role::Follower };
+            watch.replicas.push(Watched { id: s.id, addr: *addr, pid: s.pid, role });
+        }
+        if !foreign.is_empty() {
+            watch.note = Some(format!("n/a for {}: not a psmr process of this machine", foreign.join(", ")));
+        } else if watch.replicas.is_empty() {
+            watch.note = Some("n/a: no replica told its pid".into());
+        }
+        watch
+    }
+
+    /// One reading per watched replica, in order; errors as text.
+    fn sample(&self) -> Vec<CpuReading> {
+        self.replicas.iter().map(|r| CpuSample::read(r.pid).map_err(|e| e.to_string())).collect()
+    }
+
+    /// Each watched replica's CPU over the window and per command.
+    fn rows(&self, before: &[CpuReading], after: &[CpuReading], commands: u64) -> Vec<ReplicaCpu> {
+        let missing: CpuReading = Err("not read".into());
+        self.replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let (b, a) = (before.get(i).unwrap_or(&missing), after.get(i).unwrap_or(&missing));
+                ReplicaCpu::measured(r.id, r.addr.to_string(), r.pid, r.role, b, a, commands)
+            })
+            .collect()
+    }
+
+    /// A note when the leader after the window is another than before.
+    fn leader_change(&self) -> Option<String> {
+        if self.replicas.is_empty() {
+            return None;
+        }
+        let now = leader_of(&statuses(&self.addrs));
+        (now != self.leader).then(|| {
+            format!(
+                "the leader changed during the window (replica {} before, {now} after): roles are those before",
+                self.leader
+            )
+        })
+    }
+}
+
+/// Every replica's status, `None` for those that do not answer.
+fn statuses(addrs: &[SocketAddr]) -> Vec<Option<psmr_model::wire::ReplicaStatus>> {
+    let Ok(probe) = Client::new(ClientConfig::new(addrs.to_vec())) else { return vec![None; addrs.len()] };
+    addrs.iter().map(|&a| probe.status_of(a, STATUS_TIMEOUT).ok()).collect()
+}
+
+/// The leader as the answering replicas see it (the highest term wins);
+/// 0 for none.
+fn leader_of(statuses: &[Option<psmr_model::wire::ReplicaStatus>]) -> u64 {
+    statuses.iter().flatten().filter(|s| s.leader != 0).max_by_key(|s| s.term).map_or(0, |s| s.leader)
+}
+
+/// Whether `pid`, reported by the replica at `addr`, is a `psmr` process
+/// of this machine: the address is loopback (this host's network) and the
+/// process there is named `psmr`.
+fn is_local_psmr(addr: &SocketAddr, pid: u32) -> bool {
+    addr.ip().is_loopback() && psmr_bench::cpu::comm(pid).is_ok_and(|c| c == "psmr")
 }
 
 type Reading = Option<ReplicaStats>;
@@ -467,5 +637,33 @@ impl Recorder {
         let mut out = self.out.lock().map_err(|_| anyhow!("a client thread panicked"))?;
         out.write_all(lines.as_bytes())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sized_loads_put_values_of_exactly_their_size() {
+        let mut g = Generator::new(&Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(64) }, 1, 0).unwrap();
+        let r = g.request(20);
+        assert!(r.kv.iter().all(|op| matches!(op, KvOp::Put { key, value } if *key < 10 && value.len() == 64)));
+    }
+
+    #[test]
+    fn sized_loads_check_their_value_size() {
+        let spec = |value_bytes| LoadSpec {
+            clients: 1,
+            per_request: 1,
+            warmup: Duration::ZERO,
+            duration: Duration::from_secs(1),
+            ops: Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(value_bytes) },
+            history: None,
+            seed: 1,
+        };
+        assert!(spec(64).validate().is_ok());
+        assert!(spec(0).validate().unwrap_err().to_string().contains("value_bytes must be between 1 and 4096"));
+        assert!(spec(VALUE_BYTES_MAX + 1).validate().is_err());
     }
 }

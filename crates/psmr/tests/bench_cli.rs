@@ -110,15 +110,27 @@ fn a_run_writes_its_report_and_a_linearizable_history() {
         let commands = (p["commands_per_s"].as_f64().unwrap() * 1.0).round() as u64;
         assert_eq!(timeline, commands, "the timeline adds up to the commands measured");
         assert!(!p["stages"].as_array().unwrap().is_empty(), "stage busy times of the replicas");
+        // Every replica's CPU per command, from its own process, one of
+        // them the leader.
+        let cpu = p["cpu"].as_array().unwrap();
+        assert_eq!(cpu.len(), 3, "{p}");
+        assert_eq!(cpu.iter().filter(|c| c["role"] == "leader").count(), 1, "{cpu:?}");
+        for c in cpu {
+            assert!(c["pid"].as_u64().unwrap() > 0 && c["us_per_command"].as_f64().unwrap() > 0.0, "{c}");
+        }
     }
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3);
+    assert!(csv.lines().next().unwrap().contains("cpu_us_per_cmd_leader,cpu_us_per_cmd_followers_mean"));
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("cpu µs/cmd leader"), "{stdout}");
     for svg in ["throughput.svg", "latency.svg"] {
         let s = std::fs::read_to_string(out.join(svg)).unwrap();
         assert!(s.starts_with("<svg") && s.matches("<circle").count() == 2, "{svg}:\n{s}");
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("| per_request=1 |") && report.contains("| per_request=5 |"), "{report}");
+    assert!(report.contains("cpu µs/cmd leader | cpu µs/cmd followers (mean / max) |"), "{report}");
     for i in 0..2 {
         let h = dir.join(format!("h.{i}.jsonl"));
         let check = psmr(&["check-history", h.to_str().unwrap()]);
@@ -177,6 +189,11 @@ fn killing_the_leader_under_load_loses_nothing() {
     let restarts = events.iter().filter(|e| e["action"] == "restart" && e["error"].is_null()).count();
     assert!(kills >= 2 && restarts >= 2, "{events:?}");
     assert!(point["commands_per_s"].as_f64().unwrap() > 0.0, "the cluster served through the faults");
+    // The leader of the window's start was killed in it: no CPU figure
+    // for it, and no panic.
+    let cpu = point["cpu"].as_array().unwrap();
+    let leader = cpu.iter().find(|c| c["role"] == "leader").expect("a leader at the start");
+    assert!(leader["us_per_command"].is_null() && leader["error"].is_string(), "{cpu:?}");
     assert!(out.join("logs/point-0/replica-1.log").exists());
     // Every acknowledged operation, across three leaders, fits one order.
     let check = psmr(&["check-history", history.to_str().unwrap()]);
