@@ -415,6 +415,12 @@ fn mapping_for(
         MappingSource::Default => default(workers),
         MappingSource::Optimal(weighting) => {
             let solution = optimizer::optimize(&problem(*weighting)?)?;
+            if !solution.optimal {
+                tracing::warn!(
+                    gap = solution.gap(),
+                    "the optimizer's time limit ran out: the mapping is the best found"
+                );
+            }
             tracing::info!(
                 workers,
                 objective = %solution.objective,

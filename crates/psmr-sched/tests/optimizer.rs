@@ -3,14 +3,26 @@
 //!
 //! Random instances derive from one base seed, printed at the start; replay
 //! a failure with `PSMR_TEST_SEED=<seed> cargo test -p psmr-sched --test optimizer`.
+//! The property tests (proptest) print their smallest failing model instead.
+//!
+//! No test asserts on wall-clock time: searches get a generous time limit
+//! and a deterministic budget of integer programs, and must come back
+//! proven optimal, so that an exponential search fails the suite but a slow
+//! machine does not.
 #![cfg(feature = "optimizer")]
 
+use proptest::prelude::*;
 use psmr_model::{ClassModel, Mapping, Mode};
-use psmr_sched::optimizer::{brute_force, evaluate, naive, optimize, Problem, Weighting};
+use psmr_sched::optimizer::{
+    brute_force, evaluate, naive, optimize, optimize_exhaustive, optimize_with, Limits, OptimizerError, Problem,
+    Solution, Weighting,
+};
+use psmr_services::kv::{self, KvModel};
 use psmr_services::list::{self, ListModel};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 fn base_seed() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
@@ -235,4 +247,211 @@ fn eight_shards_on_sixteen_threads_is_solved_to_optimality() {
     // Alg. 3 as written solves too, to a different optimum.
     let as_written = optimize(&Problem::new(model.clone(), 16).unwrap()).unwrap();
     as_written.mapping.validate(&model).unwrap();
+}
+
+/// Far more than any built-in model needs (a few seconds at most on a slow
+/// machine): reaching it means the search went exponential or hung.
+const GENEROUS: Limits = Limits { time: Duration::from_secs(30) };
+
+/// Integer programs a built-in model may need: a dozen is typical, so a
+/// search that needs this many has lost its bounds or its symmetry.
+const SOLVES_MAX: usize = 200;
+
+fn solve_generously(p: &Problem, what: &str) -> Solution {
+    let s = optimize_with(p, GENEROUS).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(s.optimal, "{what}: not proven optimal within {GENEROUS:?} (gap {}, {:?})", s.gap(), s.stats);
+    assert_eq!(s.gap(), 0.0, "{what}");
+    assert!(s.stats.solves <= SOLVES_MAX, "{what}: {} integer programs", s.stats.solves);
+    s.mapping.validate(p.model()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    s
+}
+
+/// Every built-in model (the list's three, the kv store's two) with 1..=8
+/// shards on 1..=16 threads, Alg. 3 as written; the total weighting on a
+/// subset of thread counts.
+#[test]
+fn every_built_in_model_is_proven_optimal_within_a_generous_bound() {
+    let mut models: Vec<ClassModel> =
+        vec![list::class_model(ListModel::ReadersWriters, 1), kv::class_model(KvModel::ReadersWriters, 1)];
+    for shards in 1..=8 {
+        models.push(list::class_model(ListModel::ShardedSnapshot, shards));
+        models.push(list::class_model(ListModel::ShardedGlobal, shards));
+        models.push(kv::class_model(KvModel::Sharded, shards));
+    }
+    for model in &models {
+        for threads in 1..=16 {
+            let what = format!("{} ({} classes) on {threads} threads", model.name(), model.len());
+            let p = Problem::new(model.clone(), threads).unwrap();
+            solve_generously(&p, &what);
+            if [1, 2, 3, 4, 6, 8, 12, 16].contains(&threads) {
+                solve_generously(&p.with_weighting(Weighting::Total), &format!("{what}, total weighting"));
+            }
+        }
+    }
+}
+
+#[test]
+fn symmetry_solves_one_case_per_orbit() {
+    // 8 shards: Rg and each Ri free, 2^9 cases; with equal weights a case
+    // is up to symmetry Rg's mode and how many Ri are sequential.
+    let model = list::class_model(ListModel::ShardedGlobal, 8);
+    let s = solve_generously(&Problem::new(model.clone(), 4).unwrap(), "equal weights");
+    assert_eq!((s.stats.cases, s.stats.orbits), (512, 18));
+    // Distinct weights leave no symmetry, and the same kind of optimum.
+    let weights: Vec<f64> = (0..model.len()).map(|i| 1.0 + i as f64 / 100.0).collect();
+    let p = Problem::new(model, 4).unwrap().with_weights(weights).unwrap();
+    let s = solve_generously(&p, "distinct weights");
+    assert_eq!((s.stats.cases, s.stats.orbits), (512, 512));
+}
+
+#[test]
+fn a_time_limit_returns_the_best_mapping_with_its_gap() {
+    let model = list::class_model(ListModel::ShardedGlobal, 8);
+    let p = Problem::new(model, 4).unwrap();
+    // A limit that has passed before the first integer program.
+    let s = optimize_with(&p, Limits { time: Duration::from_nanos(1) }).unwrap();
+    assert!(!s.optimal && s.stats.timed_out);
+    s.mapping.validate(p.model()).unwrap();
+    assert_eq!(s.objective, evaluate(&p, &s.mapping));
+    let optimum = solve_generously(&p, "the same model").objective.total();
+    assert!(s.lower_bound <= optimum + 1e-9, "bound {} above the optimum {optimum}", s.lower_bound);
+    assert!(s.objective.total() >= optimum - 1e-9);
+    assert!((s.gap() - (s.objective.total() - s.lower_bound)).abs() < 1e-9 && s.gap() > 0.0);
+}
+
+#[test]
+fn limits_reject_what_is_not_a_positive_number_of_seconds() {
+    assert_eq!(Limits::seconds(2.5).unwrap().time, Duration::from_millis(2500));
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        assert!(matches!(Limits::seconds(bad), Err(OptimizerError::BadTimeLimit(_))), "{bad}");
+    }
+    assert_eq!(Limits::default().time, psmr_sched::optimizer::DEFAULT_TIME_LIMIT);
+}
+
+/// A model from its size, self-conflicts, conflicts between pairs (in
+/// `(i, j)`, `i < j` order), and weights.
+fn build_problem(classes: usize, selfs: &[bool], pairs: &[bool], threads: usize, weights: Vec<f64>) -> Problem {
+    let names: Vec<String> = (0..classes).map(|i| format!("C{i}")).collect();
+    let mut b = ClassModel::builder("prop");
+    for n in &names {
+        b = b.class(n.clone());
+    }
+    let mut k = 0;
+    for i in 0..classes {
+        if selfs[i] {
+            b = b.conflict(names[i].clone(), names[i].clone());
+        }
+        for j in i + 1..classes {
+            if pairs[k] {
+                b = b.conflict(names[i].clone(), names[j].clone());
+            }
+            k += 1;
+        }
+    }
+    Problem::new(b.build().unwrap(), threads).unwrap().with_weights(weights).unwrap()
+}
+
+/// Random models of `classes` classes on `threads` threads: conflicts of
+/// any density, weights small integers (zeros included, not all zero) or
+/// all equal, so that symmetric models come up too.
+fn random_problem_in(
+    classes: std::ops::RangeInclusive<usize>,
+    threads: std::ops::RangeInclusive<usize>,
+) -> impl Strategy<Value = Problem> {
+    (classes, threads).prop_flat_map(|(n, nt)| {
+        let weights = prop_oneof![Just(vec![1.0; n]), prop::collection::vec((0u8..4).prop_map(f64::from), n)];
+        let weighting = prop_oneof![Just(Weighting::AsWritten), Just(Weighting::Total)];
+        (
+            prop::collection::vec(any::<bool>(), n),
+            prop::collection::vec(any::<bool>(), n * (n - 1) / 2),
+            weights,
+            weighting,
+        )
+            .prop_map(move |(selfs, pairs, mut w, k)| {
+                if w.iter().all(|&x| x == 0.0) {
+                    w[0] = 1.0;
+                }
+                build_problem(n, &selfs, &pairs, nt, w).with_weighting(k)
+            })
+    })
+}
+
+/// `model` with its classes declared in the order `perm` (conflicts kept):
+/// the same model under other names, so symmetries must be found in the
+/// conflicts, not in the declaration order.
+fn permuted(model: &ClassModel, perm: &[usize]) -> ClassModel {
+    let ids: Vec<_> = model.class_ids().collect();
+    let mut b = ClassModel::builder(model.name());
+    for &i in perm {
+        b = b.class(model.class_name(ids[i]).to_string());
+    }
+    for &a in &ids {
+        for &c in ids.iter().filter(|&&c| c >= a) {
+            if model.conflicts(a, c) {
+                b = b.conflict(model.class_name(a).to_string(), model.class_name(c).to_string());
+            }
+        }
+    }
+    b.build().unwrap()
+}
+
+fn same_cost(p: &Problem, got: &Solution, want: f64, against: &str) -> Result<(), TestCaseError> {
+    prop_assert!(got.optimal, "not proven optimal: {:?}", got.stats);
+    prop_assert!(got.mapping.validate(p.model()).is_ok(), "{}", got.mapping.table(p.model()));
+    prop_assert_eq!(got.objective, evaluate(p, &got.mapping));
+    prop_assert!(
+        (got.objective.total() - want).abs() < 1e-6,
+        "optimizer {} vs {against} {want}\n{}",
+        got.objective,
+        got.mapping.table(p.model())
+    );
+    Ok(())
+}
+
+proptest! {
+    // Failures print the smallest model; nothing is written to disk.
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn optimize_equals_brute_force_on_random_models(
+        p in prop_oneof![random_problem_in(1..=5, 1..=3), random_problem_in(1..=4, 4..=4)],
+    ) {
+        let (_, bf) = brute_force(&p).unwrap();
+        same_cost(&p, &optimize_with(&p, GENEROUS).unwrap(), bf.total(), "brute force")?;
+    }
+
+    #[test]
+    fn symmetric_models_in_any_class_order_equal_brute_force(
+        which in 0..4usize,
+        threads in 1..=3usize,
+        perm in Just((0..6).collect::<Vec<usize>>()).prop_shuffle(),
+        weighting in prop_oneof![Just(Weighting::AsWritten), Just(Weighting::Total)],
+    ) {
+        let model = match which {
+            0 => list::class_model(ListModel::ShardedGlobal, 2),
+            1 => kv::class_model(KvModel::Sharded, 3),
+            2 => list::class_model(ListModel::ShardedSnapshot, 2),
+            _ => kv::class_model(KvModel::Sharded, 2),
+        };
+        let perm: Vec<usize> = perm.into_iter().filter(|&i| i < model.len()).collect();
+        let p = Problem::new(permuted(&model, &perm), threads).unwrap().with_weighting(weighting);
+        let (_, bf) = brute_force(&p).unwrap();
+        let got = optimize_with(&p, GENEROUS).unwrap();
+        prop_assert!(got.stats.orbits < got.stats.cases, "no symmetry found: {:?}", got.stats);
+        same_cost(&p, &got, bf.total(), "brute force")?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Models too large for brute force against the search without
+    /// symmetry or pruning, which solves every case to its own optimum.
+    #[test]
+    fn optimize_equals_the_exhaustive_search_on_larger_models(p in random_problem_in(5..=7, 2..=6)) {
+        let every_case = optimize_exhaustive(&p, GENEROUS).unwrap();
+        prop_assert!(every_case.optimal);
+        prop_assert!(every_case.stats.pruned == 0 && every_case.stats.orbits == every_case.stats.cases);
+        same_cost(&p, &optimize_with(&p, GENEROUS).unwrap(), every_case.objective.total(), "every case")?;
+    }
 }

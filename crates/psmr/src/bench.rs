@@ -771,8 +771,7 @@ fn mapping_spec(p: &Params) -> Result<String> {
         weights[c.index()] += 1.0 / sample as f64;
     }
     let problem = Problem::new(model.clone(), p.workers)?.with_weights(weights)?.with_weighting(weighting);
-    let mapping =
-        if p.mapping == "naive" { optimizer::naive(&problem) } else { optimizer::optimize(&problem)?.mapping };
+    let mapping = if p.mapping == "naive" { optimizer::naive(&problem) } else { optimal_mapping(&problem)? };
     Ok(mapping.to_spec(&model))
 }
 
@@ -901,6 +900,19 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     r.cpu = load.cpu.clone();
     r.cpu_note = load.cpu_note.clone();
     r
+}
+
+/// The optimizer's mapping for `problem`, with a warning if its time limit
+/// ran out before the mapping was proven optimal.
+fn optimal_mapping(problem: &optimizer::Problem) -> Result<psmr_model::Mapping> {
+    let solution = optimizer::optimize(problem)?;
+    if !solution.optimal {
+        eprintln!(
+            "psmr: warning: the optimizer's time limit ran out; its best mapping is within {:.3} of the optimum",
+            solution.gap()
+        );
+    }
+    Ok(solution.mapping)
 }
 
 #[cfg(test)]

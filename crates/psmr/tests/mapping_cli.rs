@@ -221,6 +221,16 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["mapping", "--weights", "R1=1,R1=2,R2=1,W1=1,W2=1,Rg=1,Wg=1"], "R1");
     fails_with(&["mapping", "--weights", "R1=0,R2=0,W1=0,W2=0,Rg=0,Wg=0"], "zero");
     fails_with(&["mapping", "--weighting", "fair"], "fair");
+    for (bad, why) in [
+        ("-1", "must be a finite number of seconds > 0, got -1"),
+        ("0", "must be a finite number of seconds > 0, got 0"),
+        ("NaN", "must be a finite number of seconds > 0, got NaN"),
+        ("inf", "must be a finite number of seconds > 0, got inf"),
+        ("abc", "\"abc\" is not a number of seconds"),
+        ("", "is not a number of seconds"),
+    ] {
+        fails_with(&["mapping", "--time-limit", bad], why);
+    }
     let bad_model = temp_file("bad-model.json", r#"{"classes":["A","B"],"conflicts":[["A","C"]]}"#);
     fails_with(&["mapping", "--model", bad_model.to_str().unwrap()], "conflict names unknown class \"C\"");
     let garbage = temp_file("garbage.json", "classes: A, B");
@@ -244,4 +254,28 @@ fn a_model_file_is_optimized_like_a_built_in_one() {
     assert_eq!(from_file["classes"], built_in["classes"]);
     assert_eq!(from_file["objective"], built_in["objective"]);
     assert_eq!(from_file["model"], "mine");
+}
+
+#[test]
+fn the_time_limit_bounds_the_search_and_reports_the_gap() {
+    let base = ["mapping", "--model", "sharded-global", "--shards", "8", "--threads", "4"];
+    // Generous: proven optimal, gap 0.
+    let v = json(&[&base[..], &["--time-limit", "30", "--json"]].concat());
+    assert_eq!(v["optimal"], true, "{v}");
+    assert_eq!(v["gap"], 0.0, "{v}");
+    assert_eq!(v["lower_bound"], v["objective"], "{v}");
+    assert_eq!(v["mapping"], "optimal");
+    // A limit that passes before the first integer program: the best
+    // mapping found (the naive one), valid, with its proven gap.
+    let tiny = ["--time-limit", "1e-9"];
+    let v = json(&[&base[..], &tiny, &["--json"]].concat());
+    assert_eq!(v["optimal"], false, "{v}");
+    assert_eq!(v["search"]["proven_optimal"], false, "{v}");
+    assert_eq!(v["mapping"], "best found");
+    let (objective, bound, gap) =
+        (v["objective"].as_f64().unwrap(), v["lower_bound"].as_f64().unwrap(), v["gap"].as_f64().unwrap());
+    assert!(gap > 0.0 && (objective - bound - gap).abs() < 1e-9, "{v}");
+    let out = stdout(&psmr(&[&base[..], &tiny].concat()));
+    assert!(out.contains("NOT proven optimal: the time limit of 0.000000001 s ran out; gap"), "{out}");
+    assert!(out.contains("best found mapping of sharded-global"), "{out}");
 }

@@ -29,51 +29,104 @@
 //!
 //! `ws` and `wc` depend on which classes end up sequential, which makes the
 //! cost nonlinear. Classes with internal conflicts are sequential (R.2); the
-//! others are *free*. [`optimize`] enumerates every sequential/concurrent
-//! choice of the free classes that R.3 allows (a *case*); within a case
-//! `ws` and `wc` are constants and the rest is an integer program.
+//! others are *free*. The optimizer splits the search into *cases*, one per
+//! sequential/concurrent choice of the free classes that R.3 allows; within
+//! a case `ws` and `wc` are constants.
 //!
-//! Threads are interchangeable, so the integer program is not stated over
-//! `uses[c, t]`, whose `nt!` symmetric copies of every solution would drown
-//! a branch-and-bound, but over *patterns*: a pattern is the set of classes
-//! one thread serves, and the variables `x[p]` count the threads with
-//! pattern `p` (`Σ x[p] = nt`, the empty pattern allowed). This breaks the
-//! symmetry between threads completely. Every term above is linear in the
-//! counts: `n[c] = Σ_{p ∋ c} x[p]` and `|T[c1] ∩ T[c2]| = Σ_{p ∋ c1, c2}
-//! x[p]`; R.1 and R.5 are covering rows; R.4 is a property of a single
-//! pattern (a thread of a concurrent class serves every sequential class
-//! that class conflicts with), so only patterns that keep it are generated;
-//! O.2's absolute values get one auxiliary variable each. Each case is
-//! solved by HiGHS to a zero optimality gap.
+//! **One integer program per case, over patterns** (`milp.rs`). Threads are
+//! interchangeable, so the program is not stated over `uses[c, t]`, whose
+//! `nt!` symmetric copies of every solution would drown a branch-and-bound,
+//! but over *patterns*: the set of sequential classes one thread serves,
+//! with `x[p]` the number of threads with pattern `p` (`Σ x[p] = nt`). A
+//! concurrent class `d` only needs its threads to serve `N(d)`, the
+//! sequential classes it conflicts with (R.4), so it is one integer
+//! `1 <= n[d] <= Σ_{p ⊇ N(d)} x[p]`, not a factor in the pattern count; its
+//! O.1b and O.2 are a convex function of `n[d]`, stated by its chords. O.1a
+//! and O.3 are linear in the counts, R.1 and R.5 are covering rows. HiGHS
+//! solves it to a zero optimality gap.
 //!
-//! Patterns grow as `2^nc`, but most are never worth using: a thread shared
-//! by two independent sequential classes costs at least `2 · nt · nc` in
-//! O.3, while O.1a, O.1b and O.2 together move by at most
-//! `2 · nt + nc + 1` over all mappings. So whenever
-//! `(2 · nt - 1) · (nc - 1) > 2` and some case has a solution without such a
-//! thread, every mapping with one is worse than every mapping without. The
-//! optimizer therefore first solves every case over the patterns with no
-//! two independent sequential classes (few: for the sharded models a thread
-//! then serves at most one shard), and only if no case is feasible that way,
-//! or the inequality does not hold, solves every case over all R.4-closed
-//! patterns. Either way the result is a proven optimum of the model above;
-//! `tests/optimizer.rs` checks it against brute force.
+//! **Sharing budgets.** Call *sharing* the number of (thread, unordered pair
+//! of independent sequential classes) incidences: O.3 is `2 · nt · nc` per
+//! unit, more than O.1 and O.2 can move together, so good mappings share
+//! little, and patterns that share a lot are numerous. So a case is solved
+//! over the mappings with sharing at most a budget `b`, which only need the
+//! patterns that share at most `b` themselves and leave the other threads
+//! able to do their part (below); if the best such mapping costs no more
+//! than a lower bound for the mappings sharing `b + 1` or more, it is the
+//! case's optimum, otherwise the budget grows (by a doubling step).
+//!
+//! **Lower bounds** (`case.rs`, `partition.rs`), each valid for every
+//! mapping of the case:
+//!
+//! * on sharing: the independent pairs within the `N(d)` (each lies whole on
+//!   some thread); a pigeonhole bound over *blocks*, disjoint sets of
+//!   mutually independent sequential classes that some thread must serve
+//!   whole (a class, an R.5 pair, part of an `N(d)`), spread over `nt`
+//!   threads; and the least sharing of a partition of the sequential classes
+//!   into `nt` parts (each class counted on one of its threads);
+//! * on the rest: one thread per sequential class, the best O.1b and O.2 of
+//!   each concurrent class plus the O.1a its sequential neighbours then
+//!   need; and, for mappings that share nothing, the threads that mutually
+//!   exclusive classes must split among themselves.
+//!
+//! **Best first, with pruning** (`search.rs`). The search keeps every case's
+//! lower bound in a priority queue and always works on the lowest: one
+//! solve at the next budget, after which the case's bound rises. The naive
+//! mapping is the first incumbent, and each integer program gets the best
+//! cost so far as its cutoff. Once the lowest bound is not below the best
+//! mapping found, no case can hold a better one and the search stops.
+//!
+//! **Symmetry** (`symmetry.rs`). A permutation of the classes that keeps
+//! conflicts, self-conflicts and weights (the shards of the sharded models
+//! with equal weights) maps every mapping of one case to a mapping of equal
+//! cost of the permuted case, so only one case per orbit is searched.
+//!
+//! Each step keeps every mapping that could beat the incumbent, so the
+//! result is a proven optimum of the model above. `tests/optimizer.rs`
+//! checks it against brute force and against [`optimize_exhaustive`], which
+//! searches every case with neither symmetry nor these bounds.
+//!
+//! # Time limit
+//!
+//! [`optimize_with`] takes [`Limits`]; the deadline is checked between
+//! solves and while patterns are enumerated, and each integer program gets
+//! the time left as HiGHS's own limit (HiGHS checks it at its own pace, so
+//! a run may overshoot by a fraction of a second). When time runs out the
+//! best mapping found is returned, never worse than the naive one, with the
+//! lowest bound of the cases left open as its proven lower bound
+//! ([`Solution::lower_bound`], [`Solution::gap`]). [`optimize`] uses
+//! [`DEFAULT_TIME_LIMIT`].
 
 use psmr_model::{ClassId, ClassMapping, ClassModel, Mapping, Mode};
 use std::fmt;
 use std::time::Duration;
 use thiserror::Error;
 
+#[cfg(feature = "optimizer")]
+mod case;
+mod enumerate;
+#[cfg(feature = "optimizer")]
+mod milp;
+#[cfg(feature = "optimizer")]
+mod partition;
+#[cfg(feature = "optimizer")]
+mod search;
+#[cfg(feature = "optimizer")]
+mod symmetry;
+
+use enumerate::{cases, conflict_masks};
+
 /// Most classes the optimizer and [`brute_force`] take: class sets are
 /// 64-bit masks.
 pub const OPTIMIZER_CLASSES_MAX: usize = 64;
 
-/// Most sequential/concurrent cases [`optimize`] enumerates: one integer
-/// program each.
+/// Most sequential/concurrent cases [`optimize`] enumerates (before
+/// symmetry and bounds thin them out).
 pub const CASES_MAX: usize = 1 << 13;
 
-/// Most thread patterns of one case's integer program.
-pub const PATTERNS_MAX: usize = 200_000;
+/// Most thread patterns of one case's integer program: a case that needs
+/// more is left unresolved (see [`SearchStats::too_large`]).
+pub const PATTERNS_MAX: usize = 50_000;
 
 /// Most candidate mappings [`brute_force`] examines.
 pub const BRUTE_FORCE_MAX: u64 = 50_000_000;
@@ -146,18 +199,15 @@ pub enum OptimizerError {
         /// [`CASES_MAX`].
         max: usize,
     },
-    /// Too many thread patterns in one case.
-    #[error("a case has more than {max} thread patterns; the model is too large to solve exactly")]
-    TooManyPatterns {
-        /// [`PATTERNS_MAX`].
-        max: usize,
-    },
     /// The search space of [`brute_force`] is too large.
     #[error("brute force would examine more than {max} mappings", max = BRUTE_FORCE_MAX)]
     TooLargeForBruteForce,
     /// The MILP solver failed.
     #[error("MILP solver: {0}")]
     Solver(String),
+    /// A time limit that is not a finite number of seconds > 0.
+    #[error("the time limit must be a finite number of seconds > 0, got {0}")]
+    BadTimeLimit(f64),
 }
 
 /// How O.1a and O.1b weigh a class's threads.
@@ -479,243 +529,118 @@ fn to_mapping(nt: usize, seq: &[bool], masks: &[u64]) -> Mapping {
     Mapping::new(nt, classes)
 }
 
-/// The sequential/concurrent choices R.2 and R.3 allow, as sequential-class
-/// masks: self-conflicting classes always sequential, and no two
-/// conflicting classes both concurrent.
-fn cases(problem: &Problem, limit: usize) -> Result<Vec<u64>, OptimizerError> {
-    let n = problem.model.len();
-    let conflict: Vec<u64> = (0..n).map(|c| problem.conflict_mask(c)).collect();
-    let forced: u64 = (0..n).filter(|&c| conflict[c] & bit(c) != 0).fold(0, |m, c| m | bit(c));
-    let free: Vec<usize> = (0..n).filter(|&c| forced & bit(c) == 0).collect();
-    if free.len() >= usize::BITS as usize - 1 || 1usize << free.len() > limit {
-        return Err(OptimizerError::TooManyCases { free: free.len(), max: limit });
-    }
-    let mut out = Vec::new();
-    for choice in 0..1u64 << free.len() {
-        // Bit i of `choice` set: free class i is sequential.
-        let seq = free.iter().enumerate().filter(|(i, _)| choice & bit(*i) != 0).fold(forced, |m, (_, &c)| m | bit(c));
-        let concurrent_conflict = (0..n).any(|c| seq & bit(c) == 0 && conflict[c] & !seq & !bit(c) != 0);
-        if !concurrent_conflict {
-            out.push(seq);
-        }
-    }
-    Ok(out)
+/// The time [`optimize`] allows itself: generous, since the built-in models
+/// solve in well under a second, yet bounded, so that no caller waits
+/// forever on an unexpectedly hard model.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long [`optimize_with`] may search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Wall-clock budget of the whole search. When it runs out, the best
+    /// mapping found is returned with its proven gap.
+    pub time: Duration,
 }
 
-/// Search statistics of one [`optimize`] run.
+impl Default for Limits {
+    fn default() -> Self {
+        Self { time: DEFAULT_TIME_LIMIT }
+    }
+}
+
+impl Limits {
+    /// A time limit of `seconds`, which must be a finite number > 0.
+    pub fn seconds(seconds: f64) -> Result<Self, OptimizerError> {
+        if !seconds.is_finite() || seconds <= 0.0 {
+            return Err(OptimizerError::BadTimeLimit(seconds));
+        }
+        Duration::try_from_secs_f64(seconds)
+            .map(|time| Self { time })
+            .map_err(|_| OptimizerError::BadTimeLimit(seconds))
+    }
+}
+
+/// Search statistics of one [`optimize_with`] run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SearchStats {
     /// Sequential/concurrent cases R.2 and R.3 allow.
     pub cases: usize,
-    /// Integer programs solved (a case infeasible over the restricted
-    /// patterns is solved again over all of them).
+    /// Cases left after symmetry: one per orbit.
+    pub orbits: usize,
+    /// Cases skipped because their lower bound could not beat the
+    /// incumbent (no integer program solved for them).
+    pub pruned: usize,
+    /// Integer programs solved (a case may need several as its sharing
+    /// budget grows).
     pub solves: usize,
     /// Largest pattern count of one integer program.
     pub patterns_max: usize,
-    /// True when the restricted patterns sufficed (see the module doc).
+    /// True when no integer program needed a thread shared by independent
+    /// sequential classes (sharing budget 0) and the optimum has none.
     pub restricted: bool,
+    /// True when the time limit stopped the search.
+    pub timed_out: bool,
+    /// True when some case needed more than [`PATTERNS_MAX`] patterns and
+    /// was left unresolved.
+    pub too_large: bool,
+    /// Cases left unresolved, by the time limit or by their size: when
+    /// any is, the result is not proven optimal.
+    pub unresolved: usize,
     /// Wall-clock time of the whole search.
     pub elapsed: Duration,
 }
 
-/// An optimal mapping, its cost and how it was found.
+/// The best mapping found, its cost, how far from optimal it may be, and
+/// how it was found.
 #[derive(Clone, Debug)]
 pub struct Solution {
     /// The mapping; it satisfies R.1-R.5.
     pub mapping: Mapping,
     /// Its cost, computed by [`evaluate`].
     pub objective: Objective,
+    /// A proven lower bound on the optimal cost: equal to the objective
+    /// when [`Solution::optimal`].
+    pub lower_bound: f64,
+    /// True when the mapping is proven optimal.
+    pub optimal: bool,
     /// How the search went.
     pub stats: SearchStats,
 }
 
-/// The patterns of one case: sets of classes one thread may serve, closed
-/// under R.4; with `restricted`, only those without two independent
-/// sequential classes. The empty pattern is always first.
-fn patterns(problem: &Problem, seq: u64, restricted: bool) -> Result<Vec<u64>, OptimizerError> {
-    let n = problem.model.len();
-    let conflict: Vec<u64> = (0..n).map(|c| problem.conflict_mask(c)).collect();
-    let seq_classes: Vec<usize> = (0..n).filter(|&c| seq & bit(c) != 0).collect();
-    let conc_classes: Vec<usize> = (0..n).filter(|&c| seq & bit(c) == 0).collect();
-    let mut out = Vec::new();
-    // Sequential classes first: a concurrent class may join a pattern only
-    // when every sequential class it conflicts with is in (R.4).
-    let mut stack = vec![(0usize, 0u64)];
-    let depth = seq_classes.len() + conc_classes.len();
-    while let Some((i, p)) = stack.pop() {
-        if i == depth {
-            out.push(p);
-            if out.len() > PATTERNS_MAX {
-                return Err(OptimizerError::TooManyPatterns { max: PATTERNS_MAX });
-            }
-            continue;
-        }
-        let (c, include) = if i < seq_classes.len() {
-            let c = seq_classes[i];
-            let independent = seq & !conflict[c] & !bit(c);
-            (c, !restricted || p & independent == 0)
+impl Solution {
+    /// The proven gap: the objective minus the lower bound, 0 when optimal.
+    pub fn gap(&self) -> f64 {
+        if self.optimal {
+            0.0
         } else {
-            let c = conc_classes[i - seq_classes.len()];
-            (c, conflict[c] & seq & !p == 0)
-        };
-        if include {
-            stack.push((i + 1, p | bit(c)));
+            (self.objective.total() - self.lower_bound).max(0.0)
         }
-        stack.push((i + 1, p));
     }
-    out.sort_unstable_by_key(|p| (p.count_ones() != 0, p.trailing_zeros(), *p));
-    Ok(out)
 }
 
-/// Solves `problem` to proven optimality (see the module doc for how).
+/// Solves `problem` to proven optimality (see the module doc for how)
+/// within [`DEFAULT_TIME_LIMIT`]; see [`optimize_with`].
 #[cfg(feature = "optimizer")]
 pub fn optimize(problem: &Problem) -> Result<Solution, OptimizerError> {
-    let start = std::time::Instant::now();
-    let all_cases = cases(problem, CASES_MAX)?;
-    let (nt, nc) = (problem.threads, problem.model.len());
-    let dominance = (2 * nt - 1) * nc.saturating_sub(1) > 2;
-    let mut stats = SearchStats {
-        cases: all_cases.len(),
-        solves: 0,
-        patterns_max: 0,
-        restricted: dominance,
-        elapsed: Duration::ZERO,
-    };
-    let mut best: Option<(f64, Vec<bool>, Vec<u64>)> = None;
-    for restricted in [true, false] {
-        if restricted && !dominance {
-            continue;
-        }
-        for &seq in &all_cases {
-            let pats = patterns(problem, seq, restricted)?;
-            stats.patterns_max = stats.patterns_max.max(pats.len());
-            stats.solves += 1;
-            if let Some((cost, masks)) = milp::solve_case(problem, seq, &pats)? {
-                let seq_flags: Vec<bool> = (0..nc).map(|c| seq & bit(c) != 0).collect();
-                if best.as_ref().map_or(true, |(b, _, _)| cost < *b - 1e-9) {
-                    best = Some((cost, seq_flags, masks));
-                }
-            }
-        }
-        if best.is_some() {
-            break;
-        }
-        stats.restricted = false;
-    }
-    // All classes sequential on every thread satisfies R.1-R.5, so the
-    // unrestricted search always finds a solution.
-    let (_, seq, masks) = best.ok_or_else(|| OptimizerError::Solver("no case is feasible".into()))?;
-    let mapping = to_mapping(nt, &seq, &masks);
-    let objective = evaluate_masks(problem, &seq, &masks);
-    stats.elapsed = start.elapsed();
-    Ok(Solution { mapping, objective, stats })
+    optimize_with(problem, Limits::default())
 }
 
+/// Solves `problem` to proven optimality within `limits`. If time runs out
+/// first (or a case is too large, see [`PATTERNS_MAX`]), the best mapping
+/// found is returned with [`Solution::optimal`] false and its proven
+/// [`Solution::gap`].
 #[cfg(feature = "optimizer")]
-mod milp {
-    use super::{bit, Coefficients, OptimizerError, Problem};
-    use good_lp::solvers::highs::highs;
-    use good_lp::{variable, variables, Expression, ResolutionError, Solution as _, SolverModel, Variable};
-    use psmr_model::ClassId;
+pub fn optimize_with(problem: &Problem, limits: Limits) -> Result<Solution, OptimizerError> {
+    search::run(problem, limits, search::Strategy { symmetry: true, prune: true, bounds: true })
+}
 
-    /// Solves one case over `patterns`; `None` when it is infeasible.
-    /// Returns the cost and the thread mask of each class.
-    pub(super) fn solve_case(
-        problem: &Problem,
-        seq: u64,
-        patterns: &[u64],
-    ) -> Result<Option<(f64, Vec<u64>)>, OptimizerError> {
-        let n = problem.model.len();
-        let nt = problem.threads as f64;
-        let is_seq = |c: usize| seq & bit(c) != 0;
-        let conflicts = |a: usize, b: usize| problem.model.conflicts(ClassId(a as u16), ClassId(b as u16));
-        let seq_flags: Vec<bool> = (0..n).map(is_seq).collect();
-        let k = Coefficients::new(problem, &seq_flags);
-        let o3_unit = nt * n as f64;
-
-        let mut vars = variables!();
-        let x: Vec<Variable> = patterns.iter().map(|_| vars.add(variable().integer().min(0.0).max(nt))).collect();
-        let threads_of = |c: usize| -> Expression {
-            patterns.iter().zip(&x).filter(|(p, _)| **p & bit(c) != 0).map(|(_, v)| *v).sum()
-        };
-        let mut objective = Expression::from(0.0);
-        for (p, v) in patterns.iter().zip(&x) {
-            let mut cost = 0.0;
-            for c in (0..n).filter(|&c| p & bit(c) != 0) {
-                cost += k.o1[c];
-                let independent = (0..n).filter(|&d| d != c && is_seq(c) && is_seq(d) && !conflicts(c, d));
-                cost += independent.filter(|&d| p & bit(d) != 0).count() as f64 * o3_unit;
-            }
-            objective += cost * *v;
-        }
-        let mut constraints = vec![x.iter().copied().sum::<Expression>().eq(nt)];
-        let mut deviation = Vec::new();
-        for c in 0..n {
-            // R.1.
-            constraints.push(threads_of(c).geq(1.0));
-            if !is_seq(c) {
-                // O.2: d >= |w/wc - n/nt|.
-                let d = vars.add(variable().min(0.0));
-                let share = k.share[c];
-                constraints.push((d + threads_of(c) * (1.0 / nt)).geq(share));
-                constraints.push((d - threads_of(c) * (1.0 / nt)).geq(-share));
-                deviation.push(d);
-            }
-        }
-        for a in (0..n).filter(|&c| is_seq(c)) {
-            for b in (a + 1..n).filter(|&c| is_seq(c) && conflicts(a, c)) {
-                // R.5.
-                let both: Expression = patterns
-                    .iter()
-                    .zip(&x)
-                    .filter(|(p, _)| **p & bit(a) != 0 && **p & bit(b) != 0)
-                    .map(|(_, v)| *v)
-                    .sum();
-                constraints.push(both.geq(1.0));
-            }
-        }
-        objective += deviation.iter().copied().sum::<Expression>();
-        let mut model = vars
-            .minimise(objective)
-            .using(highs)
-            .set_option("output_flag", false)
-            .set_threads(1)
-            .set_mip_rel_gap(0.0)
-            .and_then(|m| m.set_mip_abs_gap(0.0))
-            .map_err(|e| OptimizerError::Solver(e.to_string()))?;
-        for c in constraints {
-            model.add_constraint(c);
-        }
-        let solution = match model.solve() {
-            Ok(s) => s,
-            Err(ResolutionError::Infeasible) => return Ok(None),
-            Err(e) => return Err(OptimizerError::Solver(e.to_string())),
-        };
-        // good_lp reports HiGHS's "optimal" as `GapLimit` when the final gap
-        // is a rounding residue above zero; with both gap tolerances at zero
-        // HiGHS only stops early on a limit, which is `TimeLimit`.
-        if matches!(solution.status(), good_lp::SolutionStatus::TimeLimit) {
-            return Err(OptimizerError::Solver(format!("stopped before proving optimality: {:?}", solution.status())));
-        }
-        let mut masks = vec![0u64; n];
-        let mut thread = 0usize;
-        for (p, v) in patterns.iter().zip(&x) {
-            let count = solution.value(*v).round() as usize;
-            for _ in 0..count {
-                for (c, m) in masks.iter_mut().enumerate() {
-                    if p & bit(c) != 0 {
-                        *m |= bit(thread);
-                    }
-                }
-                thread += 1;
-            }
-        }
-        if thread != problem.threads {
-            return Err(OptimizerError::Solver(format!("solution uses {thread} threads, not {}", problem.threads)));
-        }
-        let cost = super::evaluate_masks(problem, &seq_flags, &masks).total();
-        Ok(Some((cost, masks)))
-    }
+/// Like [`optimize_with`] but solves every case to its own optimum, with
+/// neither symmetry reduction nor the lower bounds (a case's only bound is
+/// that O.1b is at least `-nt`): slow, a reference to check
+/// [`optimize_with`] against on instances too large for [`brute_force`].
+#[cfg(feature = "optimizer")]
+pub fn optimize_exhaustive(problem: &Problem, limits: Limits) -> Result<Solution, OptimizerError> {
+    search::run(problem, limits, search::Strategy { symmetry: false, prune: false, bounds: false })
 }
 
 /// The optimum by exhaustive search over every mode choice and every
@@ -730,7 +655,7 @@ pub fn brute_force(problem: &Problem) -> Result<(Mapping, Objective), OptimizerE
     if per_case * all_cases.len() as f64 > BRUTE_FORCE_MAX as f64 {
         return Err(OptimizerError::TooLargeForBruteForce);
     }
-    let conflict: Vec<u64> = (0..n).map(|c| problem.conflict_mask(c)).collect();
+    let conflict = conflict_masks(problem);
     let mut best: Option<(f64, Vec<bool>, Vec<u64>)> = None;
     for seq in all_cases {
         let seq_flags: Vec<bool> = (0..n).map(|c| seq & bit(c) != 0).collect();
@@ -833,12 +758,28 @@ mod tests {
     }
 
     #[test]
-    fn patterns_are_r4_closed() {
-        let p = Problem::new(rw(), 2).unwrap();
-        // R concurrent, W sequential: a thread with R must have W.
-        let mut got = patterns(&p, 0b10, false).unwrap();
-        assert_eq!(got[0], 0, "the empty pattern comes first");
-        got.sort_unstable();
-        assert_eq!(got, vec![0, 0b10, 0b11]);
+    #[cfg(feature = "optimizer")]
+    fn patterns_keep_to_the_sharing_budget() {
+        // A, B independent and sequential, C concurrent and in conflict
+        // with both: C's threads must serve A and B (R.4).
+        let m = ClassModel::builder("abc")
+            .class("A")
+            .class("B")
+            .class("C")
+            .conflict("A", "A")
+            .conflict("B", "B")
+            .conflict("A", "C")
+            .conflict("B", "C")
+            .build()
+            .unwrap();
+        let p = Problem::new(m, 2).unwrap();
+        let c = case::Case::new(&p, &conflict_masks(&p), 0b011);
+        // C needs a thread with both A and B: one shared pair at least, so
+        // no pattern fits a budget of 0.
+        assert_eq!(c.sharing_lb, 1);
+        assert_eq!(milp::patterns(&c, 2, 0, true, None).unwrap(), Vec::<u64>::new());
+        assert_eq!(milp::patterns(&c, 2, 1, true, None).unwrap(), vec![0, 0b01, 0b10, 0b11]);
+        assert_eq!(milp::patterns(&c, 1, 1, true, None).unwrap(), vec![0b11], "one thread serves every class");
+        assert_eq!(c.bound_with_sharing(c.sharing_lb), 2.0 * 2.0 * 3.0 + c.rest_lb);
     }
 }
