@@ -14,6 +14,10 @@ echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== cargo doc"
+# Broken links in the documentation fail the run (the crate docs open with
+# the example, whose code the doc tests compile).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo test"
 # A deadlock in a scheduler must fail the run, not hang it.
 timeout 1800 cargo test --workspace --all-features

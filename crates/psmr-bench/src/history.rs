@@ -3,9 +3,12 @@
 //! A history is one JSON object per line, one line per client operation:
 //!
 //! ```json
-//! {"client":7,"op":"write","key":3,"value":"v1","result":false,"invoke_ns":100,"complete_ns":250,"status":"ok"}
+//! {"client":7,"op":"write","key":"3","value":"v1","result":false,"invoke_ns":100,"complete_ns":250,"status":"ok"}
 //! ```
 //!
+//! * `key`: the store's key as text. Histories written before keys were
+//!   byte strings have numbers there; `3` reads as `"3"`, the key that the
+//!   store's `3` became.
 //! * `op`: `read` (result: the value, or `null` if the key is absent),
 //!   `write` (sets the value; result: whether the key existed before) or
 //!   `delete` (result: whether the key existed).
@@ -28,7 +31,7 @@
 //! is bounded (`max_states`): a history too hard to decide is reported as
 //! such, never as linearizable.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead;
 use thiserror::Error;
@@ -41,8 +44,9 @@ pub struct Operation {
     pub client: u64,
     /// `read`, `write` or `delete`.
     pub op: OpKind,
-    /// The key.
-    pub key: u64,
+    /// The key (see the module documentation).
+    #[serde(deserialize_with = "text_or_number")]
+    pub key: String,
     /// `write`: the value written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -114,6 +118,21 @@ pub fn read(r: impl BufRead) -> Result<Vec<Operation>, HistoryError> {
     Ok(ops)
 }
 
+/// A key written as text, or as a number by histories from before keys
+/// were byte strings.
+fn text_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Key {
+        Text(String),
+        Number(u64),
+    }
+    Ok(match Key::deserialize(d)? {
+        Key::Text(text) => text,
+        Key::Number(n) => n.to_string(),
+    })
+}
+
 fn check(op: &Operation) -> Result<(), String> {
     if op.op == OpKind::Write && op.value.is_none() {
         return Err("a write needs a value".into());
@@ -143,14 +162,14 @@ pub enum Verdict {
     /// consistent position in the longest prefix the search reached.
     Violation {
         /// The key.
-        key: u64,
+        key: String,
         /// Indices into the history.
         ops: Vec<usize>,
     },
     /// The search for key `key` gave up after `states` states.
     TooHard {
         /// The key.
-        key: u64,
+        key: String,
         /// States explored.
         states: usize,
     },
@@ -161,17 +180,17 @@ pub const MAX_STATES_DEFAULT: usize = 2_000_000;
 
 /// Checks a history (see the module documentation).
 pub fn check_linearizable(history: &[Operation], max_states: usize) -> Verdict {
-    let mut by_key: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, op) in history.iter().enumerate() {
         if op.status != Status::Fail {
-            by_key.entry(op.key).or_default().push(i);
+            by_key.entry(&op.key).or_default().push(i);
         }
     }
     for (key, ids) in by_key {
         match check_key(history, &ids, max_states) {
             KeyVerdict::Ok => {}
-            KeyVerdict::Stuck(ops) => return Verdict::Violation { key, ops },
-            KeyVerdict::TooHard(states) => return Verdict::TooHard { key, states },
+            KeyVerdict::Stuck(ops) => return Verdict::Violation { key: key.to_string(), ops },
+            KeyVerdict::TooHard(states) => return Verdict::TooHard { key: key.to_string(), states },
         }
     }
     Verdict::Linearizable
@@ -282,7 +301,7 @@ mod tests {
         Operation {
             client,
             op: kind,
-            key: 1,
+            key: "1".into(),
             value: value.map(str::to_string),
             result,
             invoke_ns: t.0,
@@ -312,7 +331,7 @@ mod tests {
     fn a_stale_read_after_a_completed_write_is_caught() {
         let h = vec![w(1, "a", false, (0, 10)), w(1, "b", true, (20, 30)), r(2, Some("a"), (40, 50))];
         match check_linearizable(&h, MAX_STATES_DEFAULT) {
-            Verdict::Violation { key: 1, ops } => assert_eq!(ops, vec![2]),
+            Verdict::Violation { key, ops } => assert_eq!((key.as_str(), ops), ("1", vec![2])),
             v => panic!("{v:?}"),
         }
     }
@@ -379,6 +398,43 @@ mod tests {
                 assert!(matches!(check_linearizable(&h, MAX_STATES_DEFAULT), Verdict::Violation { .. }));
             }
         }
+    }
+
+    #[test]
+    fn keys_are_text_and_old_numeric_keys_still_read() {
+        let line = |key: &str| {
+            format!("{{\"client\":1,\"op\":\"read\",\"key\":{key},\"result\":null,\"invoke_ns\":1,\"complete_ns\":2,\"status\":\"ok\"}}\n")
+        };
+        let ops = read(format!("{}{}{}", line("3"), line("\"3\""), line("\"a b\"")).as_bytes()).unwrap();
+        let keys: Vec<&str> = ops.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["3", "3", "a b"]);
+        assert!(serde_json::to_string(&ops[2]).unwrap().contains("\"key\":\"a b\""));
+        for bad in ["-1", "1.5", "null", "[1]"] {
+            assert!(read(line(bad).as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    /// Keys are checked apart: a stale read of one key is found among
+    /// linearizable operations on others, and named.
+    #[test]
+    fn keys_are_independent_registers() {
+        let on = |key: &str, o: Operation| Operation { key: key.into(), ..o };
+        let h = vec![
+            on("a", w(1, "x", false, (0, 10))),
+            on("b", w(2, "y", false, (0, 10))),
+            on("b", r(1, Some("y"), (20, 30))),
+            // Key "a" was never "y": only a checker that mixed keys up
+            // could place this read.
+            on("a", r(2, Some("y"), (20, 30))),
+            on("c", r(2, None, (20, 30))),
+        ];
+        match check_linearizable(&h, MAX_STATES_DEFAULT) {
+            Verdict::Violation { key, ops } => assert_eq!((key.as_str(), ops), ("a", vec![3])),
+            v => panic!("{v:?}"),
+        }
+        let mut fixed = h.clone();
+        fixed[3] = on("a", r(2, Some("x"), (20, 30)));
+        assert_eq!(check_linearizable(&fixed, MAX_STATES_DEFAULT), Verdict::Linearizable);
     }
 
     #[test]

@@ -17,16 +17,28 @@
 //! [`history`] reads client histories of the key-value store and checks
 //! them for linearizability (`psmr check-history`).
 //!
+//! [`load`] is the closed-loop load of `psmr client load` and `psmr
+//! bench`, against any cluster; [`launch`] starts, kills, restarts and
+//! watches local clusters of replica processes (`psmr cluster`);
+//! [`faults`] kills and restarts their replicas while a load runs;
+//! [`runner`] runs a scenario's points with them; [`probe`] asks a running
+//! cluster about itself (`psmr client status`).
+//!
 //! [`cpu`] reads processes' CPU time from `/proc` (the CPU µs per command
 //! of each replica); [`kv_stream`] is the kv load's random stream of keys
 //! and values; [`peers`] runs etcd and Redis next to psmr (`psmr bench
 //! --scenario peers`).
 
 pub mod cpu;
+pub mod faults;
 pub mod history;
 pub mod kv_stream;
+pub mod launch;
+pub mod load;
 pub mod peers;
+pub mod probe;
 pub mod report;
+pub mod runner;
 pub mod scenario;
 pub mod sched_bench;
 pub mod simulate;

@@ -139,6 +139,32 @@ impl PointResult {
     }
 }
 
+/// The points' throughput, latency and CPU per command as a readable
+/// table, one line each (what `psmr bench` prints).
+pub fn format_points(points: &[PointResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<40} {:>14} {:>12} {:>12} {:>18} {:>20}",
+        "point", "commands/s", "p50 ms", "p99 ms", "cpu µs/cmd leader", "followers mean/max"
+    );
+    for r in points {
+        let l = r.latency_us.get("request").cloned().unwrap_or_default();
+        let (leader, followers) = cpu::cells(&r.cpu);
+        let _ = writeln!(
+            out,
+            "{:<40} {:>14.0} {:>12.2} {:>12.2} {:>18} {:>20}",
+            r.name,
+            r.commands_per_s,
+            l.p50 as f64 / 1e3,
+            l.p99 as f64 / 1e3,
+            leader,
+            followers
+        );
+    }
+    out
+}
+
 #[derive(Serialize)]
 struct Results<'a> {
     scenario: &'a str,

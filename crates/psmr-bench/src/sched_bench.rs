@@ -71,6 +71,24 @@ pub enum MappingSource {
 }
 
 impl MappingSource {
+    /// The sources of several `--mapping` values: a spec (which has commas
+    /// of its own) or a file is one source; a comma-separated list of
+    /// keywords (`naive,optimal`) is several.
+    pub fn parse_list(values: &[String]) -> Result<Vec<Self>, BenchError> {
+        let keyword = |s: &str| s.trim().starts_with("optimal") || matches!(s.trim(), "default" | "naive");
+        let mut out = Vec::new();
+        for v in values {
+            if v.contains(',') && v.split(',').all(keyword) {
+                for s in v.split(',') {
+                    out.push(s.trim().parse()?);
+                }
+            } else {
+                out.push(v.parse()?);
+            }
+        }
+        Ok(out)
+    }
+
     /// The name reports show: `default`, `optimal`, `naive`, the file, or
     /// the spec.
     pub fn label(&self) -> String {
@@ -390,7 +408,7 @@ struct Setup<'a, S> {
 }
 
 /// Class weights for the optimizer: each class's share of the commands.
-fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) -> Vec<f64> {
+pub(crate) fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) -> Vec<f64> {
     let mut counts = vec![0u64; model.len()];
     for c in commands {
         if let Some(n) = counts.get_mut(c.class.index()) {
@@ -401,18 +419,19 @@ fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) -> Vec<f64>
     counts.into_iter().map(|n| n as f64 / total).collect()
 }
 
-fn mapping_for(
+/// The optimizer's (`Optimal`) or the naive (`Naive`) mapping of `model`
+/// on `workers` threads for the class weights `weights`; `None` for the
+/// other sources, which are given rather than computed.
+pub(crate) fn computed_mapping(
     source: &MappingSource,
-    setup_model: &ClassModel,
-    default: &dyn Fn(usize) -> Mapping,
+    model: &ClassModel,
     weights: &[f64],
     workers: usize,
-) -> Result<Mapping, BenchError> {
+) -> Result<Option<Mapping>, BenchError> {
     let problem = |weighting| -> Result<Problem, BenchError> {
-        Ok(Problem::new(setup_model.clone(), workers)?.with_weights(weights.to_vec())?.with_weighting(weighting))
+        Ok(Problem::new(model.clone(), workers)?.with_weights(weights.to_vec())?.with_weighting(weighting))
     };
-    let mapping = match source {
-        MappingSource::Default => default(workers),
+    Ok(Some(match source {
         MappingSource::Optimal(weighting) => {
             let solution = optimizer::optimize(&problem(*weighting)?)?;
             if !solution.optimal {
@@ -426,17 +445,32 @@ fn mapping_for(
                 objective = %solution.objective,
                 elapsed_ms = solution.stats.elapsed.as_secs_f64() * 1e3,
                 "optimal mapping {}",
-                solution.mapping.to_spec(setup_model)
+                solution.mapping.to_spec(model)
             );
             solution.mapping
         }
         MappingSource::Naive => optimizer::naive(&problem(Weighting::AsWritten)?),
-        MappingSource::Spec(spec) => Mapping::from_spec(setup_model, workers, spec)?,
-        MappingSource::File(path) => {
+        MappingSource::Default | MappingSource::File(_) | MappingSource::Spec(_) => return Ok(None),
+    }))
+}
+
+fn mapping_for(
+    source: &MappingSource,
+    setup_model: &ClassModel,
+    default: &dyn Fn(usize) -> Mapping,
+    weights: &[f64],
+    workers: usize,
+) -> Result<Mapping, BenchError> {
+    let computed = computed_mapping(source, setup_model, weights, workers)?;
+    let mapping = match (computed, source) {
+        (Some(mapping), _) => mapping,
+        (None, MappingSource::Spec(spec)) => Mapping::from_spec(setup_model, workers, spec)?,
+        (None, MappingSource::File(path)) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|source| BenchError::MappingFile { path: path.clone(), source })?;
             Mapping::from_json(setup_model, workers, &text)?
         }
+        (None, _) => default(workers),
     };
     mapping.validate(setup_model)?;
     Ok(mapping)
@@ -808,4 +842,19 @@ pub fn format_table(reports: &[RunReport]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapping_lists_split_keywords_but_not_specs() {
+        let list = |v: &[&str]| MappingSource::parse_list(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let both = list(&["naive,optimal:total"]).unwrap();
+        assert_eq!(both, [MappingSource::Naive, MappingSource::Optimal(Weighting::Total)]);
+        let spec = list(&["R=conc:0,1;W=seq:0-1", "default"]).unwrap();
+        assert_eq!(spec, [MappingSource::Spec("R=conc:0,1;W=seq:0-1".into()), MappingSource::Default]);
+        assert!(list(&["naive,optimal:best"]).is_err());
+    }
 }

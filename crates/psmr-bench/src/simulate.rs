@@ -113,6 +113,28 @@ pub fn table(iterations: u64, seed: u64) -> Vec<Cell> {
         .collect()
 }
 
+/// The cells as a readable table: psmr's rate, the closed form's and the
+/// paper's (what `psmr bench --scenario bitmap-false-positives` prints).
+pub fn format_table(cells: &[Cell]) -> String {
+    let mut out = format!(
+        "{:>12} {:>6} {:>6} {:>10} {:>12} {:>10}\n",
+        "bitmap_bits", "graph", "batch", "psmr", "closed_form", "paper"
+    );
+    for c in cells {
+        let paper = c.paper_rate.map_or("-".to_string(), |p| format!("{:.2}%", 100.0 * p));
+        out += &format!(
+            "{:>12} {:>6} {:>6} {:>9.2}% {:>11.2}% {:>10}\n",
+            c.bits,
+            c.graph,
+            c.batch,
+            100.0 * c.conflict_rate,
+            100.0 * c.expected_rate,
+            paper
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

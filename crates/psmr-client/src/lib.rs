@@ -23,6 +23,7 @@ use psmr_model::wire::{
     read_frame_async, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand, WireError,
     WorkerSample, FRAME_MAX_DEFAULT,
 };
+use psmr_model::App;
 use std::net::SocketAddr;
 use std::time::Duration;
 use thiserror::Error;
@@ -48,6 +49,10 @@ pub enum ClientError {
     /// The cluster refused the whole request.
     #[error("refused by the cluster: {0}")]
     Refused(String),
+    /// The cluster refused one command (e.g. an operation the service
+    /// does not accept); the others of its request may have executed.
+    #[error("command refused: {0}")]
+    Rejected(String),
     /// A reply did not decode.
     #[error("bad reply: {0}")]
     Wire(#[from] WireError),
@@ -197,7 +202,7 @@ impl AsyncClient {
                         return Ok(());
                     }
                 }
-                ServerMsg::Replies { .. } | ServerMsg::Status(_) | ServerMsg::Stats { .. } => {}
+                ServerMsg::Replies { .. } | ServerMsg::Status(_) | ServerMsg::Stats { .. } | ServerMsg::Metrics(_) => {}
                 ServerMsg::Redirect { leader, addr } => {
                     self.leader = addr.parse().ok();
                     return Err(Attempt::Retry(if leader == 0 {
@@ -242,6 +247,16 @@ impl AsyncClient {
     pub async fn stats_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
         match Self::ask(addr, ClientMsg::Stats, timeout).await? {
             ServerMsg::Stats { at_ns, threads, workers } => Ok(ReplicaStats { at_ns, threads, workers }),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Asks one replica for its metrics: the OpenMetrics text its
+    /// Prometheus endpoint serves (`psmr_replica::metrics::Scrape` reads
+    /// it).
+    pub async fn metrics_of(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
+        match Self::ask(addr, ClientMsg::Metrics, timeout).await? {
+            ServerMsg::Metrics(text) => Ok(text),
             other => Err(format!("unexpected answer {other:?}")),
         }
     }
@@ -312,6 +327,67 @@ impl Client {
     /// See [`AsyncClient::stats_of`].
     pub fn stats_of(&self, addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
         self.rt.block_on(AsyncClient::stats_of(addr, timeout))
+    }
+
+    /// See [`AsyncClient::metrics_of`].
+    pub fn metrics_of(&self, addr: SocketAddr, timeout: Duration) -> Result<String, String> {
+        self.rt.block_on(AsyncClient::metrics_of(addr, timeout))
+    }
+}
+
+/// A blocking client for one service: typed operations in, typed replies
+/// out, through the service's codec.
+///
+/// ```no_run
+/// # use psmr_model::wire::OpCodec;
+/// # fn demo<C: OpCodec>(codec: C, op: C::Op) -> Result<(), psmr_client::ClientError> {
+/// let mut client = psmr_client::ServiceClient::connect(vec!["127.0.0.1:7001".parse().unwrap()], codec)?;
+/// let reply = client.call(op)?;
+/// # Ok(()) }
+/// ```
+pub struct ServiceClient<C: OpCodec> {
+    client: Client,
+    codec: C,
+}
+
+impl<C: OpCodec> ServiceClient<C> {
+    /// A client of the cluster whose replicas serve clients at `cluster`,
+    /// with the default timeouts.
+    pub fn connect(cluster: Vec<SocketAddr>, codec: C) -> Result<Self, ClientError> {
+        Self::with_config(ClientConfig::new(cluster), codec)
+    }
+
+    /// A client of a cluster running `A`, with `A`'s codec.
+    pub fn for_app<A: App<Codec = C>>(cluster: Vec<SocketAddr>) -> Result<Self, ClientError>
+    where
+        C: Default,
+    {
+        Self::connect(cluster, C::default())
+    }
+
+    /// A client configured by `config`.
+    pub fn with_config(config: ClientConfig, codec: C) -> Result<Self, ClientError> {
+        Ok(Self { client: Client::new(config)?, codec })
+    }
+
+    /// Executes one operation and returns its reply.
+    pub fn call(&mut self, op: C::Op) -> Result<C::Reply, ClientError> {
+        let mut replies = self.client.call(&self.codec, std::slice::from_ref(&op))?;
+        match replies.pop() {
+            Some(reply) => reply.map_err(ClientError::Rejected),
+            None => Err(ClientError::Refused("no reply to the command".into())),
+        }
+    }
+
+    /// Executes `ops` as one request (one client batch, one trip to the
+    /// cluster): per operation, its reply or why it was refused.
+    pub fn call_all(&mut self, ops: &[C::Op]) -> Result<Vec<Result<C::Reply, String>>, ClientError> {
+        self.client.call(&self.codec, ops)
+    }
+
+    /// The underlying untyped client.
+    pub fn inner(&mut self) -> &mut Client {
+        &mut self.client
     }
 }
 

@@ -1,6 +1,6 @@
 //! One-hash key bitmaps (a Bloom filter with a single hash function).
 
-use crate::command::Key;
+use crate::command::{Key, KEY_ALL};
 use crate::digest::mix64;
 
 /// A bitmap of keys built with one hash function, as in 004 §VI-B.
@@ -37,11 +37,20 @@ impl KeyBitmap {
         bm
     }
 
-    /// The bit a key maps to: one hash, reduced to `0..bits` by a
-    /// multiply-shift (no division, no bias worth measuring).
+    /// The bit a key maps to: [`KEY_ALL`] has bit 0 to itself (with two
+    /// bits or more), so that the key every command reads never collides
+    /// with a key a command writes; any other key one hash, reduced to the
+    /// other bits by a multiply-shift (no division, no bias worth
+    /// measuring).
     #[inline]
     pub fn bit_of(bits: u32, key: Key) -> u32 {
-        ((u128::from(mix64(key)) * u128::from(bits)) >> 64) as u32
+        if bits < 2 {
+            return 0;
+        }
+        if key == KEY_ALL {
+            return 0;
+        }
+        1 + ((u128::from(mix64(key)) * u128::from(bits - 1)) >> 64) as u32
     }
 
     /// Sets the bit of `key`.
@@ -138,6 +147,17 @@ mod tests {
             prop_assert_eq!(ones as usize, ba.count_ones());
             prop_assert!(ba.set.windows(2).all(|w| w[0] < w[1]));
             prop_assert!(ba.set.iter().all(|&s| s < bits));
+        }
+    }
+
+    #[test]
+    fn the_whole_state_key_has_a_bit_of_its_own() {
+        for bits in [2u32, 3, 64, 1024] {
+            assert_eq!(KeyBitmap::bit_of(bits, KEY_ALL), 0);
+            assert!((0..100_000u64).all(|k| (1..bits).contains(&KeyBitmap::bit_of(bits, k))), "{bits} bits");
+            let all = KeyBitmap::from_keys(bits, &[KEY_ALL]);
+            let keys: Vec<Key> = (0..5_000).collect();
+            assert!(!all.intersects(&KeyBitmap::from_keys(bits, &keys)));
         }
     }
 

@@ -55,6 +55,7 @@ pub struct ClassModelBuilder {
     name: String,
     classes: Vec<String>,
     conflicts: Vec<(String, String)>,
+    global: Vec<String>,
 }
 
 impl ClassModelBuilder {
@@ -70,8 +71,22 @@ impl ClassModelBuilder {
         self
     }
 
+    /// Declares that class `a` conflicts with every class of the model,
+    /// itself included (a command that may touch anything).
+    pub fn conflicts_with_all(mut self, a: impl Into<String>) -> Self {
+        self.global.push(a.into());
+        self
+    }
+
     /// Checks names and builds the model.
-    pub fn build(self) -> Result<ClassModel, ClassModelError> {
+    pub fn build(mut self) -> Result<ClassModel, ClassModelError> {
+        for a in std::mem::take(&mut self.global) {
+            let all: Vec<(String, String)> = self.classes.iter().map(|b| (a.clone(), b.clone())).collect();
+            self.conflicts.extend(all);
+            // Named even when the class list lacks it, so that build
+            // reports the unknown class.
+            self.conflicts.push((a.clone(), a));
+        }
         if self.classes.is_empty() {
             return Err(ClassModelError::Empty);
         }
@@ -278,6 +293,16 @@ mod tests {
             writes: writes.iter().copied().collect(),
             op: (),
         }
+    }
+
+    #[test]
+    fn a_class_in_conflict_with_all_conflicts_with_every_class_and_itself() {
+        let m = ClassModel::builder("x").class("A").class("B").class("G").conflicts_with_all("G").build().unwrap();
+        let (a, b, g) = (ClassId(0), ClassId(1), ClassId(2));
+        assert!(m.conflicts(g, a) && m.conflicts(b, g) && m.self_conflicting(g));
+        assert!(!m.conflicts(a, b) && !m.self_conflicting(a));
+        let e = ClassModel::builder("x").class("A").conflicts_with_all("H").build();
+        assert_eq!(e, Err(ClassModelError::UnknownClass("H".into())));
     }
 
     #[test]

@@ -10,6 +10,13 @@ use std::fmt;
 /// key that the other reads or writes.
 pub type Key = u64;
 
+/// The key that stands for a service's whole state, for commands that
+/// depend on or change every key (a count of keys, a flush): a service
+/// makes every command read it and such commands write it, so that they
+/// conflict with everything while reads of it conflict with nothing.
+/// Batch bitmaps give it a bit of its own ([`crate::KeyBitmap::bit_of`]).
+pub const KEY_ALL: Key = u64::MAX;
+
 /// The keys a command reads or writes. Most commands touch one or two keys,
 /// so they are stored inline.
 pub type KeySet = SmallVec<[Key; 2]>;

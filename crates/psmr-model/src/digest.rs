@@ -98,6 +98,21 @@ impl Hasher for StableHasher {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Digest(pub [u8; 16]);
 
+impl Digest {
+    /// The digest of a byte string (e.g. a snapshot): two hashes of it
+    /// with different seeds.
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        let mut lo = StableHasher::new();
+        lo.write(bytes);
+        let mut hi = StableHasher { state: mix64(bytes.len() as u64) };
+        hi.write(bytes);
+        let mut d = [0u8; 16];
+        d[..8].copy_from_slice(&lo.finish().to_le_bytes());
+        d[8..].copy_from_slice(&hi.finish().to_le_bytes());
+        Digest(d)
+    }
+}
+
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for b in self.0 {

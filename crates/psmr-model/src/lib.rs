@@ -18,6 +18,9 @@
 //!   (Def. 4), with a validator for rules R.1-R.5 that names the rule broken.
 //! * [`Service`]: a deterministic state machine whose independent commands
 //!   may execute at the same time, plus snapshots and a state [`Digest`].
+//! * [`App`]: what a replica needs from a service besides executing: its
+//!   class model, the [`Access`] (class, keys) of each operation, and the
+//!   codec of its operations ([`SerdeCodec`] for serde types).
 //! * [`wire`]: the framed, versioned wire format replicas and clients
 //!   share, and the [`wire::OpCodec`] that puts a service's operations on it.
 //!
@@ -26,6 +29,7 @@
 //! batch bitmaps, the schedulers' dependency graphs) is a conservative
 //! approximation of that relation and is tested against it.
 
+mod app;
 mod batch;
 mod bitmap;
 mod class;
@@ -35,10 +39,11 @@ mod mapping;
 mod service;
 pub mod wire;
 
+pub use app::{decode_snapshot, encode_snapshot, Access, App, Refused, SerdeCodec};
 pub use batch::{sorted_intersect, Batch, BatchSummary, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 pub use bitmap::KeyBitmap;
 pub use class::{ClassModel, ClassModelBuilder, ClassModelError, CommandRef, MissedConflict};
-pub use command::{ClassId, ClientId, Command, Key, KeySet};
+pub use command::{ClassId, ClientId, Command, Key, KeySet, KEY_ALL};
 pub use digest::{Digest, StableHasher, UnorderedDigest};
 pub use mapping::{ClassMapping, Mapping, MappingError, Mode, WORKERS_MAX};
 pub use service::{Service, SnapshotError};

@@ -46,6 +46,11 @@ pub trait Service: Send + Sync + 'static {
     /// On error the state is unchanged.
     fn restore(&self, snapshot: &[u8]) -> Result<(), SnapshotError>;
 
-    /// A digest of the state: equal states give equal digests.
-    fn digest(&self) -> Digest;
+    /// A digest of the state: equal states give equal digests. The default
+    /// digests [`Service::snapshot`], so it needs a snapshot that is a
+    /// function of the state alone (sorted maps, not hash-map order);
+    /// services with large states or unordered snapshots override it.
+    fn digest(&self) -> Digest {
+        Digest::of_bytes(&self.snapshot())
+    }
 }

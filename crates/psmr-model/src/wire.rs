@@ -31,6 +31,11 @@ pub const FRAME_MAX_DEFAULT: usize = 4 << 20;
 /// Most commands in one client request.
 pub const REQUEST_COMMANDS_MAX: usize = 10_000;
 
+/// Longest metrics text a replica sends in [`ServerMsg::Metrics`] (well
+/// below [`FRAME_MAX_DEFAULT`], so that any client with the default limit
+/// reads it).
+pub const METRICS_TEXT_MAX: usize = 1 << 20;
+
 /// Errors reading or decoding a frame.
 #[derive(Debug, Error)]
 pub enum WireError {
@@ -372,6 +377,10 @@ pub enum ClientMsg {
     Status,
     /// Report how busy this replica's threads are.
     Stats,
+    /// Report this replica's metrics (what its Prometheus endpoint serves).
+    /// A replica built before this message existed answers that the kind
+    /// is unknown and closes the connection.
+    Metrics,
 }
 
 /// CPU use of one thread of a replica, cumulative since it started.
@@ -485,16 +494,21 @@ pub enum ServerMsg {
         /// keep no per-worker counters).
         workers: Vec<WorkerSample>,
     },
+    /// Answer to [`ClientMsg::Metrics`]: the OpenMetrics text exposition,
+    /// at most [`METRICS_TEXT_MAX`] bytes.
+    Metrics(String),
 }
 
 const K_REQUEST: u8 = 1;
 const K_STATUS: u8 = 2;
 const K_STATS: u8 = 3;
+const K_METRICS: u8 = 4;
 const K_REPLIES: u8 = 16;
 const K_REDIRECT: u8 = 17;
 const K_ERROR: u8 = 18;
 const K_STATUS_REPLY: u8 = 19;
 const K_STATS_REPLY: u8 = 20;
+const K_METRICS_REPLY: u8 = 21;
 
 impl ClientMsg {
     /// Encodes into a frame.
@@ -510,6 +524,7 @@ impl ClientMsg {
             }
             ClientMsg::Status => frame_bytes(K_STATUS, &[]),
             ClientMsg::Stats => frame_bytes(K_STATS, &[]),
+            ClientMsg::Metrics => frame_bytes(K_METRICS, &[]),
         }
     }
 
@@ -529,6 +544,7 @@ impl ClientMsg {
             }
             K_STATUS => Decoder::new(&f.body, "status request").end().map(|_| ClientMsg::Status),
             K_STATS => Decoder::new(&f.body, "stats request").end().map(|_| ClientMsg::Stats),
+            K_METRICS => Decoder::new(&f.body, "metrics request").end().map(|_| ClientMsg::Metrics),
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -574,6 +590,10 @@ impl ServerMsg {
                         .u64(w.steals_ok);
                 }
                 K_STATS_REPLY
+            }
+            ServerMsg::Metrics(text) => {
+                e.str(text);
+                K_METRICS_REPLY
             }
         };
         frame_bytes(kind, &e.finish())
@@ -643,6 +663,15 @@ impl ServerMsg {
                 d.end()?;
                 ServerMsg::Stats { at_ns, threads, workers }
             }
+            K_METRICS_REPLY => {
+                let mut d = Decoder::new(&f.body, "metrics");
+                let text = d.str()?;
+                d.end()?;
+                if text.len() > METRICS_TEXT_MAX {
+                    return Err(d.error(format!("{} bytes of text, more than {METRICS_TEXT_MAX}", text.len())));
+                }
+                ServerMsg::Metrics(text)
+            }
             k => return Err(WireError::UnknownKind(k)),
         };
         Ok(msg)
@@ -692,6 +721,7 @@ mod tests {
         assert_eq!(roundtrip_client(&req), req);
         assert_eq!(roundtrip_client(&ClientMsg::Status), ClientMsg::Status);
         assert_eq!(roundtrip_client(&ClientMsg::Stats), ClientMsg::Stats);
+        assert_eq!(roundtrip_client(&ClientMsg::Metrics), ClientMsg::Metrics);
         for m in [
             ServerMsg::Replies {
                 client: 7,
@@ -699,6 +729,8 @@ mod tests {
             },
             ServerMsg::Redirect { leader: 2, addr: "127.0.0.1:1".into() },
             ServerMsg::Error("overloaded".into()),
+            ServerMsg::Metrics("psmr_raft_term 3\n# EOF\n".into()),
+            ServerMsg::Metrics(String::new()),
             ServerMsg::Stats {
                 at_ns: 9,
                 threads: vec![ThreadStat { name: "psmr-protocol".into(), tid: 7, cpu_ns: 1, runq_ns: 2 }],
@@ -755,6 +787,23 @@ mod tests {
         bytes.push(0);
         let f = read_frame(&mut &bytes[..], 1024).unwrap();
         assert!(ClientMsg::from_frame(&f).unwrap_err().to_string().contains("trailing"));
+        // Metrics: a body beside the request, text that is not UTF-8, a
+        // length that overruns, trailing bytes, text over the limit.
+        let f = Frame { kind: K_METRICS, body: vec![0] };
+        assert!(ClientMsg::from_frame(&f).unwrap_err().to_string().contains("trailing"));
+        let f = Frame { kind: K_METRICS_REPLY, body: vec![0, 0, 0, 2, 0xff, 0xfe] };
+        assert!(ServerMsg::from_frame(&f).unwrap_err().to_string().contains("UTF-8"));
+        let f = Frame { kind: K_METRICS_REPLY, body: vec![0, 0, 0, 9, b'a'] };
+        assert!(ServerMsg::from_frame(&f).unwrap_err().to_string().contains("more bytes"));
+        let mut e = Encoder::new();
+        e.str("a").u8(0);
+        let f = Frame { kind: K_METRICS_REPLY, body: e.finish() };
+        assert!(ServerMsg::from_frame(&f).unwrap_err().to_string().contains("trailing"));
+        let f = Frame {
+            kind: K_METRICS_REPLY,
+            body: ServerMsg::Metrics("a".repeat(METRICS_TEXT_MAX + 1)).to_frame()[6..].to_vec(),
+        };
+        assert!(ServerMsg::from_frame(&f).unwrap_err().to_string().contains("more than"));
         // End of stream between frames, and inside one.
         assert!(matches!(read_frame(&mut &[][..], 1024), Err(WireError::Closed)));
         assert!(matches!(read_frame(&mut &[0, 0][..], 1024), Err(WireError::Io(_))));

@@ -77,6 +77,19 @@ pub struct Limits {
     pub bytes_max: usize,
 }
 
+impl Limits {
+    /// The limits a replica configuration sets.
+    pub fn of(config: &crate::Config) -> Self {
+        Self {
+            window: config.reply_window,
+            clients: config.reply_clients,
+            seqs_max: config.reply_seqs_max,
+            bytes_per_client: config.reply_bytes_per_client,
+            bytes_max: config.reply_bytes_max,
+        }
+    }
+}
+
 /// A remembered write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Slot {

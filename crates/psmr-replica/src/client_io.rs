@@ -28,6 +28,7 @@
 
 use crate::batcher::{Request, RequestSender};
 use crate::manager::Decision;
+use crate::metrics::{ClientRefusal, PendingRequests, ReplyClock};
 use crate::ratelog::RateLimit;
 use crate::router::{Outbox, OutboxRx, Outgoing};
 use crate::store::encode_command;
@@ -41,7 +42,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::BufReader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
@@ -106,6 +107,7 @@ impl ClientIo {
             };
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
             let Some(open) = self.admit(conn) else {
+                self.shared.metrics.client_refused(ClientRefusal::ConnectionLimit);
                 crate::warn_limited!(
                     REFUSED_CLIENT,
                     %peer,
@@ -152,6 +154,9 @@ impl ClientIo {
 
     async fn connection(self: Arc<Self>, stream: TcpStream, peer: std::net::SocketAddr, conn: u64, open: Arc<Open>) {
         let result = self.serve_connection(stream, conn, &open).await;
+        if let Err(e) = &result {
+            self.shared.metrics.connection_ended(e);
+        }
         match result {
             Ok(()) | Err(WireError::Closed) => debug!(%peer, "client disconnected"),
             Err(WireError::Io(e)) if e.kind() != io::ErrorKind::TimedOut => debug!(%peer, "client connection: {e}"),
@@ -166,10 +171,12 @@ impl ClientIo {
         // one read; a larger body bypasses it.
         let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
         let (outbox, rx) = self.shared.router.outbox(self.shared.config.queue_depth);
-        let writer = tokio::spawn(write_loop(wr, rx));
+        let pending = PendingRequests::default();
+        let clock = ReplyClock::new(pending.clone(), self.shared.metrics.request_latency.clone());
+        let writer = tokio::spawn(write_loop(wr, rx, clock));
         let mut clients = Vec::new();
         let result = tokio::select! {
-            r = self.read_loop(&mut rd, conn, open, &outbox, &mut clients) => r,
+            r = self.read_loop(&mut rd, conn, open, &outbox, &pending, &mut clients) => r,
             _ = open.evict.notified() => Err(timed_out(format!(
                 "closed to make room: idle while {} connections were open", self.shared.config.max_connections))),
         };
@@ -223,6 +230,7 @@ impl ClientIo {
         conn: u64,
         open: &Open,
         outbox: &Outbox,
+        pending: &PendingRequests,
         clients: &mut Vec<u64>,
     ) -> Result<(), WireError> {
         loop {
@@ -230,6 +238,7 @@ impl ClientIo {
                 f = self.read_frame(rd) => f?,
                 _ = self.shared.stopped() => return Ok(()),
             };
+            let read_at = Instant::now();
             open.active_ns.store(crate::stages::now_ns(), Ordering::Relaxed);
             match ClientMsg::from_frame(&frame)? {
                 ClientMsg::Status => {
@@ -237,6 +246,17 @@ impl ClientIo {
                     let msg = match status {
                         Ok(s) => ServerMsg::Status(s),
                         Err(e) => ServerMsg::Error(e),
+                    };
+                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                ClientMsg::Metrics => {
+                    let text = crate::metrics::exposition(&self.shared);
+                    let msg = if text.len() <= psmr_model::wire::METRICS_TEXT_MAX {
+                        ServerMsg::Metrics(text)
+                    } else {
+                        ServerMsg::Error(format!("{} bytes of metrics, more than a reply holds", text.len()))
                     };
                     if outbox.send(Outgoing::Msg(msg)).await.is_err() {
                         return Ok(());
@@ -256,6 +276,7 @@ impl ClientIo {
                     }
                     self.shared.router.register(client, conn, outbox);
                     if let Some(msg) = self.check(client, &commands) {
+                        self.shared.metrics.request_latency.observe_since(read_at);
                         if outbox.send(Outgoing::Msg(msg)).await.is_err() {
                             return Ok(());
                         }
@@ -268,10 +289,15 @@ impl ClientIo {
                     let mut bytes = 0;
                     let count = commands.len() as u32;
                     let mut encoded = Vec::with_capacity(frame.body.len() + 8 * commands.len());
+                    let (mut first, mut last) = (u64::MAX, 0);
                     for c in commands {
                         bytes += c.op.len();
+                        (first, last) = (first.min(c.seq), last.max(c.seq));
                         encode_command(&mut encoded, client, c.seq, &c.op);
                     }
+                    // Noted before it is queued: its replies cannot
+                    // reach the writer first.
+                    pending.lock().expect(client, first, last, count, read_at);
                     // Waits while the protocol thread is behind:
                     // back-pressure. The frame's bytes stay counted until
                     // its commands are in a proposed entry.
@@ -290,15 +316,19 @@ impl ClientIo {
         if !self.shared.is_leader.load(Ordering::Acquire) {
             let leader = self.shared.leader.load(Ordering::Acquire);
             let addr = config.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+            self.shared.metrics.client_refused(ClientRefusal::NotLeader);
             return Some(ServerMsg::Redirect { leader, addr });
         }
         if client == 0 {
+            self.shared.metrics.client_refused(ClientRefusal::ReservedClient);
             return Some(ServerMsg::Error("client id 0 is reserved".into()));
         }
         if commands.is_empty() {
+            self.shared.metrics.client_refused(ClientRefusal::EmptyRequest);
             return Some(ServerMsg::Error("a request needs at least one command".into()));
         }
         if commands.len() > config.batch_max_commands {
+            self.shared.metrics.client_refused(ClientRefusal::RequestCommands);
             return Some(ServerMsg::Error(format!(
                 "a request holds at most {} commands, this one {}",
                 config.batch_max_commands,
@@ -307,6 +337,7 @@ impl ClientIo {
         }
         let bytes: usize = commands.iter().map(|c| c.op.len()).sum();
         if bytes > config.batch_max_bytes {
+            self.shared.metrics.client_refused(ClientRefusal::RequestBytes);
             return Some(ServerMsg::Error(format!(
                 "a request holds at most {} bytes of operations, this one {bytes}",
                 config.batch_max_bytes
@@ -334,7 +365,7 @@ impl ClientIo {
 
 /// Writes a connection's outgoing messages, coalescing the outcomes that
 /// are waiting into one `Replies` frame per client.
-async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx) {
+async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx, mut clock: ReplyClock) {
     let mut buf = Vec::new();
     let mut replies: Vec<(u64, Vec<(u64, Outcome)>)> = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -342,10 +373,13 @@ async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx) {
         let mut taken = 0;
         while let Some(item) = next.take() {
             match item {
-                Outgoing::Reply { client, seq, outcome } => match replies.iter_mut().find(|r| r.0 == client) {
-                    Some(r) => r.1.push((seq, outcome)),
-                    None => replies.push((client, vec![(seq, outcome)])),
-                },
+                Outgoing::Reply { client, seq, outcome } => {
+                    clock.note(client, seq);
+                    match replies.iter_mut().find(|r| r.0 == client) {
+                        Some(r) => r.1.push((seq, outcome)),
+                        None => replies.push((client, vec![(seq, outcome)])),
+                    }
+                }
                 Outgoing::Msg(m) => {
                     flush_replies(&mut replies, &mut buf);
                     buf.extend_from_slice(&m.to_frame());
@@ -357,6 +391,9 @@ async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx) {
             }
         }
         flush_replies(&mut replies, &mut buf);
+        // Observed before the bytes go out: a client that has its reply
+        // finds its request counted.
+        clock.settle();
         if wr.write_all(&buf).await.is_err() {
             return;
         }

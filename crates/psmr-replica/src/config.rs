@@ -44,6 +44,27 @@ pub struct Member {
     pub client: SocketAddr,
     /// Where the other replicas connect.
     pub peer: SocketAddr,
+    /// Where Redis clients connect, if this replica serves the Redis
+    /// protocol (an application that speaks it, such as the kv store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<SocketAddr>,
+    /// Where Prometheus scrapes this replica's metrics (`/metrics`), if
+    /// anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Member {
+    /// Member `id` serving clients at `client` and peers at `peer`, with
+    /// neither a Redis nor a metrics endpoint.
+    pub fn new(id: u64, client: SocketAddr, peer: SocketAddr) -> Self {
+        Self { id, client, peer, redis: None, metrics: None }
+    }
+
+    /// Every address this member listens on.
+    pub fn addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        [Some(self.client), Some(self.peer), self.redis, self.metrics].into_iter().flatten()
+    }
 }
 
 /// Where the raft log lives.
@@ -57,30 +78,6 @@ pub enum Storage {
     /// crashed restarts from its directory and rejoins.
     #[default]
     Disk,
-}
-
-/// The replicated service.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServiceConfig {
-    /// `kv` (the key-value store) or `list` (the sharded linked list).
-    pub kind: String,
-    /// Class model. kv: `readers-writers` or `sharded`; list:
-    /// `readers-writers`, `sharded-snapshot` or `sharded-global`.
-    pub model: String,
-    /// Shards of the kv key space (`sharded` model) or of the list.
-    pub shards: usize,
-    /// kv: keys the store starts with (`0..keys`, 8-byte values).
-    pub keys: u64,
-    /// Execution cost: `light`, `moderate` or `heavy` (list: 1, 1k or 10k
-    /// entries per shard).
-    pub cost: String,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        Self { kind: "kv".into(), model: "readers-writers".into(), shards: 1, keys: 0, cost: "light".into() }
-    }
 }
 
 /// The execution scheduler.
@@ -135,8 +132,10 @@ impl PeerTls {
 pub struct Config {
     /// The cluster, every member including this one (2f+1 of them).
     pub replicas: Vec<Member>,
-    /// The service.
-    pub service: ServiceConfig,
+    /// The service's own section (`[service]`), read by the application
+    /// that starts the replica ([`Config::service_section`]); the replica
+    /// itself never looks inside.
+    pub service: toml::Table,
     /// The scheduler.
     pub scheduler: SchedulerConfig,
     /// Where the log lives.
@@ -210,7 +209,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             replicas: Vec::new(),
-            service: ServiceConfig::default(),
+            service: toml::Table::new(),
             scheduler: SchedulerConfig::default(),
             storage: Storage::Disk,
             data_dir: PathBuf::from("psmr-data"),
@@ -278,21 +277,13 @@ impl Config {
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
             return Err(ConfigError::Invalid(format!("replica id {} is listed twice", w[0])));
         }
-        let mut addrs: Vec<SocketAddr> = self.replicas.iter().flat_map(|m| [m.client, m.peer]).collect();
+        let mut addrs: Vec<SocketAddr> = self.replicas.iter().flat_map(Member::addrs).collect();
         addrs.sort_unstable();
         if let Some(w) = addrs.windows(2).find(|w| w[0] == w[1]) {
             return Err(ConfigError::Invalid(format!("address {} is used twice", w[0])));
         }
-        self.service.cost.parse::<psmr_services::Cost>().map_err(|e| ConfigError::Invalid(format!("cost: {e}")))?;
-        bounded("service.shards", self.service.shards as u64, 1, psmr_services::SHARDS_MAX as u64)?;
-        bounded("service.keys", self.service.keys, 0, 100_000_000)?;
-        let model = self.class_model()?;
         self.scheduler_kind()?;
         bounded("scheduler.workers", self.scheduler.workers as u64, 1, psmr_sched::WORKERS_MAX as u64)?;
-        if self.scheduler.mapping != "default" {
-            psmr_model::Mapping::from_spec(&model, self.scheduler.workers, &self.scheduler.mapping)
-                .map_err(|e| ConfigError::Invalid(format!("scheduler.mapping: {e}")))?;
-        }
         match (&self.peer_tls, self.insecure_peers) {
             (None, false) => {
                 return Err(ConfigError::Invalid(
@@ -336,19 +327,21 @@ impl Config {
         Ok(())
     }
 
-    /// The service's class model, checking the service's kind and model
-    /// names.
-    pub fn class_model(&self) -> Result<psmr_model::ClassModel, ConfigError> {
-        let bad_model = |e: psmr_services::WorkloadError| ConfigError::Invalid(format!("service model: {e}"));
-        match self.service.kind.as_str() {
-            "kv" => {
-                Ok(psmr_services::kv::class_model(self.service.model.parse().map_err(bad_model)?, self.service.shards))
-            }
-            "list" => Ok(psmr_services::list::class_model(
-                self.service.model.parse().map_err(bad_model)?,
-                self.service.shards,
-            )),
-            other => Err(ConfigError::Invalid(format!("unknown service {other:?} (known: kv, list)"))),
+    /// The `[service]` section as the application's own type `T`; an
+    /// error names what in it is wrong.
+    pub fn service_section<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        T::deserialize(toml::Value::Table(self.service.clone()))
+            .map_err(|e| ConfigError::Invalid(format!("[service]: {}", e.message())))
+    }
+
+    /// The mapping the configuration asks for, for `model`: `None` for
+    /// `default` (the application's, see [`psmr_model::App::default_mapping`]).
+    pub fn mapping(&self, model: &psmr_model::ClassModel) -> Result<Option<psmr_model::Mapping>, ConfigError> {
+        match self.scheduler.mapping.as_str() {
+            "default" => Ok(None),
+            spec => psmr_model::Mapping::from_spec(model, self.scheduler.workers, spec)
+                .map(Some)
+                .map_err(|e| ConfigError::Invalid(format!("scheduler.mapping: {e}"))),
         }
     }
 
@@ -381,10 +374,9 @@ mod tests {
     use super::*;
 
     fn three() -> Config {
-        let m = |id: u64| Member {
-            id,
-            client: format!("127.0.0.1:{}", 7000 + id).parse().unwrap(),
-            peer: format!("127.0.0.1:{}", 7100 + id).parse().unwrap(),
+        let m = |id: u64| {
+            let addr = |port: u64| format!("127.0.0.1:{port}").parse().unwrap();
+            Member::new(id, addr(7000 + id), addr(7100 + id))
         };
         Config { replicas: vec![m(1), m(2), m(3)], insecure_peers: true, ..Config::default() }
     }
@@ -404,6 +396,9 @@ mod tests {
         assert!(c.validate().unwrap_err().to_string().contains("replica id 1 is listed twice"));
         let mut c = three();
         c.replicas[2].peer = c.replicas[0].client;
+        assert!(c.validate().unwrap_err().to_string().contains("used twice"));
+        let mut c = three();
+        c.replicas[1].metrics = Some(c.replicas[0].peer);
         assert!(c.validate().unwrap_err().to_string().contains("used twice"));
         let mut c = three();
         c.scheduler.kind = "fastest".into();

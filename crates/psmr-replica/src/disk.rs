@@ -295,6 +295,8 @@ pub struct DiskStore {
     /// writes in order. Locked before `state`.
     record: Arc<Mutex<SyncRecord>>,
     incarnation: u64,
+    /// Where the time of each synced write goes, once the replica runs.
+    sync_time: Arc<std::sync::OnceLock<crate::metrics::Histogram>>,
 }
 
 fn engine_err(dir: &Path, e: impl std::fmt::Display) -> DiskError {
@@ -956,6 +958,7 @@ impl DiskStore {
             state: Arc::new(Mutex::new(State { hs, cs, snapshot, last, floor })),
             record: Arc::new(Mutex::new(record)),
             incarnation,
+            sync_time: Arc::default(),
         })
     }
 
@@ -984,6 +987,22 @@ impl DiskStore {
         self.state.lock().snapshot.clone()
     }
 
+    /// Counts the time of every synced write from now on in `histogram`
+    /// (the first call wins).
+    pub fn time_syncs(&self, histogram: crate::metrics::Histogram) {
+        let _ = self.sync_time.set(histogram);
+    }
+
+    /// A synced write of `batch`, timed.
+    fn write_synced(&self, batch: &mut LogBatch) -> raft::Result<()> {
+        let start = std::time::Instant::now();
+        self.engine.write(batch, true).map_err(raft_err)?;
+        if let Some(h) = self.sync_time.get() {
+            h.observe_since(start);
+        }
+        Ok(())
+    }
+
     /// Persists a ready's entries and hard state, synced, then records how
     /// far the log is synced.
     pub fn append(&self, entries: &[Entry], hs: Option<&HardState>) -> raft::Result<()> {
@@ -996,7 +1015,7 @@ impl DiskStore {
             return Ok(());
         }
         let mut record = self.record.lock();
-        self.engine.write(&mut batch, true).map_err(raft_err)?;
+        self.write_synced(&mut batch)?;
         let now = {
             let mut st = self.state.lock();
             if let Some(hs) = hs {
@@ -1068,7 +1087,7 @@ impl DiskStore {
         batch.add_command(GROUP, raft_engine::Command::Clean);
         batch.put_message(GROUP, HARD_STATE.to_vec(), &st.hs).map_err(raft_err)?;
         batch.put_message(GROUP, CONF_STATE.to_vec(), &st.cs).map_err(raft_err)?;
-        self.engine.write(&mut batch, true).map_err(raft_err)?;
+        self.write_synced(&mut batch)?;
         st.snapshot = Some(snapshot);
         st.last = (meta.term, meta.index);
         let now = record.state().after(st.last, st.hs.term, st.hs.vote, st.hs.commit);

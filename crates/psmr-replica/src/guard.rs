@@ -160,6 +160,48 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Every rule, in order (a rule's place here is its index in the
+    /// per-rule refusal counters of [`crate::metrics`]).
+    pub const ALL: [Rule; 13] = [
+        Rule::Sender,
+        Rule::Recipient,
+        Rule::LocalOnly,
+        Rule::Unused,
+        Rule::Fields,
+        Rule::Append,
+        Rule::Snapshot,
+        Rule::Vote,
+        Rule::OneLeader,
+        Rule::Commit,
+        Rule::Committed,
+        Rule::Ack,
+        Rule::VoteFloor,
+    ];
+
+    /// A metric label value: [`Rule::name`] in snake case.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rule::Sender => "sender",
+            Rule::Recipient => "recipient",
+            Rule::LocalOnly => "local_only_type",
+            Rule::Unused => "unused_type",
+            Rule::Fields => "fields",
+            Rule::Append => "append",
+            Rule::Snapshot => "snapshot",
+            Rule::Vote => "vote",
+            Rule::OneLeader => "one_leader_per_term",
+            Rule::Commit => "commit",
+            Rule::Committed => "committed",
+            Rule::Ack => "ack",
+            Rule::VoteFloor => "vote_floor",
+        }
+    }
+
+    /// This rule's place in [`Rule::ALL`] (its declaration order).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// A short name, for logs.
     pub fn name(self) -> &'static str {
         match self {

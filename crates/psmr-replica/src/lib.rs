@@ -40,31 +40,35 @@
 //! an execution worker) stops the whole replica with the reason
 //! ([`Replica::wait`] returns it); it never runs on without that thread.
 
-pub mod app;
 pub mod batcher;
 pub mod cache;
 pub mod client_io;
 pub mod config;
 pub mod disk;
 pub mod guard;
+pub mod local;
 pub mod manager;
+pub mod metrics;
 pub mod peer;
 pub mod protocol;
 pub mod ratelog;
+pub mod redis;
 pub mod router;
 pub mod stages;
 pub mod store;
 pub mod synced;
 pub mod tls;
 
-pub use app::{App, KvApp, ListApp};
 pub use config::{Config, ConfigError, Member, Storage};
+pub use local::{LocalCluster, LocalClusterBuilder};
+pub use psmr_model::App;
 
 use crate::cache::ReplyCache;
 use crate::manager::{Manager, ManagerSink};
 use crate::router::Router;
 use parking_lot::{Condvar, Mutex};
-use psmr_sched::SchedConfig;
+use psmr_model::{ClassModel, Mapping};
+use psmr_sched::{optimizer, SchedConfig};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,6 +94,9 @@ pub enum ReplicaError {
     /// The scheduler cannot be built.
     #[error("scheduler: {0}")]
     Scheduler(#[from] psmr_sched::SchedError),
+    /// No class-to-threads mapping could be found.
+    #[error("mapping: {0}")]
+    Optimizer(#[from] psmr_sched::optimizer::OptimizerError),
     /// Raft refused to start.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
@@ -152,6 +159,8 @@ pub struct Shared {
     pub stats: Stats,
     /// The scheduler's per-worker metrics, once it runs (early schedulers).
     pub worker_metrics: std::sync::OnceLock<Arc<psmr_sched::Metrics>>,
+    /// What the Prometheus endpoint serves (see [`metrics`]).
+    pub metrics: metrics::Metrics,
     stopping: AtomicBool,
     stop_tx: tokio::sync::watch::Sender<bool>,
     failure: Mutex<Option<String>>,
@@ -159,6 +168,31 @@ pub struct Shared {
 }
 
 impl Shared {
+    fn new(config: Config, id: u64, incarnation: u64, repaired: bool) -> Self {
+        let (stop_tx, _) = tokio::sync::watch::channel(false);
+        let router = Arc::new(Router::new(config.client_buffer_bytes_max));
+        Shared {
+            config,
+            id,
+            incarnation,
+            incarnations: Mutex::new(HashMap::new()),
+            repaired: AtomicBool::new(repaired),
+            leader: AtomicU64::new(0),
+            term: AtomicU64::new(0),
+            is_leader: AtomicBool::new(false),
+            applied: AtomicU64::new(0),
+            protocol_waits: AtomicBool::new(false),
+            router,
+            stats: Stats::default(),
+            worker_metrics: std::sync::OnceLock::new(),
+            metrics: metrics::Metrics::new(),
+            stopping: AtomicBool::new(false),
+            stop_tx,
+            failure: Mutex::new(None),
+            failed: Condvar::new(),
+        }
+    }
+
     /// True once the replica is stopping.
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
@@ -211,88 +245,106 @@ pub struct Replica {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-impl Replica {
-    /// Starts replica `id` of `config` running `app`.
-    pub fn start<A: App>(config: Config, id: u64, app: A) -> Result<Replica, ReplicaError> {
+/// Starts a replica: the application, its configuration and its id, and
+/// optionally listeners bound beforehand (so that a caller choosing free
+/// ports has no window in which another process takes them).
+///
+/// ```no_run
+/// # fn demo(app: psmr_services::KvApp, config: psmr_replica::Config) -> Result<(), psmr_replica::ReplicaError> {
+/// let replica = psmr_replica::ReplicaBuilder::new(app, config, 1).start()?;
+/// replica.wait()
+/// # }
+/// ```
+pub struct ReplicaBuilder<A: App> {
+    app: A,
+    config: Config,
+    id: u64,
+    listeners: Option<(TcpListener, TcpListener)>,
+    redis: Option<RedisFrontEnd<A>>,
+    metrics_listener: Option<TcpListener>,
+}
+
+/// Makes the Redis gateway of a replica, its types erased.
+type RedisFrontEnd<A> = (Box<dyn FnOnce(Arc<Shared>, Arc<A>) -> Arc<dyn redis::Serve> + Send>, Option<TcpListener>);
+
+impl<A: App> ReplicaBuilder<A> {
+    /// Replica `id` of `config` running `app`.
+    pub fn new(app: A, config: Config, id: u64) -> Self {
+        Self { app, config, id, listeners: None, redis: None, metrics_listener: None }
+    }
+
+    /// Serves Redis clients on the member's `redis` address, mapping their
+    /// commands onto the app's operations with `commands` (see [`redis`]).
+    pub fn redis<C>(mut self, commands: C) -> Self
+    where
+        C: psmr_resp::Commands<Op = A::Op, Reply = A::Reply>,
+    {
+        let make =
+            move |shared, app| Arc::new(redis::Gateway::<A, C>::new(shared, app, commands)) as Arc<dyn redis::Serve>;
+        let listener = self.redis.take().and_then(|(_, l)| l);
+        self.redis = Some((Box::new(make), listener));
+        self
+    }
+
+    /// Serves Redis clients on `listener` (bound beforehand to the
+    /// member's `redis` address) rather than binding it; needs
+    /// [`ReplicaBuilder::redis`] too.
+    pub fn redis_listener(mut self, listener: TcpListener) -> Self {
+        if let Some((_, l)) = &mut self.redis {
+            *l = Some(listener);
+        }
+        self
+    }
+
+    /// Serves clients on `client` and peers on `peer` instead of binding
+    /// the configured addresses (which must be theirs).
+    pub fn listeners(mut self, client: TcpListener, peer: TcpListener) -> Self {
+        self.listeners = Some((client, peer));
+        self
+    }
+
+    /// Serves `/metrics` on `listener` instead of binding the configured
+    /// `metrics` address (see [`metrics`]).
+    pub fn metrics_listener(mut self, listener: TcpListener) -> Self {
+        self.metrics_listener = Some(listener);
+        self
+    }
+
+    /// Checks the configuration, opens the log and starts every stage.
+    pub fn start(self) -> Result<Replica, ReplicaError> {
+        let Self { app, config, id, listeners, redis, metrics_listener } = self;
         config.validate()?;
         stages::init();
         let me = config.member(id)?.clone();
+        if me.redis.is_some() && redis.is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "replica {id} has a redis address, but its application does not speak Redis"
+            ))
+            .into());
+        }
         let kind = config.scheduler_kind()?;
-        let peer_listener =
-            TcpListener::bind(me.peer).map_err(|source| ReplicaError::Bind { addr: me.peer, source })?;
-        let client_listener =
-            TcpListener::bind(me.client).map_err(|source| ReplicaError::Bind { addr: me.client, source })?;
+        let model = app.class_model();
+        let mapping = if kind.needs_mapping() { Some(mapping(&config, &app, &model)?) } else { None };
+        let (client_listener, peer_listener) = match listeners {
+            Some(l) => l,
+            None => (bind(me.client)?, bind(me.peer)?),
+        };
+        let metrics_listener = metrics::listener(metrics_listener, &me)?;
         let client_addr = client_listener.local_addr()?;
-        let fresh = {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos(),
-            );
-            h.finish() | 1
-        };
-        // The log: a fresh one in memory, or whatever the data directory
-        // holds (with the snapshot to restore before replaying it).
-        let voters: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
-        let (log, incarnation, recovered) = match config.storage {
-            Storage::Memory => (store::Log::Memory(store::LogStore::new(voters)), fresh, None),
-            Storage::Disk => {
-                let disk = disk::DiskStore::open(&config.replica_dir(id), voters)?;
-                // The directory's own, kept in its sync record (and by a
-                // repair): `fresh` is for memory storage only.
-                let incarnation = disk.incarnation();
-                let snapshot = disk.snapshot_kept();
-                (store::Log::Disk(disk), incarnation, snapshot)
-            }
-        };
-        let recovered_index = recovered.as_ref().map_or(0, |s| s.get_metadata().index);
-        let (stop_tx, _) = tokio::sync::watch::channel(false);
-        let shared = Arc::new(Shared {
-            config: config.clone(),
-            id,
-            incarnation,
-            incarnations: Mutex::new(HashMap::new()),
-            repaired: AtomicBool::new(log.vote_floor().is_some()),
-            leader: AtomicU64::new(0),
-            term: AtomicU64::new(0),
-            is_leader: AtomicBool::new(false),
-            applied: AtomicU64::new(0),
-            protocol_waits: AtomicBool::new(false),
-            router: Arc::new(Router::new(config.client_buffer_bytes_max)),
-            stats: Stats::default(),
-            worker_metrics: std::sync::OnceLock::new(),
-            stopping: AtomicBool::new(false),
-            stop_tx,
-            failure: Mutex::new(None),
-            failed: Condvar::new(),
-        });
+        let (log, incarnation, recovered) = open_log(&config, id)?;
+        let shared = Arc::new(Shared::new(config.clone(), id, incarnation, log.vote_floor().is_some()));
         let mut replica = Replica { shared: shared.clone(), client_addr, threads: Vec::new(), runtime: None };
 
         // Execution.
         let app = Arc::new(app);
-        let cache = Arc::new(ReplyCache::new(cache::Limits {
-            window: config.reply_window,
-            clients: config.reply_clients,
-            seqs_max: config.reply_seqs_max,
-            bytes_per_client: config.reply_bytes_per_client,
-            bytes_max: config.reply_bytes_max,
-        }));
-        let sink = Arc::new(ManagerSink::new(app.clone(), cache.clone(), shared.clone()));
+        let cache = Arc::new(ReplyCache::new(cache::Limits::of(&config)));
+        let sink = Arc::new(ManagerSink::new(cache.clone(), shared.clone()));
         let mut sched = SchedConfig::new(kind, config.scheduler.workers);
-        if kind.needs_mapping() {
-            let workers = config.scheduler.workers;
-            let mapping = match config.scheduler.mapping.as_str() {
-                "default" => app.default_mapping(workers),
-                // Checked by `Config::validate` against the same model.
-                spec => psmr_model::Mapping::from_spec(app.model(), workers, spec)
-                    .map_err(|e| ConfigError::Invalid(format!("scheduler.mapping: {e}")))?,
-            };
-            sched = sched.with_mapping(mapping);
-        }
+        sched.mapping = mapping;
         // Timing the waits costs two clock reads per wait; the per-worker
         // picture it gives (`psmr bench`) is worth that.
         sched.metrics = true;
-        let scheduler = psmr_sched::build(&sched, app.service().clone(), app.model(), sink.clone())?;
+        let scheduler = psmr_sched::build(&sched, app.clone(), &model, sink.clone())?;
         if let Some(m) = scheduler.metrics() {
             let _ = shared.worker_metrics.set(m);
         }
@@ -316,32 +368,14 @@ impl Replica {
         let accept = peer::spawn_listener(&shared, peer_listener, tls, inbound_tx.clone())?;
         replica.threads.push(accept);
 
-        // Raft.
-        let store = log;
-        let raft_config = raft::Config {
-            id,
-            applied: recovered_index,
-            election_tick: config.election_ticks,
-            heartbeat_tick: config.heartbeat_ticks,
-            max_size_per_msg: (config.peer_frame_max / 4) as u64,
-            max_inflight_msgs: 256,
-            check_quorum: true,
-            pre_vote: true,
-            // Followers learn the commit index from the next append or
-            // heartbeat instead of from an append of its own after every
-            // commit: half the peer messages (and their wake-ups) per
-            // entry. Clients hear from the leader, which knows at once; a
-            // follower applies at most one heartbeat later when idle.
-            skip_bcast_commit: true,
-            ..raft::Config::default()
-        };
-        raft_config.validate()?;
-        let logger = slog::Logger::root(RaftLog, slog::o!("replica" => id));
-        let node = raft::RawNode::new(&raft_config, store.clone(), &logger)?;
+        // Raft, then the service manager, restored from the snapshot the
+        // log was compacted to.
+        let applied = recovered.as_ref().map_or(0, |s| s.get_metadata().index);
+        let node = raft_node(&config, id, applied, log.clone())?;
         let protocol = protocol::Protocol {
             shared: shared.clone(),
             node,
-            store,
+            store: log,
             peers,
             inbound: inbound_rx,
             requests: request_rx,
@@ -352,18 +386,7 @@ impl Replica {
             }),
             decisions: decision_tx.clone(),
         };
-        let mut manager = Manager {
-            shared: shared.clone(),
-            app: app.clone(),
-            cache,
-            sink,
-            scheduler,
-            decisions: decision_rx,
-            protocol: inbound_tx,
-            submitted: 0,
-            applied_term: 0,
-            since_snapshot: 0,
-        };
+        let mut manager = Manager::new(shared.clone(), app.clone(), cache, sink, scheduler, decision_rx, inbound_tx);
         if let Some(snapshot) = &recovered {
             manager.restore(snapshot).map_err(ReplicaError::Failed)?;
         }
@@ -383,9 +406,118 @@ impl Replica {
             tokio::net::TcpListener::from_std(client_listener)?
         };
         runtime.spawn(io.serve(listener));
+        metrics::spawn(&runtime, &shared, metrics_listener)?;
+        if let (Some(addr), Some((make, listener))) = (me.redis, redis) {
+            let listener = match listener {
+                Some(l) => l,
+                None => bind(addr)?,
+            };
+            listener.set_nonblocking(true)?;
+            let listener = {
+                let _guard = runtime.enter();
+                tokio::net::TcpListener::from_std(listener)?
+            };
+            runtime.spawn(make(shared.clone(), app.clone()).serve(listener));
+            info!(id, redis = %addr, "serving Redis clients");
+        }
         replica.runtime = Some(runtime);
         info!(id, %client_addr, peer = %me.peer, scheduler = %kind, "replica started");
         Ok(replica)
+    }
+}
+
+fn bind(addr: SocketAddr) -> Result<TcpListener, ReplicaError> {
+    TcpListener::bind(addr).map_err(|source| ReplicaError::Bind { addr, source })
+}
+
+/// The class-to-threads mapping of an early scheduler: the configured one,
+/// else the application's default, else the optimizer's for equally
+/// frequent classes.
+fn mapping<A: App>(config: &Config, app: &A, model: &ClassModel) -> Result<Mapping, ReplicaError> {
+    let workers = config.scheduler.workers;
+    if let Some(m) = config.mapping(model)? {
+        return Ok(m);
+    }
+    if let Some(m) = app.default_mapping(workers) {
+        m.validate(model).map_err(|e| ReplicaError::Failed(format!("the application's default mapping: {e}")))?;
+        return Ok(m);
+    }
+    let problem = optimizer::Problem::new(model.clone(), workers)?;
+    let limits = optimizer::Limits { time: MAPPING_TIME_LIMIT };
+    let solution = optimizer::optimize_with(&problem, limits)?;
+    info!(
+        model = model.name(),
+        workers,
+        optimal = solution.optimal,
+        mapping = %solution.mapping.to_spec(model),
+        "class-to-threads mapping found by the optimizer"
+    );
+    Ok(solution.mapping)
+}
+
+/// How long a starting replica lets the optimizer look for a mapping when
+/// neither the configuration nor the application gives one: the best found
+/// is used, optimal or not.
+pub const MAPPING_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The log: a fresh one in memory, or whatever the data directory holds
+/// (with the snapshot to restore before replaying it). Also the
+/// incarnation this replica announces to its peers.
+fn open_log(config: &Config, id: u64) -> Result<(store::Log, u64, Option<raft::eraftpb::Snapshot>), ReplicaError> {
+    let voters: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+    Ok(match config.storage {
+        Storage::Memory => (store::Log::Memory(store::LogStore::new(voters)), fresh_incarnation(), None),
+        Storage::Disk => {
+            let disk = disk::DiskStore::open(&config.replica_dir(id), voters)?;
+            // The directory's own, kept in its sync record (and by a
+            // repair): a fresh one is for memory storage only.
+            let incarnation = disk.incarnation();
+            let snapshot = disk.snapshot_kept();
+            (store::Log::Disk(disk), incarnation, snapshot)
+        }
+    })
+}
+
+fn fresh_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() | 1
+}
+
+fn raft_node(
+    config: &Config,
+    id: u64,
+    applied: u64,
+    store: store::Log,
+) -> Result<raft::RawNode<store::Log>, ReplicaError> {
+    let raft_config = raft::Config {
+        id,
+        applied,
+        election_tick: config.election_ticks,
+        heartbeat_tick: config.heartbeat_ticks,
+        max_size_per_msg: (config.peer_frame_max / 4) as u64,
+        max_inflight_msgs: 256,
+        check_quorum: true,
+        pre_vote: true,
+        // Followers learn the commit index from the next append or
+        // heartbeat instead of from an append of its own after every
+        // commit: half the peer messages (and their wake-ups) per entry.
+        // Clients hear from the leader, which knows at once; a follower
+        // applies at most one heartbeat later when idle.
+        skip_bcast_commit: true,
+        ..raft::Config::default()
+    };
+    raft_config.validate()?;
+    let logger = slog::Logger::root(RaftLog, slog::o!("replica" => id));
+    Ok(raft::RawNode::new(&raft_config, store, &logger)?)
+}
+
+impl Replica {
+    /// Starts replica `id` of `config` running `app` (see
+    /// [`ReplicaBuilder`] for more choices).
+    pub fn start<A: App>(config: Config, id: u64, app: A) -> Result<Replica, ReplicaError> {
+        ReplicaBuilder::new(app, config, id).start()
     }
 
     /// Spawns a stage thread. A panic in it stops the replica (fail-stop):

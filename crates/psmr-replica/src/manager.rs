@@ -9,7 +9,6 @@
 //! snapshot to the protocol thread, which compacts the log behind it. A
 //! snapshot from the leader replaces the state the same way.
 
-use crate::app::App;
 use crate::cache::{Admit, ReplyCache};
 use crate::peer::Inbound;
 use crate::router::Router;
@@ -17,8 +16,10 @@ use crate::store::entry_commands;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
+use psmr_model::wire::OpCodec;
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
-use psmr_model::{Batch, ClientId, Digest, Service, BITMAP_BITS_DEFAULT};
+use psmr_model::App;
+use psmr_model::{Batch, ClientId, Digest, BITMAP_BITS_DEFAULT};
 use psmr_sched::{Reply, ReplySink, SchedError, Scheduler};
 use raft::prelude::{Entry, EntryType, Snapshot};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,7 +39,7 @@ pub enum Decision {
 
 /// Receives replies from the workers.
 pub struct ManagerSink<A: App> {
-    app: Arc<A>,
+    codec: A::Codec,
     cache: Arc<ReplyCache>,
     router: Arc<Router>,
     /// Stopped by an execution failure.
@@ -54,9 +55,9 @@ pub struct ManagerSink<A: App> {
 }
 
 impl<A: App> ManagerSink<A> {
-    pub(crate) fn new(app: Arc<A>, cache: Arc<ReplyCache>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(cache: Arc<ReplyCache>, shared: Arc<Shared>) -> Self {
         Self {
-            app,
+            codec: A::Codec::default(),
             cache,
             router: shared.router.clone(),
             shared,
@@ -94,12 +95,12 @@ impl<A: App> ManagerSink<A> {
     }
 }
 
-impl<A: App> ReplySink<<A::S as Service>::Reply> for ManagerSink<A> {
-    fn deliver(&self, _worker: usize, reply: Reply<<A::S as Service>::Reply>) {
+impl<A: App> ReplySink<A::Reply> for ManagerSink<A> {
+    fn deliver(&self, _worker: usize, reply: Reply<A::Reply>) {
         let (client, seq) = (reply.client.0, reply.seq);
         // Encoded only if kept (a write) or answered here (its client is
         // connected to this replica), and then once.
-        let encode = || Outcome::Ok(self.app.encode_reply(&reply.value));
+        let encode = || Outcome::Ok(self.codec.encode_reply(&reply.value));
         let mut kept = None;
         self.cache.fill_with(client, seq, || kept.insert(encode()).clone());
         self.router.reply_with(client, seq, || kept.take().unwrap_or_else(encode));
@@ -137,20 +138,48 @@ fn must_remember<O>(commands: &[psmr_model::Command<O>]) -> Vec<bool> {
 }
 
 pub(crate) struct Manager<A: App> {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) app: Arc<A>,
-    pub(crate) cache: Arc<ReplyCache>,
-    pub(crate) sink: Arc<ManagerSink<A>>,
-    pub(crate) scheduler: Box<dyn Scheduler<A::S>>,
-    pub(crate) decisions: Receiver<Decision>,
-    pub(crate) protocol: Sender<Inbound>,
+    shared: Arc<Shared>,
+    app: Arc<A>,
+    codec: A::Codec,
+    cache: Arc<ReplyCache>,
+    sink: Arc<ManagerSink<A>>,
+    scheduler: Box<dyn Scheduler<A>>,
+    decisions: Receiver<Decision>,
+    protocol: Sender<Inbound>,
     /// Commands handed to the scheduler.
-    pub(crate) submitted: u64,
-    pub(crate) applied_term: u64,
-    pub(crate) since_snapshot: u64,
+    submitted: u64,
+    applied_term: u64,
+    since_snapshot: u64,
 }
 
 impl<A: App> Manager<A> {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        app: Arc<A>,
+        cache: Arc<ReplyCache>,
+        sink: Arc<ManagerSink<A>>,
+        scheduler: Box<dyn Scheduler<A>>,
+        decisions: Receiver<Decision>,
+        protocol: Sender<Inbound>,
+    ) -> Self {
+        let (submitted, applied_term, since_snapshot) = (0, 0, 0);
+        let _ = shared.metrics.cache.set(cache.clone());
+        let codec = A::Codec::default();
+        Self {
+            shared,
+            app,
+            codec,
+            cache,
+            sink,
+            scheduler,
+            decisions,
+            protocol,
+            submitted,
+            applied_term,
+            since_snapshot,
+        }
+    }
+
     pub(crate) fn run(mut self) {
         while let Ok(d) = self.decisions.recv() {
             match d {
@@ -172,7 +201,7 @@ impl<A: App> Manager<A> {
                     // A failed replica has no state worth reporting: the
                     // request is dropped and ClientIO answers that it stops.
                     if self.sink.wait_for(self.submitted) {
-                        let _ = reply.send((self.shared.applied.load(Ordering::Acquire), self.app.service().digest()));
+                        let _ = reply.send((self.shared.applied.load(Ordering::Acquire), self.app.digest()));
                     }
                 }
             }
@@ -210,7 +239,7 @@ impl<A: App> Manager<A> {
         let router = &self.shared.router;
         let mut decoded = Vec::with_capacity(commands.len());
         for c in commands {
-            match self.app.command(ClientId(c.client), c.seq, c.op) {
+            match self.app.command(&self.codec, ClientId(c.client), c.seq, c.op) {
                 Ok(cmd) => decoded.push(cmd),
                 // Not remembered: the same bytes are refused the same way
                 // whenever they come back.
@@ -253,17 +282,22 @@ impl<A: App> Manager<A> {
     }
 
     fn snapshot(&mut self, index: u64, term: u64) {
+        let start = std::time::Instant::now();
         if !self.sink.wait_for(self.submitted) {
             return;
         }
         let mut enc = Encoder::new();
-        enc.u64(index).u64(term).bytes(&self.app.service().snapshot()).bytes(&self.cache.snapshot());
+        enc.u64(index).u64(term).bytes(&self.app.snapshot()).bytes(&self.cache.snapshot());
         let data = enc.finish();
+        let bytes = data.len();
         // Never wait for the protocol thread here: it may be waiting for
         // this thread to take decisions. A snapshot that does not fit is
         // taken again a little later.
         match self.protocol.try_send(Inbound::Snapshot { index, term, data }) {
-            Ok(()) => debug!(index, "snapshot taken"),
+            Ok(()) => {
+                self.shared.metrics.snapshot_taken(start, bytes);
+                debug!(index, "snapshot taken");
+            }
             Err(_) => {
                 debug!(index, "protocol queue full; snapshot postponed");
                 self.since_snapshot = self.shared.config.snapshot_every / 2;
@@ -285,11 +319,12 @@ impl<A: App> Manager<A> {
         };
         let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {}: {e}", snap.get_metadata().index);
         let (index, service, cache) = parse(&snap.data).map_err(|e| bad(&e))?;
-        self.app.service().restore(&service).map_err(|e| bad(&e))?;
+        self.app.restore(&service).map_err(|e| bad(&e))?;
         self.cache.restore(&cache).map_err(|e| bad(&e))?;
         self.shared.set_applied(index, &self.protocol);
         self.applied_term = snap.get_metadata().term;
         self.since_snapshot = 0;
+        self.shared.metrics.snapshot_restored();
         info!(index, "state restored from a snapshot");
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! The Protocol thread (002 §V-C2): the only thread that touches the raft
 //! node. It steps peers' messages, turns client requests into log entries
-//! and proposes them ([`batcher`]: at once when nothing is in flight,
+//! and proposes them ([`crate::batcher`]: at once when nothing is in flight,
 //! growing while entries are in flight, at most `pipeline` proposed and not
 //! yet applied), ticks, and handles each `Ready`: sends messages, stores
 //! entries and hard state, and passes committed entries and snapshots to
@@ -119,6 +119,9 @@ fn contained<R>(shared: &Shared, what: impl FnOnce() -> String, f: impl FnOnce()
 impl Protocol {
     pub(crate) fn run(mut self) {
         precise_timers();
+        if let Log::Disk(disk) = &self.store {
+            disk.time_syncs(self.shared.metrics.log_sync.clone());
+        }
         let guard = Guard::new(self.shared.id, self.shared.config.replicas.iter().map(|m| m.id));
         // Read once: the floor only ever goes away, and it does once this
         // replica's log reaches it (then Raft's own up-to-date check covers
@@ -247,6 +250,7 @@ impl Protocol {
                 let verdict = contained(&self.shared, what, || guard.check(&msg, sender, &self.node.raft, floor))?;
                 if let Err(why) = verdict {
                     self.shared.stats.peer_refused.fetch_add(1, Ordering::Relaxed);
+                    self.shared.metrics.peer_refused(why.rule);
                     crate::warn_limited!(REFUSED, peer = sender, kind = ?kind, "refused a raft message: {why}");
                     return Ok(());
                 }
@@ -348,12 +352,14 @@ impl Protocol {
         }
         let commands = self.batcher.len() as u64;
         let (data, clients) = self.batcher.take();
+        let bytes = data.len();
         let proposed = contained(&self.shared, || "proposing".into(), || self.node.propose(Vec::new(), data))?;
         match proposed {
             Ok(()) => {
                 let stats = &self.shared.stats;
                 stats.entries_proposed.fetch_add(1, Ordering::Relaxed);
                 stats.commands_proposed.fetch_add(commands, Ordering::Relaxed);
+                self.shared.metrics.entry_proposed(commands, bytes);
             }
             Err(e) => {
                 warn!("proposal dropped: {e}");
@@ -409,6 +415,7 @@ impl Protocol {
         let raft = &self.node.raft;
         self.shared.leader.store(raft.leader_id, Ordering::Release);
         self.shared.term.store(raft.term, Ordering::Release);
+        self.shared.metrics.commit.store(raft.raft_log.committed, Ordering::Release);
         self.shared.is_leader.store(raft.state == StateRole::Leader, Ordering::Release);
     }
 }

@@ -5,8 +5,9 @@
 
 use psmr_client::{Client, ClientConfig};
 use psmr_model::wire::{read_frame, ServerMsg, WireError, WIRE_VERSION};
-use psmr_replica::{Config, KvApp, Member, Replica, Storage};
-use psmr_services::kv::{KvCodec, KvOp};
+use psmr_replica::{Config, Member, Replica, Storage};
+use psmr_services::kv::{key_bytes, KvCodec, KvOp};
+use psmr_services::KvApp;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -20,20 +21,21 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn one_replica(tune: impl FnOnce(&mut Config)) -> Replica {
     let held: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let replicas = vec![Member { id: 1, client: held[0].local_addr().unwrap(), peer: held[1].local_addr().unwrap() }];
+    let replicas = vec![Member::new(1, held[0].local_addr().unwrap(), held[1].local_addr().unwrap())];
     drop(held);
     let mut c = Config { replicas, storage: Storage::Memory, insecure_peers: true, ..Config::default() };
     c.tick_ms = 10;
     tune(&mut c);
     c.validate().unwrap();
-    Replica::start(c.clone(), 1, KvApp::new(&c.service)).unwrap()
+    Replica::start(c.clone(), 1, KvApp::new(&c.service_section().unwrap()).unwrap()).unwrap()
 }
 
 fn put(addr: SocketAddr, key: u64, deadline: Duration) -> Result<(), String> {
     let mut cc = ClientConfig::new(vec![addr]);
     cc.deadline = deadline;
     let mut client = Client::new(cc).map_err(|e| e.to_string())?;
-    let r = client.call(&KvCodec, &[KvOp::Put { key, value: b"v".to_vec() }]).map_err(|e| e.to_string())?;
+    let r =
+        client.call(&KvCodec, &[KvOp::Put { key: key_bytes(key), value: b"v".to_vec() }]).map_err(|e| e.to_string())?;
     r.into_iter().next().expect("one reply").map(|_| ())
 }
 
@@ -144,14 +146,14 @@ fn large_read_replies_are_not_kept() {
     let mut cc = ClientConfig::new(vec![addr]);
     cc.deadline = Duration::from_secs(10);
     let mut client = Client::new(cc).unwrap();
-    client.call(&KvCodec, &[KvOp::Put { key: 1, value: vec![7; 1_000_000] }]).unwrap();
+    client.call(&KvCodec, &[KvOp::Put { key: key_bytes(1), value: vec![7; 1_000_000] }]).unwrap();
     let before = rss_bytes();
     // One small request whose replies weigh 500 MB: today's reply cache
     // kept every one of them.
     for round in 0..3 {
         let mut cc = ClientConfig::new(vec![addr]);
         cc.deadline = Duration::from_secs(2);
-        let reads = vec![KvOp::Read { key: 1 }; 500];
+        let reads = vec![KvOp::Read { key: key_bytes(1) }; 500];
         let _ = Client::new(cc).unwrap().call(&KvCodec, &reads);
         // Enough small writes for a snapshot, which used to copy the cache.
         for key in 0..60 {

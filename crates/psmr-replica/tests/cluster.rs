@@ -8,9 +8,10 @@
 
 use psmr_client::{Client, ClientConfig};
 use psmr_model::wire::{frame_bytes, Outcome};
-use psmr_replica::{Config, KvApp, Member, Replica, Storage};
+use psmr_replica::{Config, Member, Replica, Storage};
 use psmr_sched::SchedulerKind;
-use psmr_services::kv::{KvCodec, KvOp, KvReply};
+use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
+use psmr_services::KvApp;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
@@ -59,7 +60,7 @@ fn config(n: u64, kind: SchedulerKind, workers: usize) -> TestConfig {
     // at once may be handed out again.
     let held: Vec<TcpListener> = (0..2 * n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let addr = |i: u64| held[i as usize].local_addr().unwrap();
-    let replicas = (1..=n).map(|id| Member { id, client: addr(2 * id - 2), peer: addr(2 * id - 1) }).collect();
+    let replicas = (1..=n).map(|id| Member::new(id, addr(2 * id - 2), addr(2 * id - 1))).collect();
     drop(held);
     let certs = tempfile::tempdir().unwrap();
     let ids: Vec<u64> = (1..=n).collect();
@@ -74,7 +75,7 @@ fn config(n: u64, kind: SchedulerKind, workers: usize) -> TestConfig {
 }
 
 fn start(config: &Config, id: u64) -> Replica {
-    Replica::start(config.clone(), id, KvApp::new(&config.service)).unwrap()
+    Replica::start(config.clone(), id, KvApp::new(&config.service_section().unwrap()).unwrap()).unwrap()
 }
 
 fn addrs(config: &Config) -> Vec<SocketAddr> {
@@ -90,7 +91,7 @@ fn client(config: &Config, id: u64) -> Client {
 
 /// A client's own sequential model of the store, on its own keys.
 #[derive(Default)]
-struct Model(HashMap<u64, Vec<u8>>);
+struct Model(HashMap<Vec<u8>, Vec<u8>>);
 
 impl Model {
     fn apply(&mut self, op: &KvOp) -> KvReply {
@@ -99,7 +100,7 @@ impl Model {
             KvOp::Create { key, value } => KvReply::Done(if self.0.contains_key(key) {
                 false
             } else {
-                self.0.insert(*key, value.clone());
+                self.0.insert(key.clone(), value.clone());
                 true
             }),
             KvOp::Update { key, value } => KvReply::Done(match self.0.get_mut(key) {
@@ -110,13 +111,14 @@ impl Model {
                 None => false,
             }),
             KvOp::Delete { key } => KvReply::Done(self.0.remove(key).is_some()),
-            KvOp::Put { key, value } => KvReply::Done(self.0.insert(*key, value.clone()).is_some()),
+            KvOp::Put { key, value } => KvReply::Done(self.0.insert(key.clone(), value.clone()).is_some()),
+            other => panic!("the test sends no {other:?}"),
         }
     }
 }
 
 fn random_op(rng: &mut ChaCha8Rng, base: u64) -> KvOp {
-    let key = base + rng.gen_range(0..8);
+    let key = key_bytes(base + rng.gen_range(0..8));
     let value = rng.gen::<u32>().to_le_bytes().to_vec();
     match rng.gen_range(0..5) {
         0 => KvOp::Read { key },
@@ -149,7 +151,7 @@ fn run_client(config: &Config, id: u64, seed: u64, requests: usize, per: usize, 
     }
     // Every acknowledged write is in the state, once: read back every key
     // of this client's range.
-    let keys: Vec<KvOp> = (0..8).map(|k| KvOp::Read { key: base + k }).collect();
+    let keys: Vec<KvOp> = (0..8).map(|k| KvOp::Read { key: key_bytes(base + k) }).collect();
     let replies = c.call(&KvCodec, &keys).unwrap_or_else(|e| panic!("client {id}: {e}"));
     for (op, reply) in keys.iter().zip(replies) {
         assert_eq!(reply, Ok(model.apply(op)), "client {id}: final {op:?}");

@@ -5,24 +5,23 @@
 //! stage thread (`failpoints` feature, on in `scripts/test.sh`).
 
 use psmr_client::{Client, ClientConfig};
-use psmr_model::wire::WireError;
-use psmr_model::{ClassModel, ClientId, Command, Digest, Mapping, Service, SnapshotError};
-use psmr_replica::{App, Config, KvApp, Member, Replica, Storage};
-use psmr_services::kv::{KvCodec, KvOp, KvReply, KvService};
+use psmr_model::{Access, ClassModel, Command, Mapping, Refused, Service, SnapshotError};
+use psmr_replica::{App, Config, Member, Replica, Storage};
+use psmr_services::kv::{KvCodec, KvOp, KvReply};
+use psmr_services::KvApp;
 use std::net::TcpListener;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const POISON: u64 = 666;
+const POISON: &[u8] = b"666";
 
 /// The kv store, except that writing key 666 panics.
-struct Poisoned(Arc<KvService>);
+struct Poisoned(KvApp);
 
 impl Service for Poisoned {
     type Op = KvOp;
     type Reply = KvReply;
     fn execute(&self, c: &Command<KvOp>) -> KvReply {
-        if let KvOp::Put { key: POISON, .. } = c.op {
+        if matches!(&c.op, KvOp::Put { key, .. } if key == POISON) {
             panic!("poisoned key");
         }
         self.0.execute(c)
@@ -33,38 +32,24 @@ impl Service for Poisoned {
     fn restore(&self, s: &[u8]) -> Result<(), SnapshotError> {
         self.0.restore(s)
     }
-    fn digest(&self) -> Digest {
-        self.0.digest()
-    }
 }
 
-struct PoisonedApp {
-    kv: KvApp,
-    service: Arc<Poisoned>,
-}
-
-impl App for PoisonedApp {
-    type S = Poisoned;
-    fn service(&self) -> &Arc<Poisoned> {
-        &self.service
+impl App for Poisoned {
+    type Codec = KvCodec;
+    fn class_model(&self) -> ClassModel {
+        self.0.class_model()
     }
-    fn model(&self) -> &ClassModel {
-        self.kv.model()
+    fn access(&self, op: &KvOp) -> Result<Access, Refused> {
+        self.0.access(op)
     }
-    fn default_mapping(&self, workers: usize) -> Mapping {
-        self.kv.default_mapping(workers)
-    }
-    fn command(&self, client: ClientId, seq: u64, op: &[u8]) -> Result<Command<KvOp>, WireError> {
-        self.kv.command(client, seq, op)
-    }
-    fn encode_reply(&self, reply: &KvReply) -> Vec<u8> {
-        self.kv.encode_reply(reply)
+    fn default_mapping(&self, workers: usize) -> Option<Mapping> {
+        self.0.default_mapping(workers)
     }
 }
 
 fn one_replica(scheduler: &str) -> Config {
     let held: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let replicas = vec![Member { id: 1, client: held[0].local_addr().unwrap(), peer: held[1].local_addr().unwrap() }];
+    let replicas = vec![Member::new(1, held[0].local_addr().unwrap(), held[1].local_addr().unwrap())];
     drop(held);
     let mut c = Config { replicas, storage: Storage::Memory, insecure_peers: true, ..Config::default() };
     c.scheduler.kind = scheduler.into();
@@ -89,18 +74,17 @@ fn a_service_panic_stops_the_replica_at_once() {
     let _no_faults = fail::FailScenario::setup();
     for scheduler in ["sequential", "early", "late-batch-bitmap", "early-ws-optimistic"] {
         let config = one_replica(scheduler);
-        let kv = KvApp::new(&config.service);
-        let service = Arc::new(Poisoned(kv.service().clone()));
-        let replica = Replica::start(config.clone(), 1, PoisonedApp { kv, service }).unwrap();
+        let kv = KvApp::new(&config.service_section().unwrap()).unwrap();
+        let replica = Replica::start(config.clone(), 1, Poisoned(kv)).unwrap();
         let mut cc = ClientConfig::new(vec![replica.client_addr()]);
         cc.deadline = Duration::from_secs(20);
         let mut client = Client::new(cc).unwrap();
-        let ok = client.call(&KvCodec, &[KvOp::Put { key: 1, value: b"one".to_vec() }]).unwrap();
+        let ok = client.call(&KvCodec, &[KvOp::Put { key: b"1".to_vec(), value: b"one".to_vec() }]).unwrap();
         assert!(ok[0].is_ok(), "{scheduler}: {ok:?}");
         // No reply comes for the poisoned write; the replica stops instead.
         let mut cc = ClientConfig::new(vec![replica.client_addr()]);
         cc.deadline = Duration::from_millis(300);
-        let _ = Client::new(cc).unwrap().call(&KvCodec, &[KvOp::Put { key: POISON, value: vec![] }]);
+        let _ = Client::new(cc).unwrap().call(&KvCodec, &[KvOp::Put { key: POISON.to_vec(), value: vec![] }]);
         let why = stopped_by_itself(&replica);
         assert!(why.contains("poisoned key") && why.contains("no longer trusted"), "{scheduler}: {why}");
         replica.stop();
@@ -113,7 +97,7 @@ fn a_panic_in_a_stage_thread_stops_the_replica() {
     let scenario = fail::FailScenario::setup();
     fail::cfg("manager-apply", "panic(injected)").unwrap();
     let config = one_replica("early");
-    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service)).unwrap();
+    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service_section().unwrap()).unwrap()).unwrap();
     // The leader's first (empty) entry reaches the manager, which panics.
     let why = stopped_by_itself(&replica);
     assert!(why.contains("thread psmr-manager panicked: injected"), "{why}");

@@ -13,8 +13,9 @@ use psmr_replica::config::PeerTls;
 use psmr_replica::peer::HANDSHAKES_MAX;
 use psmr_replica::store::{encode_entry, EntryCommand};
 use psmr_replica::tls::{self, PeerTlsContext};
-use psmr_replica::{Config, KvApp, Member, Replica, ReplicaError, Storage};
-use psmr_services::kv::{KvCodec, KvOp, KvReply};
+use psmr_replica::{Config, Member, Replica, ReplicaError, Storage};
+use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
+use psmr_services::KvApp;
 use raft::prelude::{Entry, EntryType, Message, MessageType};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -49,7 +50,7 @@ fn setup(n: u64, storage: Storage) -> Setup {
     // at once may be handed out again.
     let held: Vec<TcpListener> = (0..2 * n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let addr = |i: u64| held[i as usize].local_addr().unwrap();
-    let replicas = (1..=n).map(|id| Member { id, client: addr(2 * id - 2), peer: addr(2 * id - 1) }).collect();
+    let replicas = (1..=n).map(|id| Member::new(id, addr(2 * id - 2), addr(2 * id - 1))).collect();
     drop(held);
     let (certs, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let ids: Vec<u64> = (1..=n).collect();
@@ -75,7 +76,8 @@ impl Setup {
         // few milliseconds (its accept loop notices the stop when it polls).
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match Replica::start(self.config.clone(), id, KvApp::new(&self.config.service)) {
+            match Replica::start(self.config.clone(), id, KvApp::new(&self.config.service_section().unwrap()).unwrap())
+            {
                 Ok(r) => return r,
                 Err(ReplicaError::Bind { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20))
@@ -122,7 +124,12 @@ fn serve_some(setup: &Setup, client: u64, rounds: u64) {
     for i in 0..rounds {
         let key = client * 1_000_000 + i;
         let value = format!("v{i}").into_bytes();
-        let replies = c.call(&KvCodec, &[KvOp::Put { key, value: value.clone() }, KvOp::Read { key }]).unwrap();
+        let replies = c
+            .call(
+                &KvCodec,
+                &[KvOp::Put { key: key_bytes(key), value: value.clone() }, KvOp::Read { key: key_bytes(key) }],
+            )
+            .unwrap();
         assert_eq!(replies[1], Ok(KvReply::Value(Some(value))), "client {client} key {key}");
     }
 }
@@ -178,7 +185,7 @@ fn raft_frame(msg: &Message) -> Vec<u8> {
 /// the name of leader `from`: an append of a command nobody proposed,
 /// committed at once, and a heartbeat that commits it too.
 fn forged_messages(from: u64, to: u64, term: u64, last: u64) -> Vec<u8> {
-    let op = KvCodec.encode_op(&KvOp::Put { key: FORGED_KEY, value: b"forged".to_vec() });
+    let op = KvCodec.encode_op(&KvOp::Put { key: key_bytes(FORGED_KEY), value: b"forged".to_vec() });
     let data = encode_entry(&[EntryCommand { client: 0xf0f0, seq: 1, op }]);
     let mut entry = Entry::default();
     entry.set_entry_type(EntryType::EntryNormal);
@@ -230,7 +237,7 @@ fn assert_untouched(setup: &Setup, before: &ReplicaStatus) {
     let after = converged(setup);
     assert_eq!(after.digest, before.digest, "the state changed: {before:?} -> {after:?}");
     let mut c = setup.client(77);
-    let read = c.call(&KvCodec, &[KvOp::Read { key: FORGED_KEY }]).unwrap();
+    let read = c.call(&KvCodec, &[KvOp::Read { key: key_bytes(FORGED_KEY) }]).unwrap();
     assert_eq!(read[0], Ok(KvReply::Value(None)), "the forged command was applied");
 }
 
@@ -419,7 +426,7 @@ fn a_flood_of_idle_connections_does_not_grow_threads_and_the_cluster_serves() {
             assert!(most <= bound, "{most} threads after {i} idle connections (baseline {baseline})");
             // The cluster serves meanwhile.
             let key = 2_000_000 + i as u64;
-            let r = client.call(&KvCodec, &[KvOp::Put { key, value: vec![1] }]).unwrap();
+            let r = client.call(&KvCodec, &[KvOp::Put { key: key_bytes(key), value: vec![1] }]).unwrap();
             assert!(r[0].is_ok(), "{r:?}");
         }
     }

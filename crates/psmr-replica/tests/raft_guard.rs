@@ -7,7 +7,8 @@
 
 use protobuf::Message as _;
 use psmr_model::wire::{frame_bytes, read_frame, Encoder};
-use psmr_replica::{Config, KvApp, Member, Replica, Storage};
+use psmr_replica::{Config, Member, Replica, Storage};
+use psmr_services::KvApp;
 use raft::prelude::{Message, MessageType};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,7 +23,7 @@ const K_RAFT: u8 = 67;
 fn three_members() -> Config {
     let held: Vec<TcpListener> = (0..6).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let addr = |i: usize| held[i].local_addr().unwrap();
-    let replicas = (0..3).map(|i| Member { id: i as u64 + 1, client: addr(2 * i), peer: addr(2 * i + 1) }).collect();
+    let replicas = (0..3).map(|i| Member::new(i as u64 + 1, addr(2 * i), addr(2 * i + 1))).collect();
     drop(held);
     let mut c = Config { replicas, storage: Storage::Memory, insecure_peers: true, ..Config::default() };
     c.tick_ms = 10;
@@ -66,7 +67,7 @@ fn a_forged_heartbeat_is_refused_and_the_replica_runs_on() {
     // Fault injection is process-wide: keep the other test's out of here.
     let _no_faults = fail::FailScenario::setup();
     let config = three_members();
-    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service)).unwrap();
+    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service_section().unwrap()).unwrap()).unwrap();
     let shared = replica.shared().clone();
     let mut link = impersonate(config.replicas[0].peer, 2);
     // The heartbeat that panicked a follower inside raft-rs: commit 10^9.
@@ -94,7 +95,7 @@ fn a_panic_inside_raft_stops_the_replica() {
     let scenario = fail::FailScenario::setup();
     fail::cfg("protocol-step", "panic(injected)").unwrap();
     let config = three_members();
-    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service)).unwrap();
+    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service_section().unwrap()).unwrap()).unwrap();
     let mut link = impersonate(config.replicas[0].peer, 2);
     send(&mut link, &heartbeat(0));
     let why = stopped(&replica);
@@ -107,7 +108,7 @@ fn a_panic_inside_raft_stops_the_replica() {
     fail::cfg("protocol-ready", "panic(injected)").unwrap();
     let mut config = three_members();
     config.replicas.truncate(1);
-    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service)).unwrap();
+    let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service_section().unwrap()).unwrap()).unwrap();
     let why = stopped(&replica);
     assert!(why.contains("raft panicked handling a ready") && why.contains("injected"), "{why}");
     replica.stop();

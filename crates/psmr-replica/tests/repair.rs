@@ -9,8 +9,9 @@
 
 use psmr_client::{Client, ClientConfig};
 use psmr_replica::disk::{DiskError, DiskStore};
-use psmr_replica::{Config, KvApp, Member, Replica, ReplicaError, Storage};
-use psmr_services::kv::{KvCodec, KvOp, KvReply};
+use psmr_replica::{Config, Member, Replica, ReplicaError, Storage};
+use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
+use psmr_services::KvApp;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
@@ -55,7 +56,7 @@ impl Cluster {
         // Every listener stays open until all ports are chosen.
         let held: Vec<TcpListener> = (0..6).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
         let addr = |i: u64| held[i as usize].local_addr().unwrap();
-        let replicas = (1..=3).map(|id| Member { id, client: addr(2 * id - 2), peer: addr(2 * id - 1) }).collect();
+        let replicas = (1..=3).map(|id| Member::new(id, addr(2 * id - 2), addr(2 * id - 1))).collect();
         drop(held);
         let data = tempfile::tempdir().unwrap();
         let mut config = Config {
@@ -88,7 +89,7 @@ impl Cluster {
     }
 
     fn start(&self, id: u64) -> Result<Replica, ReplicaError> {
-        Replica::start(self.config.clone(), id, KvApp::new(&self.config.service))
+        Replica::start(self.config.clone(), id, KvApp::new(&self.config.service_section().unwrap()).unwrap())
     }
 
     fn restart(&mut self, id: u64) {
@@ -137,7 +138,7 @@ impl Cluster {
             let value = self.rng.gen::<u64>().to_le_bytes().to_vec();
             let replies = self
                 .client
-                .call(&KvCodec, &[KvOp::Put { key, value: value.clone() }])
+                .call(&KvCodec, &[KvOp::Put { key: key_bytes(key), value: value.clone() }])
                 .unwrap_or_else(|e| panic!("put {key}: {e}"));
             assert_eq!(replies, vec![Ok(KvReply::Done(false))], "put {key}");
             self.acked.insert(key, value);
@@ -148,7 +149,7 @@ impl Cluster {
     fn read_back(&mut self) {
         let keys: Vec<u64> = self.acked.keys().copied().collect();
         for chunk in keys.chunks(64) {
-            let ops: Vec<KvOp> = chunk.iter().map(|&key| KvOp::Read { key }).collect();
+            let ops: Vec<KvOp> = chunk.iter().map(|&key| KvOp::Read { key: key_bytes(key) }).collect();
             let replies = self.client.call(&KvCodec, &ops).unwrap_or_else(|e| panic!("read back: {e}"));
             for (key, reply) in chunk.iter().zip(replies) {
                 assert_eq!(reply, Ok(KvReply::Value(Some(self.acked[key].clone()))), "key {key}");

@@ -35,6 +35,7 @@
 //! their synchronization so that every thread drains and exits.
 
 mod barrier;
+pub mod check;
 mod cycles;
 mod early;
 mod exec;

@@ -28,7 +28,7 @@ fn costs(c: &mut Criterion) {
         let miss = command(list::ListOp::Contains { shard: 0, value: -1 });
         group.bench_function(format!("list-scan/{cost}"), |b| b.iter(|| black_box(l.execute(black_box(&miss)))));
         let store = kv::KvService::new(16, cost);
-        let read = command(kv::KvOp::Read { key: 3 });
+        let read = command(kv::KvOp::Read { key: kv::key_bytes(3) });
         group.bench_function(format!("kv-read/{cost}"), |b| b.iter(|| black_box(store.execute(black_box(&read)))));
     }
     group.finish();

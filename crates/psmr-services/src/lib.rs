@@ -7,7 +7,9 @@
 //!   (003 §6.2) and its three class models (readers-writers, sharded with
 //!   snapshots, sharded with global reads and writes; 003 Fig. 1).
 //! * [`kv`]: the key-value store of "Efficient and Deterministic Scheduling
-//!   for Parallel SMR" (004 §VI), with a readers-writers and a sharded model.
+//!   for Parallel SMR" (004 §VI), with a readers-writers and a sharded model,
+//!   byte-string keys, and the Redis string commands (`GET`, `SET`, `INCR`,
+//!   `MGET`, ...) through [`kv::KvRedis`].
 //!
 //! For each service the module offers the same five things:
 //!
@@ -32,16 +34,19 @@
 //! the moment two conflicting ones overlap; without it that bookkeeping is
 //! compiled out entirely.
 //!
-//! The crate depends on `psmr-model` alone. Schedulers use it in their
+//! The crate depends on `psmr-model`, and on `psmr-resp` for the Redis
+//! command table alone. Schedulers use it in their
 //! tests, benchmarks and the CLI use it to build runs; it never depends on
 //! them, so a service can be read and tested without any scheduler.
 
+mod app;
 pub mod kv;
 pub mod list;
 #[cfg(feature = "sanitizer")]
 mod sanitizer;
 mod workload;
 
+pub use app::{BuiltIn, KvApp, ListApp, ServiceConfig, START_KEYS_MAX};
 #[cfg(feature = "sanitizer")]
 pub use sanitizer::Occupancy;
 pub use workload::{Cost, Mix, Spread, WorkloadConfig, WorkloadError, KEYS_MAX, SHARDS_MAX};
@@ -154,6 +159,12 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Result<u64, SnapshotError> {
         self.array().map(u64::from_le_bytes)
+    }
+
+    /// A byte string: its length (u32), then its bytes.
+    fn take_len_prefixed(&mut self) -> Result<&'a [u8], SnapshotError> {
+        let n = self.u32()? as usize;
+        self.take(n)
     }
 
     fn remaining(&self) -> usize {

@@ -19,7 +19,7 @@ use crate::{
 use parking_lot::RwLock;
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 use psmr_model::{
-    ClassId, ClassMapping, ClassModel, ClientId, Command, Digest, KeySet, Mapping, Mode, Service, SnapshotError,
+    Access, ClassId, ClassMapping, ClassModel, ClientId, Command, Digest, Mapping, Mode, Service, SnapshotError,
     StableHasher, UnorderedDigest,
 };
 use rand::Rng;
@@ -400,8 +400,16 @@ pub fn command(
     seq: u64,
     op: ListOp,
 ) -> Result<Command<ListOp>, CommandError> {
+    let Access { class, reads, writes } = access(model, shards, &op)?;
+    Ok(Command { client, seq, class, reads, writes, op })
+}
+
+/// What `op` touches under `model` with `shards` shards: its class and the
+/// shards it reads or writes; an error for an operation the model has no
+/// class for or a shard out of range.
+pub fn access(model: ListModel, shards: usize, op: &ListOp) -> Result<Access, CommandError> {
     let shards = clamp_shards(shards);
-    let (kind, shard) = match op {
+    let (kind, shard) = match *op {
         ListOp::Contains { shard, .. } => (Kind::LocalRead, Some(shard)),
         ListOp::Add { shard, .. } => (Kind::LocalWrite, Some(shard)),
         ListOp::ContainsAll { .. } => (Kind::GlobalRead, None),
@@ -413,16 +421,14 @@ pub fn command(
     if model == ListModel::ShardedSnapshot && kind == Kind::GlobalWrite {
         return Err(CommandError::NoClass { model: model.name(), op: "addAll" });
     }
-    let one = |s: u32| -> KeySet { std::iter::once(u64::from(s)).collect() };
-    let all = || -> KeySet { (0..shards as u64).collect() };
-    let (reads, writes) = match (kind, shard) {
-        (Kind::LocalRead, Some(s)) => (one(s), KeySet::new()),
-        (Kind::LocalWrite, Some(s)) => (KeySet::new(), one(s)),
-        (Kind::GlobalRead, _) => (all(), KeySet::new()),
-        _ => (KeySet::new(), all()),
-    };
     let class = class_of(model, shards, kind, shard.unwrap_or(0) as usize);
-    Ok(Command { client, seq, class, reads, writes, op })
+    let all = 0..shards as u64;
+    Ok(match (kind, shard) {
+        (Kind::LocalRead, Some(s)) => Access::read(class, [u64::from(s)]),
+        (Kind::LocalWrite, Some(s)) => Access::write(class, [u64::from(s)]),
+        (Kind::GlobalRead, _) => Access::read(class, all),
+        _ => Access::write(class, all),
+    })
 }
 
 /// An endless stream of list operations following a workload: the draws
@@ -563,6 +569,7 @@ mod tests {
     use super::*;
     use crate::{Mix, Spread, SHARDS_MAX};
     use proptest::prelude::*;
+    use psmr_model::KeySet;
 
     proptest! {
         #[test]

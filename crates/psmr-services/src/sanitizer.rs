@@ -60,13 +60,24 @@ impl Regions {
         writer: bool,
         regions: impl IntoIterator<Item = u64>,
     ) -> Occupancy<'_> {
+        self.enter_each(command, regions.into_iter().map(|region| (region, writer)))
+    }
+
+    /// Registers `command` in each region of `regions`, as a writer when
+    /// its flag says so, panicking if a conflicting command is inside one
+    /// of them.
+    pub(crate) fn enter_each<O: Debug>(
+        &self,
+        command: &Command<O>,
+        regions: impl IntoIterator<Item = (u64, bool)>,
+    ) -> Occupancy<'_> {
         let who: Arc<str> = format!(
             "command (client {}, seq {}, class {}, op {:?})",
             command.client, command.seq, command.class.0, command.op
         )
         .into();
         let mut occupancy = Occupancy { regions: self, entries: Vec::new() };
-        for region in regions {
+        for (region, writer) in regions {
             let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
             let mut stripe = self.stripes[stripe_of(region)].lock();
             let inside = stripe.entry(region).or_default();
@@ -217,16 +228,38 @@ mod tests {
 
     #[test]
     fn kv_overlaps_are_per_key() {
+        use crate::kv::key_hash;
         let kv = leak(KvService::new(10, Cost::Light));
-        let update = cmd(1, 1, 1, KvOp::Update { key: 5, value: vec![1] });
-        let msg = overlap(|| kv.occupy(&update), kv, cmd(2, 1, 0, KvOp::Read { key: 5 })).unwrap();
+        let k = |s: &str| s.as_bytes().to_vec();
+        let update = cmd(1, 1, 1, KvOp::Update { key: k("5"), value: vec![1] });
+        let msg = overlap(|| kv.occupy(&update), kv, cmd(2, 1, 0, KvOp::Read { key: k("5") })).unwrap();
+        let five = key_hash(b"5");
         assert!(
-            msg.contains("op Read { key: 5 }) reads key 5 while command (client 1, seq 1, class 1, op Update"),
+            msg.contains(&format!("reads conflict key {five} while command (client 1, seq 1, class 1, op Update")),
             "{msg}"
         );
-        assert_eq!(overlap(|| kv.occupy(&update), kv, cmd(2, 2, 0, KvOp::Delete { key: 6 })), None);
-        let read = cmd(1, 2, 0, KvOp::Read { key: 5 });
-        assert_eq!(overlap(|| kv.occupy(&read), kv, cmd(2, 3, 0, KvOp::Read { key: 5 })), None);
-        assert!(overlap(|| kv.occupy(&read), kv, cmd(2, 4, 1, KvOp::Create { key: 5, value: vec![] })).is_some());
+        assert_eq!(overlap(|| kv.occupy(&update), kv, cmd(2, 2, 0, KvOp::Delete { key: k("6") })), None);
+        let read = cmd(1, 2, 0, KvOp::Read { key: k("5") });
+        assert_eq!(overlap(|| kv.occupy(&read), kv, cmd(2, 3, 0, KvOp::Read { key: k("5") })), None);
+        assert!(overlap(|| kv.occupy(&read), kv, cmd(2, 4, 1, KvOp::Create { key: k("5"), value: vec![] })).is_some());
+        // A multi-key write meets a reader of any of its keys.
+        let mset = cmd(2, 5, 1, KvOp::MSet { pairs: vec![(k("1"), vec![]), (k("5"), vec![])] });
+        assert!(overlap(|| kv.occupy(&read), kv, mset).is_some());
+    }
+
+    #[test]
+    fn kv_whole_store_commands_meet_everything_and_reads_of_all_meet_nothing() {
+        use crate::kv::ALL;
+        let kv = leak(KvService::new(10, Cost::Light));
+        let k = |s: &str| s.as_bytes().to_vec();
+        let read = cmd(1, 1, 0, KvOp::Read { key: k("5") });
+        let msg = overlap(|| kv.occupy(&read), kv, cmd(2, 1, 1, KvOp::DbSize)).unwrap();
+        assert!(msg.contains(&format!("op DbSize) writes conflict key {ALL} while")), "{msg}");
+        let put = cmd(1, 2, 1, KvOp::Put { key: k("7"), value: vec![] });
+        assert!(overlap(|| kv.occupy(&put), kv, cmd(2, 2, 1, KvOp::FlushDb)).is_some());
+        let flush = cmd(1, 3, 1, KvOp::FlushDb);
+        assert!(overlap(|| kv.occupy(&flush), kv, cmd(2, 3, 0, KvOp::Strlen { key: k("1") })).is_some());
+        // Every command reads ALL: unrelated commands still run together.
+        assert_eq!(overlap(|| kv.occupy(&put), kv, cmd(2, 4, 1, KvOp::Incr { key: k("8"), by: 1 })), None);
     }
 }

@@ -13,7 +13,8 @@ use thiserror::Error;
 pub const SHARDS_MAX: usize = 1024;
 
 /// Largest key space of the key-value store. Every key is created up front,
-/// at about 64 bytes each, so this bounds the store to about 1 GiB.
+/// at about 100 bytes each (a small key and an 8-byte value, each in its
+/// own allocation), so this bounds the store to under 2 GiB.
 pub const KEYS_MAX: u64 = 1 << 24;
 
 /// Invalid workload parameters. Every message names the parameter and the
@@ -75,6 +76,10 @@ pub enum WorkloadError {
     /// The service has no global operations.
     #[error("the key-value store has no global operations: β must be 0, got {0}")]
     NoGlobalOps(f64),
+    /// A generated operation that the class model refuses: a bug of the
+    /// generator, reported rather than hidden.
+    #[error("the workload generator drew an operation its class model refuses: {0}")]
+    Access(#[from] crate::kv::AccessError),
     /// The skew targets shards that own no key of the key space.
     #[error("skew {skew} sends commands to {target}, but none of the {keys} keys maps there with {shards} shards; use more keys or skew 0")]
     SkewUnreachable {
@@ -286,7 +291,8 @@ pub struct WorkloadConfig {
     pub spread: Spread,
     /// The α-β-γ mix.
     pub mix: Mix,
-    /// Size of the kv key space (`1..=KEYS_MAX`); keys are `0..keys`.
+    /// Size of the kv key space (`1..=KEYS_MAX`); keys are
+    /// [`crate::kv::key_bytes`]`(0..keys)`, the numbers in decimal.
     pub keys: u64,
     /// Client ids the commands are spread over, round robin (at least 1).
     /// Command `j` comes from client `j % clients` with sequence number

@@ -7,7 +7,6 @@
 mod bench;
 mod certs;
 mod cluster;
-mod load;
 mod mapping;
 
 use anyhow::{bail, Context, Result};
@@ -167,23 +166,6 @@ fn parse_victims(s: &str) -> Result<psmr_sched::Victims, String> {
     s.parse().map_err(|e: psmr_sched::SchedError| e.to_string())
 }
 
-/// `--mapping` values: a spec (which has commas of its own) or a file is
-/// one source; a comma-separated list of keywords is several.
-fn mapping_sources(values: &[String]) -> Result<Vec<MappingSource>, psmr_bench::BenchError> {
-    let keyword = |s: &str| s.trim().starts_with("optimal") || matches!(s.trim(), "default" | "naive");
-    let mut out = Vec::new();
-    for v in values {
-        if v.contains(',') && v.split(',').all(keyword) {
-            for s in v.split(',') {
-                out.push(s.trim().parse()?);
-            }
-        } else {
-            out.push(v.parse()?);
-        }
-    }
-    Ok(out)
-}
-
 fn parse_cost(s: &str) -> Result<Cost, String> {
     s.parse().map_err(|e| format!("{e}"))
 }
@@ -232,7 +214,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         bitmap_bits: args.bitmap_bits,
         graph_max: args.graph_max,
         queue_depth: args.queue_depth,
-        mappings: mapping_sources(&args.mappings)?,
+        mappings: MappingSource::parse_list(&args.mappings)?,
         repeat: args.repeat,
         spin: args.spin,
         metrics_interval_ms: args.metrics,
@@ -300,7 +282,7 @@ fn main() -> ExitCode {
         if cluster::FAIL_STOP.load(std::sync::atomic::Ordering::SeqCst) {
             // A replica whose thread panicked must not run on without it.
             eprintln!("psmr replica: a thread panicked; the replica stops (fail-stop)");
-            std::process::exit(cluster::EXIT_PANIC);
+            std::process::exit(psmr_bench::launch::EXIT_PANIC);
         }
     }));
     tracing_subscriber::fmt()

@@ -444,7 +444,7 @@ fn a_list_cluster_under_load_ends_with_equal_digests() {
     let bad =
         psmr(&["cluster", "--service", "list", "--model", "sharded", "--data-dir", dir.join("bad").to_str().unwrap()]);
     assert!(!bad.status.success());
-    assert!(text(&bad.stderr).contains("service model"), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("unknown list model \"sharded\""), "{}", text(&bad.stderr));
     drop(cluster);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -12,19 +12,20 @@
 //!   HdrHistogram latencies as psmr's load. Clients send to the leader, as
 //!   psmr's clients do, so that neither side pays a forwarding hop.
 //! * **psmr**, 3 replicas, disk and memory storage, under its own load
-//!   (the glue in the `psmr` binary runs those points).
+//!   (ordinary points of [`crate::runner`]; [`cases`] runs every case).
 //! * **Redis**: one `redis-server` without persistence on loopback, and
 //!   `redis-benchmark -P 50 -c 8 -t set` ([`redis`]) against psmr memory
 //!   with 8 clients of 50 puts per request.
 //!
 //! Every put writes a 64 B value; etcd and redis keys are 16 B strings
-//! (psmr's keys are u64s, 8 B on the wire); all draw keys uniformly from
-//! the same key space. Each server process's CPU time over the measured
-//! window is read from `/proc` ([`crate::cpu`]).
+//! (psmr's keys are the keys' decimal text, at most 8 B below 10^8 keys);
+//! all draw keys uniformly from the same key space. Each server process's
+//! CPU time over the measured window is read from `/proc` ([`crate::cpu`]).
 //!
 //! A missing program is an error before anything runs, naming what is
 //! missing and `scripts/peers.sh`, which installs them.
 
+pub mod cases;
 pub mod etcd;
 pub mod http;
 mod process;
@@ -32,7 +33,7 @@ pub mod redis;
 mod report;
 
 pub use process::{fs_type, load_average, version_of, which, Tools};
-pub use report::{compare, write, Comparison, Setup};
+pub use report::{compare, format_table, write, Comparison, Setup};
 
 use crate::cpu::ReplicaCpu;
 use crate::scenario::Params;

@@ -163,6 +163,54 @@ fn throughput_svg(rows: &[Row]) -> String {
     chart("peers: puts/s, one put per request", "closed-loop clients", "puts/s", &lines, &[])
 }
 
+/// Every row and the ratios of each psmr row to its peer as readable
+/// tables (what `psmr bench --scenario peers` prints).
+pub fn format_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<8} {:<12} {:>7} {:>7} {:>12} {:>9} {:>9} {:>18} {:>20}",
+        "system",
+        "setup",
+        "clients",
+        "per req",
+        "puts/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu µs/put leader",
+        "followers mean/max"
+    );
+    for r in rows {
+        let (leader, followers) = cpu::cells(&r.cpu);
+        let _ = writeln!(
+            out,
+            "{:<8} {:<12} {:>7} {:>7} {:>12.0} {:>9.2} {:>9.2} {:>18} {:>20}",
+            r.system,
+            r.setup,
+            r.clients,
+            r.per_request,
+            r.puts_per_s,
+            r.p50_us as f64 / 1e3,
+            r.p99_us as f64 / 1e3,
+            leader,
+            followers
+        );
+    }
+    let _ = writeln!(out, "\n{:<32} {:>14} {:>10} {:>10} {:>10}", "psmr/peer", "clients x req", "puts/s", "p50", "p99");
+    for c in compare(rows) {
+        let _ = writeln!(
+            out,
+            "{:<32} {:>14} {:>9.2}x {:>9.2}x {:>9.2}x",
+            c.pair,
+            format!("{} x {}", c.clients, c.per_request),
+            c.puts_ratio,
+            c.p50_ratio,
+            c.p99_ratio
+        );
+    }
+    out
+}
+
 fn ms(us: u64) -> String {
     format!("{:.2}", us as f64 / 1000.0)
 }
@@ -261,8 +309,14 @@ fn what_ran(s: &mut String, setup: &Setup, rows: &[Row]) {
     );
     let _ = writeln!(
         s,
-        "- Load: 100 % puts, values of {} B (a random number in decimal, zero-padded), keys drawn uniformly from {} keys; etcd and redis keys are {} B strings (etcd: 16 decimal digits; redis-benchmark: `key:` and 12 digits), psmr keys are u64s (8 B on the wire). Closed-loop clients, warm-up {} s, then {} s measured per point; seed {}.",
-        setup.value_bytes, setup.keys, setup.key_bytes, setup.warmup_s, setup.duration_s, setup.seed
+        "- Load: 100 % puts, values of {} B (a random number in decimal, zero-padded), keys drawn uniformly from {} keys; etcd and redis keys are {} B strings (etcd: 16 decimal digits; redis-benchmark: `key:` and 12 digits), psmr keys are the keys' decimal text (1 to {} B). Closed-loop clients, warm-up {} s, then {} s measured per point; seed {}.",
+        setup.value_bytes,
+        setup.keys,
+        setup.key_bytes,
+        setup.keys.saturating_sub(1).max(1).to_string().len(),
+        setup.warmup_s,
+        setup.duration_s,
+        setup.seed
     );
     let _ = writeln!(
         s,

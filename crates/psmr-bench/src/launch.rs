@@ -1,0 +1,531 @@
+//! Local clusters of replica *processes*: a new cluster's configuration
+//! (free ports, peer certificates), its directory, and the processes
+//! themselves, each a `psmr replica --config FILE --id N`, started,
+//! killed, restarted and watched. This is what `psmr cluster` and `psmr
+//! bench` run; [`crate::faults`] kills and restarts replicas through it.
+//! For a cluster inside the current process, see
+//! [`psmr_replica::LocalCluster`].
+//!
+//! The executable is a parameter: the `psmr` binary passes its own
+//! ([`std::env::current_exe`]), a test passes `env!("CARGO_BIN_EXE_psmr")`.
+//! [`start_replica`] is what such a process runs.
+//!
+//! ```no_run
+//! use psmr_bench::launch::{ClusterDir, ClusterSpec, ProcessCluster};
+//! use std::time::Duration;
+//!
+//! let dir = ClusterDir::scratch("psmr-example-")?;
+//! let config = ClusterSpec::default().config(dir.path())?;
+//! let file = dir.write(&config)?;
+//! let exe = std::path::Path::new("target/debug/psmr");
+//! let mut cluster = ProcessCluster::start(exe, &file, &config, None)?;
+//! cluster.wait_ready(Duration::from_secs(30))?;
+//! println!("clients connect to {:?}", cluster.addrs());
+//! # Ok::<(), psmr_bench::launch::LaunchError>(())
+//! ```
+
+use crate::probe::Probe;
+use psmr_client::ClientError;
+use psmr_replica::{Config, ConfigError, Member, Replica, ReplicaBuilder, ReplicaError, Storage};
+use psmr_services::kv::KvRedis;
+use psmr_services::{BuiltIn, KvApp, ListApp, ServiceConfig, WorkloadError};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// Exit status of a replica process that stopped because a thread panicked
+/// (fail-stop).
+pub const EXIT_PANIC: i32 = 101;
+
+/// Most replicas of a local cluster.
+pub const REPLICAS_MAX: u64 = 15;
+
+/// How often a watched cluster's processes are looked at.
+const POLL: Duration = Duration::from_millis(100);
+
+/// What can go wrong configuring, starting or running a local cluster.
+/// The range errors name the `psmr cluster` flags that set them.
+#[derive(Debug, Error)]
+pub enum LaunchError {
+    /// [`ClusterSpec::replicas`] is out of range.
+    #[error("--replicas must be between 1 and {REPLICAS_MAX}, got {0}")]
+    Replicas(u64),
+    /// Redis ports asked of a service that does not speak Redis.
+    #[error("--redis needs --service kv: only the key-value store speaks Redis")]
+    RedisNeedsKv,
+    /// A storage name that is neither `disk` nor `memory`.
+    #[error("unknown storage {0:?} (known: disk, memory)")]
+    UnknownStorage(String),
+    /// The configuration breaks a rule.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The `[service]` section is invalid.
+    #[error("invalid configuration: [service]: {0}")]
+    Service(#[source] WorkloadError),
+    /// The service cannot be set up.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The `[service]` section does not serialize.
+    #[error("the [service] section: {0}")]
+    ServiceTable(#[from] toml::ser::Error),
+    /// The peer certificates cannot be made.
+    #[error("cannot make peer certificates in {dir}: {source}")]
+    Certificates {
+        /// Where they were to be.
+        dir: PathBuf,
+        /// Why.
+        source: psmr_replica::tls::TlsError,
+    },
+    /// A file, directory, port or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A replica cannot start (in this process).
+    #[error("replica {id} cannot start: {source}")]
+    Start {
+        /// The replica.
+        id: u64,
+        /// Why.
+        source: ReplicaError,
+    },
+    /// The cluster has no replica of that id.
+    #[error("no replica {0} to kill")]
+    NoSuchReplica(u64),
+    /// A replica process exited while the cluster started.
+    #[error("replica {id} exited while starting: {status}")]
+    ExitedStarting {
+        /// The replica.
+        id: u64,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// No leader in time.
+    #[error("the cluster did not elect a leader within {} s", .0.as_secs())]
+    NotReady(Duration),
+    /// Every replica process exited.
+    #[error("every replica exited")]
+    AllExited,
+    /// The probe of the replicas cannot start.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
+    let what = what.into();
+    move |source| LaunchError::Io { what, source }
+}
+
+/// `disk` or `memory`.
+pub fn parse_storage(name: &str) -> Result<Storage, LaunchError> {
+    match name {
+        "memory" => Ok(Storage::Memory),
+        "disk" => Ok(Storage::Disk),
+        other => Err(LaunchError::UnknownStorage(other.into())),
+    }
+}
+
+/// Picks `n` free ports on `host`. Every listener stays open until all are
+/// chosen: a port closed at once may be handed out again.
+pub fn free_ports(host: &str, n: usize) -> Result<Vec<SocketAddr>, LaunchError> {
+    let bind = || io(format!("cannot bind a port on {host}"));
+    let held = (0..n).map(|_| TcpListener::bind((host, 0)).map_err(bind())).collect::<Result<Vec<_>, _>>()?;
+    held.iter().map(|l| l.local_addr().map_err(bind())).collect()
+}
+
+/// The configuration's `[service]` section, checked, with the scheduler's
+/// mapping checked against the service's class model.
+pub fn checked_service(config: &Config) -> Result<ServiceConfig, LaunchError> {
+    let service: ServiceConfig = config.service_section()?;
+    let model = service.class_model().map_err(LaunchError::Service)?;
+    config.mapping(&model)?;
+    Ok(service)
+}
+
+/// Starts replica `id` of `config` in this process, running the built-in
+/// service its `[service]` section names (the kv store with its Redis
+/// commands): what a `psmr replica` process runs.
+pub fn start_replica(config: &Config, id: u64) -> Result<Replica, LaunchError> {
+    let service = checked_service(config)?;
+    let replica = match service.check()? {
+        BuiltIn::Kv(_) => ReplicaBuilder::new(KvApp::new(&service)?, config.clone(), id).redis(KvRedis).start(),
+        BuiltIn::List(_) => Replica::start(config.clone(), id, ListApp::new(&service)?),
+    };
+    replica.map_err(|source| LaunchError::Start { id, source })
+}
+
+/// How a replica process ended, for people.
+pub fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(EXIT_PANIC), _) => "a thread panicked and the replica stopped itself (fail-stop); see its log".into(),
+        (Some(1), _) => "stopped on an error; see its log".into(),
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => status.to_string(),
+    }
+}
+
+/// A new local cluster: what [`ClusterSpec::config`] makes a
+/// configuration of. The defaults are those of `psmr cluster`.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// Replicas, 1 to [`REPLICAS_MAX`] (2f+1 tolerate f crashes).
+    pub replicas: u64,
+    /// Host the replicas listen on (each on free ports).
+    pub host: String,
+    /// The built-in service every replica runs.
+    pub service: ServiceConfig,
+    /// Everything else every replica gets: scheduler, storage, batching,
+    /// pipeline, snapshots, `insecure_peers`... Its members, service
+    /// section, data directory and certificates are the spec's to set.
+    pub base: Config,
+    /// Give each replica a Prometheus endpoint on a free port.
+    pub metrics: bool,
+    /// Give each replica a Redis port on a free port (kv only).
+    pub redis: bool,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        Self {
+            replicas: 3,
+            host: "127.0.0.1".into(),
+            service: ServiceConfig::default(),
+            base: Config::default(),
+            metrics: false,
+            redis: false,
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// A new cluster's configuration: free ports on the host, replica data
+    /// under `dir`, and (unless `base.insecure_peers`) a new cluster CA and
+    /// replica certificates under `dir/certs`.
+    pub fn config(&self, dir: &Path) -> Result<Config, LaunchError> {
+        if !(1..=REPLICAS_MAX).contains(&self.replicas) {
+            return Err(LaunchError::Replicas(self.replicas));
+        }
+        if self.redis && self.service.kind != "kv" {
+            return Err(LaunchError::RedisNeedsKv);
+        }
+        let mut config = Config {
+            replicas: self.members()?,
+            service: toml::Table::try_from(&self.service)?,
+            data_dir: dir.to_path_buf(),
+            peer_tls: None,
+            // Every other rule is checked before the certificates are
+            // made, so that a bad value leaves no files behind to refuse
+            // the next attempt.
+            insecure_peers: true,
+            ..self.base.clone()
+        };
+        config.validate()?;
+        checked_service(&config)?;
+        if !self.base.insecure_peers {
+            let ids: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+            let certs = dir.join("certs");
+            let tls = psmr_replica::tls::generate(&certs, &ids)
+                .map_err(|source| LaunchError::Certificates { dir: certs, source })?;
+            config.peer_tls = Some(tls);
+            config.insecure_peers = false;
+            config.validate()?;
+        }
+        Ok(config)
+    }
+
+    /// Members 1 to `replicas`, each on free ports: client, peer, then
+    /// metrics and Redis if asked for.
+    fn members(&self) -> Result<Vec<Member>, LaunchError> {
+        let per = 2 + usize::from(self.metrics) + usize::from(self.redis);
+        let ports = free_ports(&self.host, per * self.replicas as usize)?;
+        let members = (1..=self.replicas).zip(ports.chunks(per)).map(|(id, p)| {
+            let mut extra = p[2..].iter().copied();
+            let metrics = if self.metrics { extra.next() } else { None };
+            let redis = if self.redis { extra.next() } else { None };
+            Member { id, client: p[0], peer: p[1], redis, metrics }
+        });
+        Ok(members.collect())
+    }
+}
+
+/// A cluster's directory: its configuration (`cluster.toml`) and each
+/// replica's data (`replica-N`); a scratch one is removed when dropped.
+#[derive(Debug)]
+pub struct ClusterDir {
+    path: PathBuf,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl ClusterDir {
+    /// The directory at `path` (created when a configuration is written),
+    /// kept when dropped.
+    pub fn at(path: &Path) -> Self {
+        Self { path: path.to_path_buf(), _scratch: None }
+    }
+
+    /// A new directory under the system's temporary directory, named
+    /// `prefix` and random characters, private to this user (never one
+    /// another process could have planted), removed when dropped.
+    pub fn scratch(prefix: &str) -> Result<Self, LaunchError> {
+        let t = tempfile::Builder::new()
+            .prefix(prefix)
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir()
+            .map_err(io("cannot make a temporary directory"))?;
+        Ok(Self { path: t.path().to_path_buf(), _scratch: Some(t) })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its configuration file, `cluster.toml`.
+    pub fn config_file(&self) -> PathBuf {
+        self.path.join("cluster.toml")
+    }
+
+    /// The configuration of the cluster that ran here before, if any.
+    pub fn existing(&self) -> Result<Option<Config>, LaunchError> {
+        let file = self.config_file();
+        Ok(if file.exists() { Some(Config::from_file(&file)?) } else { None })
+    }
+
+    /// Writes `config` as the directory's configuration; returns its file.
+    pub fn write(&self, config: &Config) -> Result<PathBuf, LaunchError> {
+        std::fs::create_dir_all(&self.path).map_err(io(format!("cannot create {}", self.path.display())))?;
+        let file = self.config_file();
+        std::fs::write(&file, config.to_toml()).map_err(io(format!("cannot write {}", file.display())))?;
+        Ok(file)
+    }
+}
+
+/// The replica processes of one cluster on this machine, each a `psmr
+/// replica`; dropping it kills them all.
+pub struct ProcessCluster {
+    children: Vec<(u64, Child)>,
+    /// Client addresses, in replica id order.
+    addrs: Vec<SocketAddr>,
+    config_file: PathBuf,
+    exe: PathBuf,
+    /// Where each replica's stderr goes (`replica-N.log`, appended), and
+    /// its stdout nowhere; `None`: both inherited.
+    logs: Option<PathBuf>,
+    /// Replicas killed on purpose and not restarted yet.
+    killed: Vec<u64>,
+}
+
+impl ProcessCluster {
+    /// Starts one `exe replica --config config_file --id N` per member of
+    /// `config` (the contents of `config_file`); with `logs`, their output
+    /// goes to files there.
+    pub fn start(exe: &Path, config_file: &Path, config: &Config, logs: Option<&Path>) -> Result<Self, LaunchError> {
+        let mut cluster = ProcessCluster {
+            children: Vec::new(),
+            addrs: config.replicas.iter().map(|m| m.client).collect(),
+            config_file: config_file.to_path_buf(),
+            exe: exe.to_path_buf(),
+            logs: logs.map(Path::to_path_buf),
+            killed: Vec::new(),
+        };
+        for m in &config.replicas {
+            // On error the cluster is dropped, which stops those started.
+            let child = cluster.spawn(m.id)?;
+            cluster.children.push((m.id, child));
+        }
+        Ok(cluster)
+    }
+
+    fn spawn(&self, id: u64) -> Result<Child, LaunchError> {
+        let mut command = Command::new(&self.exe);
+        command.arg("replica").arg("--config").arg(&self.config_file).arg("--id").arg(id.to_string());
+        if let Some(dir) = &self.logs {
+            std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
+            let file = dir.join(format!("replica-{id}.log"));
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&file)
+                .map_err(io(format!("cannot open {}", file.display())))?;
+            command.stdout(Stdio::null()).stderr(log);
+        }
+        tracing::debug!(id, exe = %self.exe.display(), "starting a replica process");
+        command.spawn().map_err(io(format!("cannot start replica {id}")))
+    }
+
+    /// Client addresses of the replicas, in id order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Kills replica `id` with SIGKILL (a crash) and waits for it to die.
+    pub fn kill(&mut self, id: u64) -> Result<(), LaunchError> {
+        let (_, child) = self.children.iter_mut().find(|(i, _)| *i == id).ok_or(LaunchError::NoSuchReplica(id))?;
+        child.kill().map_err(io(format!("cannot kill replica {id}")))?;
+        let _ = child.wait();
+        self.killed.push(id);
+        Ok(())
+    }
+
+    /// Starts replica `id` again from its data directory.
+    pub fn restart(&mut self, id: u64) -> Result<(), LaunchError> {
+        let child = self.spawn(id)?;
+        if let Some(slot) = self.children.iter_mut().find(|(i, _)| *i == id) {
+            slot.1 = child;
+        }
+        self.killed.retain(|&k| k != id);
+        Ok(())
+    }
+
+    /// The leader the answering replicas know of, if any.
+    pub fn leader(&self) -> Option<u64> {
+        Probe::new(&self.addrs).ok()?.leader(Duration::from_millis(500))
+    }
+
+    /// Replicas that have exited on their own (not killed on purpose),
+    /// with their status.
+    pub fn exited(&mut self) -> Vec<(u64, ExitStatus)> {
+        let killed = &self.killed;
+        self.children
+            .iter_mut()
+            .filter(|(id, _)| !killed.contains(id))
+            .filter_map(|(id, c)| c.try_wait().ok().flatten().map(|s| (*id, s)))
+            .collect()
+    }
+
+    /// Waits until every replica answers and one of them leads.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), LaunchError> {
+        let deadline = Instant::now() + timeout;
+        let probe = Probe::new(&self.addrs)?;
+        loop {
+            if let Some((id, status)) = self.exited().into_iter().next() {
+                return Err(LaunchError::ExitedStarting { id, status });
+            }
+            if probe.statuses(Duration::from_secs(1)).iter().all(|r| r.as_ref().is_ok_and(|s| s.leader != 0)) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(LaunchError::NotReady(timeout));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Watches the replicas until `stop` is set, telling `on_exit` of each
+    /// that exits on its own, once; fails when every one has exited.
+    pub fn supervise(
+        &mut self,
+        stop: &AtomicBool,
+        mut on_exit: impl FnMut(u64, ExitStatus),
+    ) -> Result<(), LaunchError> {
+        let mut reported = std::collections::HashSet::new();
+        while !stop.load(Ordering::SeqCst) {
+            for (id, status) in self.exited() {
+                if reported.insert(id) {
+                    on_exit(id, status);
+                }
+            }
+            if reported.len() == self.children.len() {
+                return Err(LaunchError::AllExited);
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ProcessCluster {
+    fn drop(&mut self) {
+        for (_, c) in self.children.iter_mut() {
+            let _ = c.kill();
+        }
+        for (_, c) in self.children.iter_mut() {
+            let _ = c.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_are_checked_before_any_file_is_made() {
+        let dir = ClusterDir::scratch("psmr-launch-test-").unwrap();
+        let bad = |spec: ClusterSpec| spec.config(dir.path()).unwrap_err().to_string();
+        assert!(bad(ClusterSpec { replicas: 0, ..ClusterSpec::default() }).contains("between 1 and 15"));
+        let list = ServiceConfig { kind: "list".into(), ..ServiceConfig::default() };
+        assert!(bad(ClusterSpec { redis: true, service: list, ..ClusterSpec::default() }).contains("--redis"));
+        let mut base = Config::default();
+        base.scheduler.kind = "fastest".into();
+        assert!(bad(ClusterSpec { base, ..ClusterSpec::default() }).contains("fastest"));
+        assert!(!dir.path().join("certs").exists());
+        assert_eq!(parse_storage("tape").unwrap_err().to_string(), "unknown storage \"tape\" (known: disk, memory)");
+    }
+
+    #[test]
+    fn a_spec_gives_every_replica_its_own_ports_and_certificates() {
+        let dir = ClusterDir::scratch("psmr-launch-test-").unwrap();
+        let spec = ClusterSpec { metrics: true, redis: true, ..ClusterSpec::default() };
+        let config = spec.config(dir.path()).unwrap();
+        let addrs: std::collections::HashSet<SocketAddr> = config.replicas.iter().flat_map(Member::addrs).collect();
+        assert_eq!(addrs.len(), 3 * 4);
+        assert!(config.replicas.iter().all(|m| m.metrics.is_some() && m.redis.is_some()));
+        assert!(!config.insecure_peers && dir.path().join("certs/replica-3.key").exists());
+        let file = dir.write(&config).unwrap();
+        assert_eq!(dir.existing().unwrap(), Some(config));
+        assert_eq!(file, dir.config_file());
+        let path = dir.path().to_path_buf();
+        drop(dir);
+        assert!(!path.exists(), "a scratch directory goes with its owner");
+    }
+
+    /// A stand-in for `psmr` that ignores its arguments and runs `body`.
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn processes_are_killed_restarted_and_watched() {
+        let dir = ClusterDir::scratch("psmr-launch-test-").unwrap();
+        let base = Config { insecure_peers: true, ..Config::default() };
+        let config = ClusterSpec { base, ..ClusterSpec::default() }.config(dir.path()).unwrap();
+        let file = dir.write(&config).unwrap();
+        // Both written before anything starts: a script still open for
+        // writing in a forked child cannot be executed.
+        let sleeper = script(dir.path(), "sleeper", "exec sleep 60");
+        let panicker = script(dir.path(), "panicker", &format!("exit {EXIT_PANIC}"));
+        let logs = dir.path().join("logs");
+
+        let mut cluster = ProcessCluster::start(&sleeper, &file, &config, Some(&logs)).unwrap();
+        assert_eq!(cluster.addrs().len(), 3);
+        cluster.kill(2).unwrap();
+        assert!(cluster.exited().is_empty(), "a replica killed on purpose has not exited on its own");
+        cluster.restart(2).unwrap();
+        assert!(matches!(cluster.kill(9), Err(LaunchError::NoSuchReplica(9))));
+        assert!(logs.join("replica-3.log").exists());
+        assert!(cluster.supervise(&AtomicBool::new(true), |_, _| panic!("nothing exited")).is_ok());
+        drop(cluster);
+
+        let mut cluster = ProcessCluster::start(&panicker, &file, &config, None).unwrap();
+        let mut seen = Vec::new();
+        let stopped = cluster.supervise(&AtomicBool::new(false), |id, status| seen.push((id, describe_exit(status))));
+        assert!(matches!(stopped, Err(LaunchError::AllExited)));
+        seen.sort();
+        assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(seen.iter().all(|(_, why)| why.contains("fail-stop")), "{seen:?}");
+        assert!(matches!(cluster.wait_ready(Duration::from_secs(1)), Err(LaunchError::ExitedStarting { .. })));
+    }
+}

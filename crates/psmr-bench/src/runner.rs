@@ -1,0 +1,445 @@
+//! Running the points of a cluster scenario ([`crate::scenario`]): each
+//! point's cluster and load from its [`Params`], a fresh cluster of
+//! replica processes per point ([`crate::launch`]) or an existing one, the
+//! faults injected while the load runs ([`crate::faults`]), and the
+//! measurements as a [`PointResult`] for [`crate::report`].
+//!
+//! ```no_run
+//! use psmr_bench::faults::Faults;
+//! use psmr_bench::runner::{self, Runner, Target};
+//! use psmr_bench::scenario;
+//!
+//! let scenario = scenario::find("client-batching")?;
+//! let plan = runner::plan(&scenario, &[], false, &Faults::default())?;
+//! let runner = Runner { target: Target::Local { exe: "target/debug/psmr".into() }, faults: Faults::default(), seed: 1 };
+//! for point in scenario::expand(&plan.base, &plan.sweeps)? {
+//!     runner::check_point(&point, false, &runner.faults, runner.seed)?;
+//!     let result = runner.run(&point, None, std::path::Path::new("logs"))?;
+//!     println!("{}: {:.0} commands/s", result.name, result.commands_per_s);
+//! }
+//! # Ok::<(), psmr_bench::runner::RunError>(())
+//! ```
+
+use crate::faults::{self, Faults, FaultsError};
+use crate::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster};
+use crate::load::{self, CpuSource, LoadError, LoadResult, LoadSpec, Ops};
+use crate::peers::PeersError;
+use crate::report::{Event, Percentiles, PointResult};
+use crate::scenario::{self, Params, Point, Scenario, ScenarioError, Sweep, CLUSTER_KEYS};
+use crate::sched_bench::{class_frequencies, computed_mapping, BenchError, MappingSource};
+use hdrhistogram::Histogram;
+use psmr_client::ClientConfig;
+use psmr_model::ClassModel;
+use psmr_services::kv::{self, KvModel};
+use psmr_services::list::{self, ListModel};
+use psmr_services::{Cost, Mix, ServiceConfig, WorkloadConfig, WorkloadError};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Mutex;
+use std::time::Duration;
+use thiserror::Error;
+
+/// How long a fresh cluster may take to elect a leader.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Commands of the point's workload whose class frequencies weigh the
+/// optimizer's mapping.
+const MAPPING_SAMPLE: usize = 100_000;
+
+/// Why a scenario's points cannot run, or one failed.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// A bad scenario, sweep or parameter.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// A bad workload parameter.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The point's mapping cannot be computed.
+    #[error(transparent)]
+    Mapping(#[from] BenchError),
+    /// The load refused its spec, or failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The cluster cannot be configured or started.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// The faults do not fit a point.
+    #[error(transparent)]
+    Faults(#[from] FaultsError),
+    /// A peer of the peers scenario failed.
+    #[error(transparent)]
+    Peers(#[from] PeersError),
+    /// One point is wrong.
+    #[error("point {point}: {source}")]
+    Point {
+        /// The point's name.
+        point: String,
+        /// What is wrong with it.
+        source: Box<RunError>,
+    },
+    /// A cluster parameter swept against an existing cluster.
+    #[error("--cluster drives an existing cluster, whose {0} cannot be swept")]
+    SweptExisting(String),
+    /// Faults asked of an existing cluster.
+    #[error("faults kill and restart replica processes, which psmr bench can do only to clusters it started (drop --cluster)")]
+    FaultsExisting,
+    /// Requests larger than a log entry.
+    #[error("per_request {per_request} is above batch_max_commands {batch_max_commands}, and replicas refuse requests larger than a log entry")]
+    PerRequest {
+        /// Commands per request.
+        per_request: usize,
+        /// Most commands in a log entry.
+        batch_max_commands: usize,
+    },
+    /// A replica process exited on its own during the run.
+    #[error("replica {id} exited during the run: {status}")]
+    Exited {
+        /// The replica.
+        id: u64,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// The fault injector panicked.
+    #[error("the fault thread panicked")]
+    FaultThread,
+}
+
+/// What a scenario runs: its sweeps merged with the overrides, and its
+/// base parameters.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The sweeps to expand.
+    pub sweeps: Vec<Sweep>,
+    /// The scenario's sweeps over cluster parameters, dropped because the
+    /// cluster exists already (its own settings apply).
+    pub dropped: Vec<Sweep>,
+    /// The base parameters of every point: the scenario's, on disk storage
+    /// when there are faults (a replica restarted from memory would have
+    /// forgotten its log).
+    pub base: Params,
+}
+
+/// The plan of `scenario` with the sweeps `overrides` (replacing its own
+/// over the same keys), against an `existing` cluster or fresh ones, with
+/// `faults`.
+pub fn plan(scenario: &Scenario, overrides: &[Sweep], existing: bool, faults: &Faults) -> Result<Plan, RunError> {
+    let (own, dropped) = if existing {
+        if let Some(s) = overrides.iter().find(|s| CLUSTER_KEYS.contains(&s.key.as_str())) {
+            return Err(RunError::SweptExisting(s.key.clone()));
+        }
+        scenario.sweeps.iter().cloned().partition(|s| !CLUSTER_KEYS.contains(&s.key.as_str()))
+    } else {
+        (scenario.sweeps.clone(), Vec::new())
+    };
+    let sweeps = scenario::merge(&own, overrides)?;
+    let mut base = scenario.base.clone();
+    if faults.any() {
+        if existing {
+            return Err(RunError::FaultsExisting);
+        }
+        base.storage = "disk".into();
+    }
+    Ok(Plan { sweeps, dropped, base })
+}
+
+/// Checks that `p` can run, against an `existing` cluster or a fresh one,
+/// before anything runs: its load, and its cluster's configuration
+/// (without making certificates).
+pub fn check_params(p: &Params, existing: bool, seed: u64) -> Result<(), RunError> {
+    load_spec(p, None, seed)?.validate()?;
+    if existing {
+        return Ok(());
+    }
+    // Without peer TLS: making a point's certificates is its run's job
+    // (in its own directory), not the check's.
+    let check = Params { insecure_peers: true, ..p.clone() };
+    cluster_spec(&check)?.config(&std::env::temp_dir())?;
+    if p.per_request > p.batch_max_commands {
+        return Err(RunError::PerRequest { per_request: p.per_request, batch_max_commands: p.batch_max_commands });
+    }
+    Ok(())
+}
+
+/// [`check_params`] for `point`, and that `faults` fit it.
+pub fn check_point(point: &Point, existing: bool, faults: &Faults, seed: u64) -> Result<(), RunError> {
+    check_params(&point.params, existing, seed)
+        .map_err(|e| RunError::Point { point: point.name(), source: Box::new(e) })?;
+    Ok(faults.check(point)?)
+}
+
+/// The load of `p`, its operations written to `history` if given.
+pub fn load_spec(p: &Params, history: Option<PathBuf>, seed: u64) -> Result<LoadSpec, RunError> {
+    let ops = match p.service.as_str() {
+        "list" => {
+            let cost: Cost = p.cost.parse()?;
+            Ops::List { model: p.model.parse()?, workload: list_workload(p)?, list_size: cost.list_size() }
+        }
+        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct, value_bytes: p.value_bytes },
+    };
+    Ok(LoadSpec {
+        seed,
+        clients: p.clients,
+        per_request: p.per_request,
+        warmup: Duration::from_secs_f64(p.warmup_s),
+        duration: Duration::from_secs_f64(p.duration_s),
+        ops,
+        history,
+    })
+}
+
+/// The list workload of `p` (its mix, shards and skews).
+pub fn list_workload(p: &Params) -> Result<WorkloadConfig, RunError> {
+    let mix: Mix = p.workload.parse()?;
+    Ok(WorkloadConfig { shards: p.shards, skew: p.skew, write_skew: p.write_skew, mix, ..WorkloadConfig::default() })
+}
+
+/// The fresh local cluster of `p`, on loopback.
+pub fn cluster_spec(p: &Params) -> Result<ClusterSpec, RunError> {
+    let mut spec = ClusterSpec {
+        replicas: p.replicas,
+        service: ServiceConfig {
+            kind: p.service.clone(),
+            model: p.model.clone(),
+            shards: p.shards,
+            keys: 0,
+            cost: p.cost.clone(),
+        },
+        ..ClusterSpec::default()
+    };
+    let base = &mut spec.base;
+    base.scheduler.kind = p.scheduler.clone();
+    base.scheduler.workers = p.workers;
+    base.scheduler.mapping = mapping_spec(p)?;
+    base.storage = launch::parse_storage(&p.storage)?;
+    base.client_io_threads = p.client_io_threads;
+    base.batch_max_commands = p.batch_max_commands;
+    base.batch_delay_us = p.batch_delay_us;
+    base.pipeline = p.pipeline;
+    base.insecure_peers = p.insecure_peers;
+    Ok(spec)
+}
+
+/// The mapping a replica runs for `p`: `default`, a spec as given, or the
+/// optimizer's or the naive one for the class frequencies of
+/// 100,000 commands of the point's workload.
+pub fn mapping_spec(p: &Params) -> Result<String, RunError> {
+    let source: MappingSource = p.mapping.parse()?;
+    if !matches!(source, MappingSource::Optimal(_) | MappingSource::Naive) {
+        return Ok(p.mapping.clone());
+    }
+    let (model, weights) = class_weights(p)?;
+    Ok(match computed_mapping(&source, &model, &weights, p.workers)? {
+        Some(mapping) => mapping.to_spec(&model),
+        None => p.mapping.clone(),
+    })
+}
+
+/// The class model of `p` and each class's share of a sample of its
+/// workload.
+fn class_weights(p: &Params) -> Result<(ClassModel, Vec<f64>), RunError> {
+    Ok(match p.service.as_str() {
+        "list" => {
+            let model: ListModel = p.model.parse()?;
+            let cost: Cost = p.cost.parse()?;
+            let cfg = WorkloadConfig { commands: MAPPING_SAMPLE, ..list_workload(p)? };
+            let classes = list::class_model(model, p.shards);
+            let weights = class_frequencies(&classes, &list::generate(model, &cfg, cost.list_size())?);
+            (classes, weights)
+        }
+        _ => {
+            let model: KvModel = p.model.parse()?;
+            let cfg = WorkloadConfig {
+                commands: MAPPING_SAMPLE,
+                shards: p.shards,
+                keys: p.keys,
+                mix: Mix::writes(f64::from(p.write_pct)),
+                ..WorkloadConfig::default()
+            };
+            let classes = kv::class_model(model, p.shards);
+            let weights = class_frequencies(&classes, &kv::generate(model, &cfg)?);
+            (classes, weights)
+        }
+    })
+}
+
+/// Where a scenario's points run.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A fresh cluster of replica processes per point, each started as
+    /// `exe replica ...` (the `psmr` executable), removed after the point.
+    Local {
+        /// The `psmr` executable.
+        exe: PathBuf,
+    },
+    /// An existing cluster at these client addresses: only load
+    /// parameters apply.
+    Existing(Vec<SocketAddr>),
+}
+
+/// Runs points: where, with which faults, and the seed of their loads.
+#[derive(Clone, Debug)]
+pub struct Runner {
+    /// Where the points run.
+    pub target: Target,
+    /// Faults injected into every point (local clusters only).
+    pub faults: Faults,
+    /// Seed of the clients' random operations.
+    pub seed: u64,
+}
+
+impl Runner {
+    /// Runs `point`: its cluster (unless the target exists), its load with
+    /// its history written to `history` if given, its faults; the
+    /// replicas' logs go to `logs`.
+    pub fn run(&self, point: &Point, history: Option<PathBuf>, logs: &Path) -> Result<PointResult, RunError> {
+        // `load::run` checks the spec again; `check_point` checked it first.
+        let spec = load_spec(&point.params, history, self.seed)?;
+        let (load, events, mapping) = match &self.target {
+            Target::Existing(addrs) => {
+                // Another machine's pids, or ours by chance: not guessed at.
+                let cpu = CpuSource::Off("n/a: the replicas of --cluster are not processes psmr bench started".into());
+                (load::run_with_cpu(addrs, || ClientConfig::new(addrs.clone()), &spec, &cpu)?, Vec::new(), None)
+            }
+            Target::Local { exe } => {
+                let (load, events, mapping) = self.run_local(exe, &point.params, &spec, logs)?;
+                (load, events, Some(mapping))
+            }
+        };
+        let mut result = to_result(point, &load);
+        result.events = events;
+        result.mapping_spec = mapping.filter(|m| m != "default");
+        Ok(result)
+    }
+
+    /// A fresh cluster for `p`, `spec` against it with the faults, the
+    /// cluster stopped and its data removed; with the mapping it ran.
+    fn run_local(
+        &self,
+        exe: &Path,
+        p: &Params,
+        spec: &LoadSpec,
+        logs: &Path,
+    ) -> Result<(LoadResult, Vec<Event>, String), RunError> {
+        // Dropped last: the cluster stops before its data goes.
+        let dir = ClusterDir::scratch("psmr-bench-")?;
+        let config = cluster_spec(p)?.config(dir.path())?;
+        let file = dir.write(&config)?;
+        let mut cluster = ProcessCluster::start(exe, &file, &config, Some(logs))?;
+        cluster.wait_ready(READY_TIMEOUT)?;
+        let addrs = cluster.addrs().to_vec();
+        let cluster = Mutex::new(cluster);
+        let (result, events) = faults::during(&cluster, &self.faults, || {
+            load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local)
+        });
+        let result = result?;
+        let mut cluster = cluster.into_inner().map_err(|_| RunError::FaultThread)?;
+        if let Some((id, status)) = cluster.exited().into_iter().next() {
+            return Err(RunError::Exited { id, status });
+        }
+        // The mapping the replicas ran, computed once for their configuration.
+        Ok((result, events, config.scheduler.mapping))
+    }
+}
+
+/// Where point `point` of `points` writes its history when every point's
+/// goes to `file`: `file` itself for a single point, else `file` with
+/// `.N` before its extension.
+pub fn history_path(file: &Path, point: usize, points: usize) -> PathBuf {
+    if points == 1 {
+        return file.to_path_buf();
+    }
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = match file.extension() {
+        Some(ext) => format!("{stem}.{point}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{point}"),
+    };
+    file.with_file_name(name)
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    Percentiles {
+        count: h.len(),
+        p50: h.value_at_quantile(0.5),
+        p90: h.value_at_quantile(0.9),
+        p99: h.value_at_quantile(0.99),
+        p999: h.value_at_quantile(0.999),
+        max: h.max(),
+    }
+}
+
+/// `load`'s measurements as the result of `point`.
+fn to_result(point: &Point, load: &LoadResult) -> PointResult {
+    let mut r = PointResult::new(point);
+    r.commands_per_s = load.commands_per_s();
+    r.requests_per_s = load.requests_per_s();
+    r.failed_requests = load.errors;
+    for (kind, h) in &load.latency {
+        r.latency_us.insert(kind.to_string(), percentiles(h));
+    }
+    r.latency_us.insert("request".into(), percentiles(&load.request_latency));
+    r.timeline = load.timeline.clone();
+    r.workers = load.workers.clone();
+    r.worker_timeline = load.worker_timeline.clone();
+    r.stages = load.stages.clone();
+    r.cpu = load.cpu.clone();
+    r.cpu_note = load.cpu_note.clone();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_cluster_keeps_its_own_settings() {
+        let scenario = scenario::find("latency-throughput").unwrap();
+        let clients: Sweep = "clients=1,2".parse().unwrap();
+        let existing = plan(&scenario, std::slice::from_ref(&clients), true, &Faults::default()).unwrap();
+        assert!(existing.sweeps.iter().all(|s| !CLUSTER_KEYS.contains(&s.key.as_str())));
+        assert!(existing.dropped.iter().any(|s| s.key == "scheduler"));
+        let workers: Sweep = "workers=1,2".parse().unwrap();
+        let err = plan_err(&scenario, &workers, true, Faults::default());
+        assert_eq!(err, "--cluster drives an existing cluster, whose workers cannot be swept");
+        let faults = Faults { kill_replica: Some((1, Duration::from_secs(1))), ..Faults::default() };
+        assert!(plan_err(&scenario, &clients, true, faults.clone()).contains("drop --cluster"));
+        let local = plan(&scenario, &[], false, &faults).unwrap();
+        assert_eq!((local.base.storage.as_str(), local.dropped.len()), ("disk", 0));
+    }
+
+    fn plan_err(scenario: &Scenario, sweep: &Sweep, existing: bool, faults: Faults) -> String {
+        plan(scenario, std::slice::from_ref(sweep), existing, &faults).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn points_are_checked_with_their_name() {
+        let point = |p: Params| Point { params: p, label: vec![("clients".into(), "0".into())] };
+        let err = |p, existing| check_point(&point(p), existing, &Faults::default(), 1).unwrap_err().to_string();
+        assert!(err(Params { clients: 0, ..Params::default() }, true).starts_with("point clients=0: --clients"));
+        let big = Params { per_request: 50, batch_max_commands: 10, ..Params::default() };
+        assert!(err(big.clone(), false).contains("per_request 50 is above batch_max_commands 10"));
+        assert!(check_point(&point(big), true, &Faults::default(), 1).is_ok(), "the existing cluster decides");
+    }
+
+    #[test]
+    fn history_files_are_numbered_per_point() {
+        let f = Path::new("/tmp/h.jsonl");
+        assert_eq!(history_path(f, 0, 1), PathBuf::from("/tmp/h.jsonl"));
+        assert_eq!(history_path(f, 3, 5), PathBuf::from("/tmp/h.3.jsonl"));
+        assert_eq!(history_path(Path::new("h"), 1, 2), PathBuf::from("h.1"));
+    }
+
+    #[test]
+    fn mappings_are_computed_for_the_workload() {
+        let p = Params { mapping: "naive".into(), workers: 4, ..Params::default() };
+        assert!(mapping_spec(&p).unwrap().contains("R="));
+        let spec = Params { mapping: "R=conc:0".into(), ..Params::default() };
+        assert_eq!(mapping_spec(&spec).unwrap(), "R=conc:0");
+        let c = cluster_spec(&Params { storage: "disk".into(), ..Params::default() }).unwrap();
+        assert_eq!(
+            (c.replicas, c.base.storage, c.base.scheduler.kind.as_str()),
+            (3, psmr_replica::Storage::Disk, "early")
+        );
+    }
+}

@@ -1,0 +1,1315 @@
+//! Prometheus metrics of one replica: an HTTP endpoint (`GET /metrics` on
+//! the member's `metrics` address) and the client protocol's
+//! [`ClientMsg::Metrics`](psmr_model::wire::ClientMsg::Metrics), which
+//! `psmr client status` reads; both serve the same text, the OpenMetrics
+//! exposition of [`exposition`] (encoded with `prometheus-client`).
+//!
+//! # What is measured, and where
+//!
+//! Read when scraped, from the counters the stages keep anyway (nothing is
+//! counted twice on the hot path):
+//!
+//! | metric | type | meaning |
+//! | --- | --- | --- |
+//! | `psmr_replica_id` | gauge | this replica's id |
+//! | `psmr_raft_term` | gauge | current raft term |
+//! | `psmr_raft_leader` | gauge | the leader this replica knows (0: none) |
+//! | `psmr_raft_is_leader` | gauge | 1 while this replica leads |
+//! | `psmr_raft_commit_index` | gauge | highest log index known committed (published by the protocol thread after every turn) |
+//! | `psmr_raft_applied_index` | gauge | last log index handed to the scheduler |
+//! | `psmr_entries_proposed_total` | counter | log entries this replica proposed as leader (`rate()` gives entries per second) |
+//! | `psmr_commands_proposed_total` | counter | client commands in those entries (proposals per second) |
+//! | `psmr_peer_messages_total` | counter | raft messages received from peers |
+//! | `psmr_reply_cache_clients` | gauge | clients the reply cache remembers |
+//! | `psmr_reply_cache_seqs` | gauge | sequence numbers it remembers |
+//! | `psmr_reply_cache_bytes` | gauge | bytes of outcomes it keeps |
+//! | `psmr_thread_cpu_seconds_total{thread}` | counter | CPU time of the threads of that name (a stage: `psmr-protocol`, `psmr-client-io`, a worker...) |
+//! | `psmr_thread_runqueue_seconds_total{thread}` | counter | time those threads were ready to run but waited for a CPU |
+//! | `psmr_threads{thread}` | gauge | threads of that name |
+//! | `psmr_worker_sync_idle_seconds_total{worker}` | counter | time the worker waited for the other threads of a sequential class |
+//! | `psmr_worker_queue_idle_seconds_total{worker}` | counter | time the worker waited for its queue |
+//! | `psmr_worker_dequeues_total{worker}` | counter | batches the worker took from its queue |
+//! | `psmr_worker_dequeued_commands_total{worker}` | counter | commands in those batches (over dequeues: the queue size) |
+//! | `psmr_worker_executed_total{worker}` | counter | commands the worker executed |
+//! | `psmr_worker_steals_tried_total{worker}` | counter | steal attempts |
+//! | `psmr_worker_steals_total{worker}` | counter | successful steals |
+//!
+//! The thread metrics come from `/proc/self/task` ([`crate::stages`]):
+//! they cover the whole process, which for a [`crate::LocalCluster`] holds
+//! several replicas (and is empty off Linux). The worker metrics exist for
+//! the early schedulers only.
+//!
+//! Recorded where they happen:
+//!
+//! | metric | type | recorded |
+//! | --- | --- | --- |
+//! | `psmr_request_latency_seconds` | histogram | ClientIO ([`crate::client_io`]): from a request frame read to its last reply handed to the socket, or to the refusal or redirect queued for the connection; 50 µs to 10 s |
+//! | `psmr_entry_commands` | histogram | protocol thread: commands per entry this replica proposed |
+//! | `psmr_entry_bytes` | histogram | protocol thread: bytes per entry this replica proposed |
+//! | `psmr_log_sync_seconds` | histogram | disk storage ([`crate::disk`]): each synced raft-engine write (a ready's entries and hard state, a leader's snapshot); empty with memory storage |
+//! | `psmr_snapshot_seconds` | histogram | service manager: taking a snapshot, from waiting for execution to handing it to the protocol thread (`_count`: snapshots taken) |
+//! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
+//! | `psmr_snapshots_restored_total` | counter | snapshots restored (at start from disk, or from the leader) |
+//! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
+//! | `psmr_peer_refused_total{rule}` | counter | raft messages the [`crate::guard`] refused, by rule ([`Rule::label`]) |
+//!
+//! Every label takes values from a fixed, small set (thread names, worker
+//! ids, reasons, rules): never one per client or per key. Recording costs
+//! a few relaxed atomic additions (the histograms are lock-free), once per
+//! request, per entry, per sync or per snapshot; nothing per command.
+//!
+//! Request latency is matched per connection: ClientIO notes each request
+//! (client, sequence numbers, when it was read) in the connection's
+//! [`PendingRequests`] before queueing it, and the connection's writer
+//! checks the replies off. A request whose replies never come to this
+//! connection (dropped for a full outbox, or redirected after the leader
+//! lost its leadership) is forgotten when the connection closes or when
+//! [`PENDING_MAX`] newer ones push it out; it is then not observed.
+//!
+//! # HTTP
+//!
+//! A minimal HTTP/1.x server on the replica's ClientIO runtime ([`serve`]):
+//! one request per connection (`Connection: close`), `GET` or `HEAD` of
+//! `/metrics` (a query string is ignored); 404 for another path, 405 for
+//! another method, 400 for a request line that does not parse, 431 for a
+//! request head over [`HttpLimits::head_max`]. Each connection has
+//! [`HttpLimits::timeout`] for the whole exchange, and at most
+//! [`HttpLimits::connections`] are served at once: more are closed at
+//! once. Scrapers need nothing more, and hostile input cannot make the
+//! replica hold more than that.
+
+use crate::cache::ReplyCache;
+use crate::guard::Rule;
+use crate::{Member, ReplicaError, Shared};
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use psmr_model::wire::{WireError, WorkerSample};
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tracing::info;
+
+/// The content type of [`exposition`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Requests one connection keeps waiting for their replies, at most (see
+/// the module documentation): about 48 KiB a connection. A client that
+/// pipelines more loses the latency of its oldest requests, not more.
+pub const PENDING_MAX: usize = 1024;
+
+/// Distinct thread names reported, at most; the rest are summed as
+/// `other`.
+const THREAD_NAMES_MAX: usize = 64;
+
+/// A histogram with fixed bucket bounds, updated with relaxed atomic
+/// additions only (`prometheus-client`'s own takes a lock per
+/// observation). Values are integers in a base unit (nanoseconds, bytes,
+/// commands); `divisor` turns them into the exposed unit.
+#[derive(Clone, Debug)]
+pub struct Histogram(Arc<HistogramInner>);
+
+#[derive(Debug)]
+struct HistogramInner {
+    /// Upper bounds, ascending, in the base unit.
+    bounds: Box<[u64]>,
+    /// One per bound, and the last for +Inf.
+    buckets: Box<[AtomicU64]>,
+    sum: AtomicU64,
+    divisor: f64,
+}
+
+impl Histogram {
+    /// A histogram with these upper bounds (base unit, ascending).
+    pub fn new(bounds: Vec<u64>, divisor: f64) -> Self {
+        let buckets = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        Self(Arc::new(HistogramInner { bounds: bounds.into(), buckets, sum: AtomicU64::new(0), divisor }))
+    }
+
+    /// Seconds, observed in nanoseconds: the 1-2.5-5 steps from `from_ns`
+    /// up to `to_ns`.
+    fn seconds(from_ns: u64, to_ns: u64) -> Self {
+        let mut bounds = Vec::new();
+        let mut decade = 1u64;
+        while decade * 10 <= from_ns {
+            decade *= 10;
+        }
+        'out: loop {
+            for step in [10, 25, 50] {
+                let b = decade * step / 10;
+                if b > to_ns {
+                    break 'out;
+                }
+                if b >= from_ns {
+                    bounds.push(b);
+                }
+            }
+            decade *= 10;
+        }
+        Self::new(bounds, 1e9)
+    }
+
+    /// Powers of `base` from `from` to `to`.
+    fn powers(from: u64, base: u64, to: u64) -> Self {
+        let bounds = std::iter::successors(Some(from), |&b| b.checked_mul(base)).take_while(|&b| b <= to).collect();
+        Self::new(bounds, 1.0)
+    }
+
+    /// Counts one value.
+    #[inline]
+    pub fn observe(&self, value: u64) {
+        let i = self.0.bounds.partition_point(|&b| b < value);
+        self.0.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.0.sum.fetch_add(value, Ordering::Relaxed);
+    }
+
+    /// Counts the time since `start`, for a histogram of seconds.
+    #[inline]
+    pub fn observe_since(&self, start: Instant) {
+        self.observe(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Values counted so far.
+    pub fn count(&self) -> u64 {
+        self.0.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+}
+
+impl EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        let h = &self.0;
+        let buckets: Vec<(f64, u64)> = h
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (h.bounds.get(i).map_or(f64::INFINITY, |&u| u as f64 / h.divisor), b.load(Ordering::Relaxed)))
+            .collect();
+        // The count is the buckets' sum, so that the two always agree.
+        let count = buckets.iter().map(|b| b.1).sum();
+        let sum = h.sum.load(Ordering::Relaxed) as f64 / h.divisor;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Counters for a fixed set of values of one label, each a plain atomic.
+#[derive(Clone, Debug)]
+pub struct CounterSet(Arc<CounterSetInner>);
+
+#[derive(Debug)]
+struct CounterSetInner {
+    label: &'static str,
+    values: Box<[&'static str]>,
+    counts: Box<[AtomicU64]>,
+}
+
+impl CounterSet {
+    fn new(label: &'static str, values: Vec<&'static str>) -> Self {
+        let counts = values.iter().map(|_| AtomicU64::new(0)).collect();
+        Self(Arc::new(CounterSetInner { label, values: values.into(), counts }))
+    }
+
+    fn inc(&self, i: usize) {
+        if let Some(c) = self.0.counts.get(i) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The count of label value `value` (0 if it is not one of the set).
+    pub fn get(&self, value: &str) -> u64 {
+        let i = self.0.values.iter().position(|&v| v == value);
+        i.map_or(0, |i| self.0.counts[i].load(Ordering::Relaxed))
+    }
+}
+
+impl EncodeMetric for CounterSet {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        let s = &self.0;
+        for (value, count) in s.values.iter().zip(s.counts.iter()) {
+            let labels = [(s.label, *value)];
+            encoder
+                .encode_family(&labels)?
+                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// Why ClientIO refused a client's frame, request or connection: the
+/// `reason` label of `psmr_client_refused_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRefusal {
+    /// A frame longer than `frame_max`.
+    FrameTooLarge,
+    /// A frame too short for a version and a kind.
+    FrameTooShort,
+    /// Another protocol version.
+    Version,
+    /// No message of that kind.
+    UnknownKind,
+    /// A body that does not decode.
+    Malformed,
+    /// A frame that did not arrive whole within `frame_timeout_ms`.
+    FrameTimeout,
+    /// A request to a follower, redirected to the leader.
+    NotLeader,
+    /// A request of client id 0.
+    ReservedClient,
+    /// A request without commands.
+    EmptyRequest,
+    /// A request with more than `batch_max_commands` commands.
+    RequestCommands,
+    /// A request with more than `batch_max_bytes` bytes of operations.
+    RequestBytes,
+    /// A connection refused at `max_connections`, all of them busy.
+    ConnectionLimit,
+}
+
+impl ClientRefusal {
+    /// Every reason, in label order.
+    pub const ALL: [ClientRefusal; 12] = [
+        ClientRefusal::FrameTooLarge,
+        ClientRefusal::FrameTooShort,
+        ClientRefusal::Version,
+        ClientRefusal::UnknownKind,
+        ClientRefusal::Malformed,
+        ClientRefusal::FrameTimeout,
+        ClientRefusal::NotLeader,
+        ClientRefusal::ReservedClient,
+        ClientRefusal::EmptyRequest,
+        ClientRefusal::RequestCommands,
+        ClientRefusal::RequestBytes,
+        ClientRefusal::ConnectionLimit,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClientRefusal::FrameTooLarge => "frame_too_large",
+            ClientRefusal::FrameTooShort => "frame_too_short",
+            ClientRefusal::Version => "version",
+            ClientRefusal::UnknownKind => "unknown_kind",
+            ClientRefusal::Malformed => "malformed",
+            ClientRefusal::FrameTimeout => "frame_timeout",
+            ClientRefusal::NotLeader => "not_leader",
+            ClientRefusal::ReservedClient => "reserved_client",
+            ClientRefusal::EmptyRequest => "empty_request",
+            ClientRefusal::RequestCommands => "request_commands",
+            ClientRefusal::RequestBytes => "request_bytes",
+            ClientRefusal::ConnectionLimit => "connection_limit",
+        }
+    }
+
+    /// The reason a connection ended with `e`, if it was a refused frame
+    /// (not a closed or failed socket).
+    pub fn of(e: &WireError) -> Option<Self> {
+        Some(match e {
+            WireError::TooLarge { .. } => ClientRefusal::FrameTooLarge,
+            WireError::TooShort(_) => ClientRefusal::FrameTooShort,
+            WireError::Version(_) => ClientRefusal::Version,
+            WireError::UnknownKind(_) => ClientRefusal::UnknownKind,
+            // ClientIO's `read_frame` reports a late body as the "frame".
+            WireError::Malformed { what: "frame", .. } => ClientRefusal::FrameTimeout,
+            WireError::Malformed { .. } => ClientRefusal::Malformed,
+            WireError::Io(_) | WireError::Closed => return None,
+        })
+    }
+
+    /// Its place in [`ClientRefusal::ALL`] (its declaration order).
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The metrics one replica records (see the module documentation); those
+/// read at scrape time live in [`Shared`] and are gathered by
+/// [`exposition`].
+pub struct Metrics {
+    registry: Registry,
+    /// Highest log index known committed, published by the protocol thread.
+    pub(crate) commit: AtomicU64,
+    /// The reply cache, once the service manager has it.
+    pub(crate) cache: OnceLock<Arc<ReplyCache>>,
+    /// `psmr_request_latency_seconds`.
+    pub request_latency: Histogram,
+    /// `psmr_entry_commands`.
+    pub entry_commands: Histogram,
+    /// `psmr_entry_bytes`.
+    pub entry_bytes: Histogram,
+    /// `psmr_log_sync_seconds`.
+    pub log_sync: Histogram,
+    /// `psmr_snapshot_seconds`.
+    pub snapshot_time: Histogram,
+    snapshot_bytes: Gauge,
+    snapshots_restored: Counter,
+    /// `psmr_client_refused_total`.
+    pub client_refused: CounterSet,
+    /// `psmr_peer_refused_total`.
+    pub peer_refused: CounterSet,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric at zero, registered.
+    pub fn new() -> Self {
+        let request_latency = Histogram::seconds(50_000, 10_000_000_000);
+        let entry_commands = Histogram::powers(1, 2, 1 << 16);
+        let entry_bytes = Histogram::powers(64, 4, 64 << 20);
+        let log_sync = Histogram::seconds(10_000, 10_000_000_000);
+        let snapshot_time = Histogram::seconds(1_000_000, 100_000_000_000);
+        let snapshot_bytes = Gauge::default();
+        let snapshots_restored = Counter::default();
+        let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
+        let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
+        let mut r = Registry::default();
+        let seconds = || Unit::Seconds;
+        r.register_with_unit(
+            "psmr_request_latency",
+            "Client requests, from frame read to last reply written",
+            seconds(),
+            request_latency.clone(),
+        );
+        r.register("psmr_entry_commands", "Commands per log entry proposed here", entry_commands.clone());
+        r.register_with_unit("psmr_entry", "Size of the log entries proposed here", Unit::Bytes, entry_bytes.clone());
+        r.register_with_unit("psmr_log_sync", "Synced writes of the raft log", seconds(), log_sync.clone());
+        r.register_with_unit("psmr_snapshot", "Snapshots taken", seconds(), snapshot_time.clone());
+        r.register_with_unit("psmr_snapshot_last", "Size of the last snapshot", Unit::Bytes, snapshot_bytes.clone());
+        r.register("psmr_snapshots_restored", "Snapshots restored", snapshots_restored.clone());
+        r.register("psmr_client_refused", "Client frames, requests and connections refused", client_refused.clone());
+        r.register("psmr_peer_refused", "Raft messages the guard refused", peer_refused.clone());
+        Self {
+            registry: r,
+            commit: AtomicU64::new(0),
+            cache: OnceLock::new(),
+            request_latency,
+            entry_commands,
+            entry_bytes,
+            log_sync,
+            snapshot_time,
+            snapshot_bytes,
+            snapshots_restored,
+            client_refused,
+            peer_refused,
+        }
+    }
+
+    /// The recorded metrics (without those read at scrape time).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Counts a client refusal.
+    pub fn client_refused(&self, why: ClientRefusal) {
+        self.client_refused.inc(why.index());
+    }
+
+    /// Counts a connection that ended with `e`, if `e` refused a frame.
+    pub(crate) fn connection_ended(&self, e: &WireError) {
+        if let Some(why) = ClientRefusal::of(e) {
+            self.client_refused(why);
+        }
+    }
+
+    /// Counts a peer message the guard refused.
+    pub(crate) fn peer_refused(&self, rule: Rule) {
+        self.peer_refused.inc(rule.index());
+    }
+
+    /// Records an entry this replica proposed.
+    pub(crate) fn entry_proposed(&self, commands: u64, bytes: usize) {
+        self.entry_commands.observe(commands);
+        self.entry_bytes.observe(bytes as u64);
+    }
+
+    /// Records a snapshot taken since `start`, of `bytes` bytes.
+    pub(crate) fn snapshot_taken(&self, start: Instant, bytes: usize) {
+        self.snapshot_time.observe_since(start);
+        self.snapshot_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Records a snapshot restored.
+    pub(crate) fn snapshot_restored(&self) {
+        self.snapshots_restored.inc();
+    }
+}
+
+/// The replica's metrics as OpenMetrics text: those read now from the
+/// shared state, then those recorded.
+pub fn exposition(shared: &Shared) -> String {
+    let mut out = String::with_capacity(16 << 10);
+    let mut now = Registry::default();
+    now.register_collector(Box::new(Sample::of(shared)));
+    // Writing to a String cannot fail, nor can these encoders otherwise.
+    let _ = encode_registry(&mut out, &now);
+    let _ = encode_registry(&mut out, &shared.metrics.registry);
+    let _ = encode_eof(&mut out);
+    out
+}
+
+/// The threads of one name.
+#[derive(Debug, Default)]
+struct Threads {
+    count: u64,
+    cpu_ns: u64,
+    runq_ns: u64,
+}
+
+/// What [`exposition`] reads from the shared state, copied at scrape time.
+#[derive(Debug)]
+struct Sample {
+    id: u64,
+    term: u64,
+    leader: u64,
+    is_leader: bool,
+    commit: u64,
+    applied: u64,
+    entries_proposed: u64,
+    commands_proposed: u64,
+    peer_in: u64,
+    /// Clients, sequence numbers and bytes of the reply cache.
+    cache: Option<(usize, usize, usize)>,
+    workers: Vec<WorkerSample>,
+    threads: Vec<(String, Threads)>,
+}
+
+impl Sample {
+    fn of(shared: &Shared) -> Self {
+        let load = |a: &AtomicU64| a.load(Ordering::Acquire);
+        let cache = shared.metrics.cache.get().map(|c| {
+            let (seqs, bytes) = c.size();
+            (c.clients(), seqs, bytes)
+        });
+        Sample {
+            id: shared.id,
+            term: load(&shared.term),
+            leader: load(&shared.leader),
+            is_leader: shared.is_leader.load(Ordering::Acquire),
+            commit: load(&shared.metrics.commit),
+            applied: load(&shared.applied),
+            entries_proposed: load(&shared.stats.entries_proposed),
+            commands_proposed: load(&shared.stats.commands_proposed),
+            peer_in: load(&shared.stats.peer_in),
+            cache,
+            workers: shared.worker_metrics.get().map(|m| m.snapshot()).unwrap_or_default(),
+            threads: threads_by_name(),
+        }
+    }
+}
+
+/// The process's threads summed by name (at most [`THREAD_NAMES_MAX`]
+/// names), in name order.
+fn threads_by_name() -> Vec<(String, Threads)> {
+    let mut by_name: std::collections::BTreeMap<String, Threads> = std::collections::BTreeMap::new();
+    for t in crate::stages::threads() {
+        let name =
+            if by_name.len() < THREAD_NAMES_MAX || by_name.contains_key(&t.name) { t.name } else { "other".into() };
+        let e = by_name.entry(name).or_default();
+        e.count += 1;
+        e.cpu_ns += t.cpu_ns;
+        e.runq_ns += t.runq_ns;
+    }
+    by_name.into_iter().collect()
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: impl EncodeGaugeValue) -> fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&v)
+}
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: impl EncodeCounterValue) -> fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Counter)?.encode_counter::<NoLabelSet, _, u64>(&v, None)
+}
+
+/// One family: a metric per `(label value, value)` of `rows`.
+fn family<V>(
+    e: &mut DescriptorEncoder,
+    (name, help, unit, kind): (&str, &str, Option<&Unit>, MetricType),
+    label: &str,
+    rows: impl Iterator<Item = (String, V)>,
+) -> fmt::Result
+where
+    V: EncodeCounterValue + EncodeGaugeValue,
+{
+    let mut m = e.encode_descriptor(name, help, unit, kind)?;
+    for (value, v) in rows {
+        let labels = [(label, value.as_str())];
+        let mut one = m.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => one.encode_counter::<NoLabelSet, _, u64>(&v, None)?,
+            _ => one.encode_gauge(&v)?,
+        }
+    }
+    Ok(())
+}
+
+/// A per-worker metric: name, help and the field of a [`WorkerSample`].
+type WorkerField = (&'static str, &'static str, fn(&WorkerSample) -> u64);
+
+impl Sample {
+    fn encode_raft(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        gauge(e, "psmr_replica_id", "This replica's id.", self.id)?;
+        gauge(e, "psmr_raft_term", "Current raft term.", self.term)?;
+        gauge(e, "psmr_raft_leader", "The leader this replica knows (0: none).", self.leader)?;
+        gauge(e, "psmr_raft_is_leader", "1 while this replica leads.", u64::from(self.is_leader))?;
+        gauge(e, "psmr_raft_commit_index", "Highest log index known committed.", self.commit)?;
+        gauge(e, "psmr_raft_applied_index", "Last log index handed to the scheduler.", self.applied)?;
+        counter(e, "psmr_entries_proposed", "Log entries proposed as leader.", self.entries_proposed)?;
+        counter(e, "psmr_commands_proposed", "Client commands in the entries proposed.", self.commands_proposed)?;
+        counter(e, "psmr_peer_messages", "Raft messages received from peers.", self.peer_in)
+    }
+
+    fn encode_cache(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let Some((clients, seqs, bytes)) = self.cache else { return Ok(()) };
+        gauge(e, "psmr_reply_cache_clients", "Clients the reply cache remembers.", clients)?;
+        gauge(e, "psmr_reply_cache_seqs", "Sequence numbers the reply cache remembers.", seqs)?;
+        gauge(e, "psmr_reply_cache_bytes", "Bytes of outcomes the reply cache keeps.", bytes)
+    }
+
+    fn encode_threads(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let rows = |f: fn(&Threads) -> u64| self.threads.iter().map(move |(n, t)| (n.clone(), f(t) as f64 / 1e9));
+        let help = "CPU time of the threads of this name.";
+        let spec = ("psmr_thread_cpu", help, Some(&Unit::Seconds), MetricType::Counter);
+        family(e, spec, "thread", rows(|t| t.cpu_ns))?;
+        let help = "Time the threads of this name waited for a CPU.";
+        let spec = ("psmr_thread_runqueue", help, Some(&Unit::Seconds), MetricType::Counter);
+        family(e, spec, "thread", rows(|t| t.runq_ns))?;
+        let spec = ("psmr_threads", "Threads of this name.", None, MetricType::Gauge);
+        family(e, spec, "thread", self.threads.iter().map(|(n, t)| (n.clone(), t.count)))
+    }
+
+    fn encode_workers(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        if self.workers.is_empty() {
+            return Ok(());
+        }
+        let seconds: [WorkerField; 2] = [
+            ("psmr_worker_sync_idle", "Time waiting for the other threads of a sequential class.", |w| w.sync_idle_ns),
+            ("psmr_worker_queue_idle", "Time waiting for the queue.", |w| w.queue_idle_ns),
+        ];
+        for (name, help, f) in seconds {
+            let rows = self.workers.iter().enumerate().map(|(i, w)| (i.to_string(), f(w) as f64 / 1e9));
+            family(e, (name, help, Some(&Unit::Seconds), MetricType::Counter), "worker", rows)?;
+        }
+        let counts: [WorkerField; 5] = [
+            ("psmr_worker_dequeues", "Batches taken from the queue.", |w| w.dequeues),
+            ("psmr_worker_dequeued_commands", "Commands in the batches taken.", |w| w.dequeued_commands),
+            ("psmr_worker_executed", "Commands executed.", |w| w.executed),
+            ("psmr_worker_steals_tried", "Steal attempts.", |w| w.steals_tried),
+            ("psmr_worker_steals", "Successful steals.", |w| w.steals_ok),
+        ];
+        for (name, help, f) in counts {
+            let rows = self.workers.iter().enumerate().map(|(i, w)| (i.to_string(), f(w)));
+            family(e, (name, help, None, MetricType::Counter), "worker", rows)?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for Sample {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        self.encode_raft(&mut e)?;
+        self.encode_cache(&mut e)?;
+        self.encode_threads(&mut e)?;
+        self.encode_workers(&mut e)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Request latency: requests waiting for their replies, per connection.
+
+/// A request waiting for replies.
+#[derive(Debug)]
+struct Waiting {
+    client: u64,
+    first: u64,
+    last: u64,
+    left: u32,
+    read_at: Instant,
+}
+
+/// The requests of one client connection whose replies have not all been
+/// handed to the socket (see the module documentation), oldest first.
+/// ClientIO's reader adds each request before queueing it; the
+/// connection's writer checks the replies off, once per batch of replies
+/// it writes. Replies come back about in the order of the requests, so
+/// the one a reply completes is found near the front; the queue keeps its
+/// memory, so a closed-loop client costs no allocation per request.
+#[derive(Debug, Default)]
+pub struct Pending {
+    waiting: VecDeque<Waiting>,
+}
+
+/// A connection's [`Pending`], shared by its reader and its writer.
+pub type PendingRequests = Arc<Mutex<Pending>>;
+
+impl Pending {
+    /// Notes a request of `client` read at `read_at`: `count` commands with
+    /// sequence numbers from `first` to `last`. At [`PENDING_MAX`] the
+    /// oldest is forgotten.
+    pub fn expect(&mut self, client: u64, first: u64, last: u64, count: u32, read_at: Instant) {
+        if count == 0 {
+            return;
+        }
+        if self.waiting.len() >= PENDING_MAX {
+            self.waiting.pop_front();
+        }
+        self.waiting.push_back(Waiting { client, first, last, left: count, read_at });
+    }
+
+    /// Checks off the reply to command `seq` of `client`; the time its
+    /// request was read if that was its last reply.
+    pub fn replied(&mut self, client: u64, seq: u64) -> Option<Instant> {
+        let i = self.waiting.iter().position(|w| w.client == client && w.first <= seq && seq <= w.last)?;
+        let w = &mut self.waiting[i];
+        w.left -= 1;
+        if w.left > 0 {
+            return None;
+        }
+        self.waiting.remove(i).map(|w| w.read_at)
+    }
+
+    /// Requests waiting.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// No request waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+/// The writer's side of request latency: the replies of one batch, checked
+/// off together (one lock per batch, not per reply).
+pub(crate) struct ReplyClock {
+    pending: PendingRequests,
+    latency: Histogram,
+    replied: Vec<(u64, u64)>,
+}
+
+impl ReplyClock {
+    pub(crate) fn new(pending: PendingRequests, latency: Histogram) -> Self {
+        Self { pending, latency, replied: Vec::new() }
+    }
+
+    /// Notes a reply about to be written.
+    #[inline]
+    pub(crate) fn note(&mut self, client: u64, seq: u64) {
+        self.replied.push((client, seq));
+    }
+
+    /// The noted replies go to the socket now: observes the requests they
+    /// complete.
+    pub(crate) fn settle(&mut self) {
+        if self.replied.is_empty() {
+            return;
+        }
+        let mut pending = self.pending.lock();
+        for (client, seq) in self.replied.drain(..) {
+            if let Some(read_at) = pending.replied(client, seq) {
+                self.latency.observe_since(read_at);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP.
+
+/// Bounds of the HTTP endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// Bytes of request line and headers, at most.
+    pub head_max: usize,
+    /// Longest a connection may take, from accept to the response sent.
+    pub timeout: Duration,
+    /// Connections served at once; more are closed at once.
+    pub connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self { head_max: 8 << 10, timeout: Duration::from_secs(5), connections: 64 }
+    }
+}
+
+/// Bytes of a request body (or of a head past the limit) read and
+/// discarded after the response, so that closing does not reset the
+/// connection before the client has read the response.
+const DRAIN_MAX: usize = 64 << 10;
+
+/// Renders the response body of `/metrics`.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// The metrics listener of replica `me`: `given` (bound by the caller),
+/// else one bound on the configured address, else none.
+pub(crate) fn listener(given: Option<TcpListener>, me: &Member) -> Result<Option<TcpListener>, ReplicaError> {
+    match (given, me.metrics) {
+        (Some(l), _) => Ok(Some(l)),
+        (None, Some(addr)) => crate::bind(addr).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Serves `/metrics` on `listener` (if any) on `runtime` until the replica
+/// stops.
+pub(crate) fn spawn(
+    runtime: &tokio::runtime::Runtime,
+    shared: &Arc<Shared>,
+    listener: Option<TcpListener>,
+) -> std::io::Result<()> {
+    let Some(listener) = listener else { return Ok(()) };
+    listener.set_nonblocking(true)?;
+    let listener = {
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    let addr = listener.local_addr()?;
+    let for_render = shared.clone();
+    let render: Render = Arc::new(move || exposition(&for_render));
+    let stopping = shared.clone();
+    runtime.spawn(serve(listener, HttpLimits::default(), render, async move { stopping.stopped().await }));
+    info!(id = shared.id, "metrics at http://{addr}/metrics");
+    Ok(())
+}
+
+/// Serves HTTP on `listener` within `limits` until `stop` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    limits: HttpLimits,
+    render: Render,
+    stop: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.connections.min(Semaphore::MAX_PERMITS)));
+    tokio::pin!(stop);
+    loop {
+        let mut stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::debug!("metrics accept failed: {e}");
+                    // Out of descriptors, most likely: let some close.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => return,
+        };
+        // At the limit the connection is closed at once (dropped).
+        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
+        let render = render.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(limits.timeout, exchange(&mut stream, &limits, &render)).await;
+            // The slot is free before the client sees the connection end.
+            drop(permit);
+            drop(stream);
+        });
+    }
+}
+
+/// What the head of a request came to.
+enum Head {
+    /// The request line and headers (without the blank line).
+    Complete(Vec<u8>),
+    /// Longer than the limit.
+    TooLarge,
+    /// The client closed first.
+    Closed,
+}
+
+async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Head> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(Head::Closed);
+        }
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = find_blank_line(&buf[from..]) {
+            buf.truncate(from + end);
+            return Ok(Head::Complete(buf));
+        }
+        if buf.len() > max {
+            return Ok(Head::TooLarge);
+        }
+    }
+}
+
+/// Where the blank line ending a head starts (`\r\n\r\n`, or `\n\n`).
+fn find_blank_line(b: &[u8]) -> Option<usize> {
+    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n");
+    let lf = b.windows(2).position(|w| w == b"\n\n");
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A response: status, content type and body; whether the body is sent
+/// (not for `HEAD`).
+struct Response {
+    status: u16,
+    reason: &'static str,
+    content_type: &'static str,
+    body: String,
+    send_body: bool,
+}
+
+impl Response {
+    fn text(status: u16, reason: &'static str, body: &str) -> Self {
+        let body = format!("{body}\n");
+        Self { status, reason, content_type: "text/plain; charset=utf-8", body, send_body: true }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let allow = if self.status == 405 { "Allow: GET, HEAD\r\n" } else { "" };
+        let head = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+            self.status,
+            self.reason,
+            self.content_type,
+            self.body.len()
+        );
+        let mut out = head.into_bytes();
+        if self.send_body {
+            out.extend_from_slice(self.body.as_bytes());
+        }
+        out
+    }
+}
+
+/// The response to a request whose head is `head`.
+fn route(head: &[u8], render: &Render) -> Response {
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+    let line = head[..line_end].strip_suffix(b"\r").unwrap_or(&head[..line_end]);
+    let Ok(line) = std::str::from_utf8(line) else { return Response::text(400, "Bad Request", "bad request line") };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Response::text(400, "Bad Request", "bad request line");
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
+        return Response::text(400, "Bad Request", "bad request line");
+    }
+    let head_only = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => return Response::text(405, "Method Not Allowed", "only GET and HEAD"),
+    };
+    let path = target.split('?').next().unwrap_or(target);
+    if path != "/metrics" {
+        return Response::text(404, "Not Found", "metrics are at /metrics");
+    }
+    Response { status: 200, reason: "OK", content_type: CONTENT_TYPE, body: render(), send_body: !head_only }
+}
+
+/// One request and its response on `stream`.
+async fn exchange(stream: &mut TcpStream, limits: &HttpLimits, render: &Render) -> std::io::Result<()> {
+    let response = match read_head(stream, limits.head_max).await? {
+        Head::Complete(head) => route(&head, render),
+        Head::TooLarge => Response::text(431, "Request Header Fields Too Large", "request head too large"),
+        Head::Closed => return Ok(()),
+    };
+    stream.write_all(&response.bytes()).await?;
+    stream.shutdown().await?;
+    let mut sink = [0u8; 1024];
+    let mut drained = 0;
+    while drained < DRAIN_MAX {
+        match stream.read(&mut sink).await? {
+            0 => break,
+            n => drained += n,
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Reading the text back (for `psmr client status` and tests).
+
+/// One sample of an exposition: name, labels and value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Line {
+    /// The sample's name (with its `_total`, `_bucket`... suffix).
+    pub name: String,
+    /// Its labels, in order.
+    pub labels: Vec<(String, String)>,
+    /// Its value.
+    pub value: f64,
+}
+
+/// The samples of an exposition, read leniently: a line that does not
+/// parse is skipped.
+#[derive(Clone, Debug, Default)]
+pub struct Scrape {
+    /// The samples, in order.
+    pub lines: Vec<Line>,
+}
+
+impl Scrape {
+    /// Reads `text`.
+    pub fn parse(text: &str) -> Self {
+        Self { lines: text.lines().filter(|l| !l.starts_with('#')).filter_map(parse_line).collect() }
+    }
+
+    /// The value of the sample `name` whose labels include `labels`.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.lines.iter().find(|l| l.name == name && has_labels(l, labels)).map(|l| l.value)
+    }
+
+    /// The value of the sample `name` (the first, whatever its labels).
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.get(name, &[])
+    }
+
+    /// The sum of every sample named `name`.
+    pub fn sum(&self, name: &str) -> f64 {
+        self.lines.iter().filter(|l| l.name == name).map(|l| l.value).sum()
+    }
+
+    /// The `q` quantile (0 to 1) of histogram `name` estimated from its
+    /// buckets, as Prometheus's `histogram_quantile` does: linear within
+    /// the bucket; the highest finite bound if it falls in the +Inf one.
+    /// None without observations.
+    pub fn quantile(&self, name: &str, q: f64) -> Option<f64> {
+        let bucket = format!("{name}_bucket");
+        let mut buckets: Vec<(f64, f64)> = self
+            .lines
+            .iter()
+            .filter(|l| l.name == bucket)
+            .filter_map(|l| {
+                let le = l.labels.iter().find(|(k, _)| k == "le")?;
+                let bound = if le.1 == "+Inf" { f64::INFINITY } else { le.1.parse().ok()? };
+                Some((bound, l.value))
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total;
+        let (mut lower, mut below) = (0.0, 0.0);
+        for &(bound, cumulative) in &buckets {
+            if cumulative >= rank && cumulative > below {
+                if bound.is_infinite() {
+                    return Some(lower);
+                }
+                return Some(lower + (bound - lower) * (rank - below) / (cumulative - below));
+            }
+            (lower, below) = (if bound.is_finite() { bound } else { lower }, cumulative);
+        }
+        Some(lower)
+    }
+}
+
+fn has_labels(l: &Line, want: &[(&str, &str)]) -> bool {
+    want.iter().all(|(k, v)| l.labels.iter().any(|(lk, lv)| lk == k && lv == v))
+}
+
+/// `name{k="v",...} value [timestamp]`, or `name value`.
+fn parse_line(line: &str) -> Option<Line> {
+    let line = line.trim();
+    let name_end = line.find(['{', ' '])?;
+    let name = line[..name_end].to_string();
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(inner) = rest.strip_prefix('{') {
+        let (parsed, after) = parse_labels(inner)?;
+        labels = parsed;
+        rest = after;
+    }
+    let value = rest.split_whitespace().next()?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Line { name, labels, value })
+}
+
+/// Labels up to the closing brace, and what follows it.
+fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let mut labels = Vec::new();
+    loop {
+        s = s.trim_start_matches(',');
+        if let Some(after) = s.strip_prefix('}') {
+            return Some((labels, after));
+        }
+        let eq = s.find('=')?;
+        let key = s[..eq].trim().to_string();
+        s = s[eq + 1..].strip_prefix('"')?;
+        let mut value = String::new();
+        let mut chars = s.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        labels.push((key, value));
+        s = &s[end + 1..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    fn shared() -> Shared {
+        Shared::new(Config::default(), 7, 1, false)
+    }
+
+    #[test]
+    fn the_exposition_names_every_metric_with_its_labels() {
+        let s = shared();
+        s.term.store(3, Ordering::Release);
+        s.metrics.commit.store(11, Ordering::Release);
+        s.metrics.request_latency.observe(70_000);
+        s.metrics.request_latency.observe(3_000_000);
+        s.metrics.entry_proposed(5, 300);
+        s.metrics.client_refused(ClientRefusal::NotLeader);
+        s.metrics.peer_refused(Rule::Commit);
+        s.metrics.connection_ended(&WireError::TooLarge { len: 9, max: 1 });
+        s.metrics.connection_ended(&WireError::Closed);
+        let text = exposition(&s);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        for name in [
+            "psmr_replica_id 7",
+            "psmr_raft_term 3",
+            "psmr_raft_commit_index 11",
+            "psmr_raft_applied_index 0",
+            "psmr_entries_proposed_total 0",
+            "psmr_request_latency_seconds_count 2",
+            "psmr_request_latency_seconds_bucket{le=\"+Inf\"} 2",
+            "psmr_entry_commands_count 1",
+            "psmr_entry_bytes_sum 300.0",
+            "psmr_log_sync_seconds_count 0",
+            "psmr_snapshot_seconds_count 0",
+            "psmr_client_refused_total{reason=\"not_leader\"} 1",
+            "psmr_client_refused_total{reason=\"frame_too_large\"} 1",
+            "psmr_client_refused_total{reason=\"connection_limit\"} 0",
+            "psmr_peer_refused_total{rule=\"commit\"} 1",
+            "psmr_peer_refused_total{rule=\"vote_floor\"} 0",
+            "# TYPE psmr_request_latency_seconds histogram",
+            "# UNIT psmr_request_latency_seconds seconds",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        if cfg!(target_os = "linux") {
+            assert!(text.contains("psmr_thread_cpu_seconds_total{thread="), "{text}");
+        }
+        assert_eq!(s.metrics.client_refused.get("frame_too_large"), 1);
+        assert_eq!(s.metrics.client_refused.get("no such reason"), 0);
+        let scrape = Scrape::parse(&text);
+        assert_eq!(scrape.value("psmr_raft_term"), Some(3.0));
+        assert_eq!(scrape.get("psmr_client_refused_total", &[("reason", "not_leader")]), Some(1.0));
+        assert_eq!(scrape.sum("psmr_client_refused_total"), 2.0);
+        // Two observations, one at 70 µs and one at 3 ms: the median is in
+        // the bucket (50 µs, 100 µs], the maximum in (2.5 ms, 5 ms].
+        let p50 = scrape.quantile("psmr_request_latency_seconds", 0.5).unwrap();
+        assert!((50e-6..=100e-6).contains(&p50), "{p50}");
+        let p99 = scrape.quantile("psmr_request_latency_seconds", 0.99).unwrap();
+        assert!((2.5e-3..=5e-3).contains(&p99), "{p99}");
+        assert_eq!(scrape.quantile("psmr_log_sync_seconds", 0.5), None);
+    }
+
+    #[test]
+    fn workers_and_the_reply_cache_appear_once_there() {
+        let s = shared();
+        let cache = Arc::new(ReplyCache::new(crate::cache::Limits::of(&s.config)));
+        cache.admit(9, 1, 1, true);
+        let _ = s.metrics.cache.set(cache);
+        let text = exposition(&s);
+        assert!(text.contains("psmr_reply_cache_clients 1"), "{text}");
+        assert!(text.contains("psmr_reply_cache_seqs 1"), "{text}");
+        assert!(!text.contains("psmr_worker_executed"), "no scheduler metrics yet: {text}");
+    }
+
+    #[test]
+    fn every_rule_and_reason_has_its_own_counter() {
+        for (i, r) in Rule::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?} out of order in Rule::ALL");
+        }
+        for (i, r) in ClientRefusal::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?} out of order in ClientRefusal::ALL");
+        }
+        let labels: std::collections::HashSet<_> = Rule::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), Rule::ALL.len());
+        let labels: std::collections::HashSet<_> = ClientRefusal::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), ClientRefusal::ALL.len());
+    }
+
+    #[test]
+    fn histogram_buckets_hold_values_up_to_their_bound() {
+        let h = Histogram::new(vec![10, 20], 1.0);
+        for v in [0, 10, 11, 20, 21, u64::MAX / 4] {
+            h.observe(v);
+        }
+        let counts: Vec<u64> = h.0.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        assert_eq!(counts, vec![2, 2, 2]);
+        assert_eq!(h.count(), 6);
+        let s = Histogram::seconds(50_000, 10_000_000_000);
+        assert_eq!(s.0.bounds.first(), Some(&50_000));
+        assert_eq!(s.0.bounds.last(), Some(&10_000_000_000));
+        assert!(s.0.bounds.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn pending_requests_complete_on_their_last_reply() {
+        let mut p = Pending::default();
+        let t0 = Instant::now();
+        p.expect(1, 1, 3, 3, t0);
+        p.expect(1, 4, 4, 1, t0);
+        p.expect(2, 1, 1, 1, t0);
+        assert_eq!(p.replied(1, 4), Some(t0));
+        assert_eq!(p.replied(1, 2), None);
+        assert_eq!(p.replied(1, 1), None);
+        assert_eq!(p.replied(9, 1), None, "unknown client");
+        assert_eq!(p.replied(1, 3), Some(t0));
+        assert_eq!(p.replied(1, 3), None, "already complete");
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.replied(2, 1), Some(t0));
+        assert!(p.is_empty());
+        for i in 0..PENDING_MAX as u64 + 10 {
+            p.expect(3, i, i, 1, t0);
+        }
+        assert_eq!(p.len(), PENDING_MAX);
+        assert_eq!(p.replied(3, 0), None, "the oldest were forgotten");
+        assert_eq!(p.replied(3, PENDING_MAX as u64 + 9), Some(t0));
+    }
+
+    // --- HTTP ---------------------------------------------------------
+
+    async fn server(limits: HttpLimits) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let render: Render = Arc::new(|| "psmr_raft_term 1\n# EOF\n".to_string());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, limits, render, async move {
+            let _ = rx.await;
+        }));
+        (addr, tx)
+    }
+
+    /// Sends `request`, closes the sending side, and reads until the
+    /// server closes: what it answered (empty if it closed without
+    /// answering; a reset counts as a close).
+    async fn ask(addr: std::net::SocketAddr, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let _ = s.write_all(request).await;
+        let _ = s.shutdown().await;
+        read_all(&mut s).await
+    }
+
+    async fn read_all(s: &mut TcpStream) -> String {
+        let mut out = Vec::new();
+        let read = s.read_to_end(&mut out);
+        // Fails the test rather than hanging it if the server never closes.
+        let _ = tokio::time::timeout(Duration::from_secs(30), read).await.expect("the server closes");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn http_answers_metrics_and_refuses_everything_else() {
+        let (addr, _stop) = server(HttpLimits::default()).await;
+        let ok = ask(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains(&format!("Content-Type: {CONTENT_TYPE}\r\n")), "{ok}");
+        assert!(ok.ends_with("\r\n\r\npsmr_raft_term 1\n# EOF\n"), "{ok}");
+        let query = ask(addr, b"GET /metrics?x=1 HTTP/1.0\n\n").await;
+        assert!(query.starts_with("HTTP/1.1 200 OK\r\n"), "{query}");
+        let head = ask(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"), "{head}");
+        let cases: [(&[u8], &str); 6] = [
+            (b"GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 404 "),
+            (b"GET /metricsx HTTP/1.1\r\n\r\n", "HTTP/1.1 404 "),
+            (b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.1 405 "),
+            (b"\x00\x01\xff garbage\r\n\r\n", "HTTP/1.1 400 "),
+            (b"GET /metrics SMTP/1.0\r\n\r\n", "HTTP/1.1 400 "),
+            (b"GET  /metrics HTTP/1.1 extra\r\n\r\n", "HTTP/1.1 400 "),
+        ];
+        for (request, want) in cases {
+            let got = ask(addr, request).await;
+            assert!(got.starts_with(want), "{:?}: {got}", String::from_utf8_lossy(request));
+        }
+        assert!(ask(addr, b"POST /metrics HTTP/1.1\r\n\r\n").await.contains("Allow: GET, HEAD\r\n"));
+        // A client that closes before finishing its head gets nothing.
+        assert_eq!(ask(addr, b"GET /metr").await, "");
+    }
+
+    #[tokio::test]
+    async fn http_bounds_the_head() {
+        let (addr, _stop) = server(HttpLimits { head_max: 1024, ..HttpLimits::default() }).await;
+        let big = format!("GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(4096));
+        let got = ask(addr, big.as_bytes()).await;
+        assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+        // Endless garbage without a line end: refused at the bound too.
+        let got = ask(addr, &[b'x'; 3000]).await;
+        assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+    }
+
+    #[tokio::test]
+    async fn http_bounds_the_time_and_the_connections() {
+        let limits = HttpLimits { timeout: Duration::from_millis(200), connections: 1, ..HttpLimits::default() };
+        let (addr, _stop) = server(limits).await;
+        // Slowloris: half a request line, then nothing. The server gives
+        // up after its timeout; meanwhile it is the one connection allowed,
+        // so another is closed at once without an answer.
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /metr").await.unwrap();
+        let mut refused = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(read_all(&mut refused).await, "");
+        assert_eq!(read_all(&mut slow).await, "", "closed at the timeout, unanswered");
+        // The slot is free again.
+        let ok = ask(addr, b"GET /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+    }
+
+    proptest::proptest! {
+        /// Any head at all: a response, never a panic.
+        #[test]
+        fn any_head_gets_a_response(head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let render: Render = Arc::new(String::new);
+            let r = route(&head, &render);
+            proptest::prop_assert!([200, 400, 404, 405].contains(&r.status));
+        }
+
+        /// Any text at all: read leniently, never a panic.
+        #[test]
+        fn any_text_parses(text in "[a-z_{}=\",\\\\ .0-9+Inf#\n-]{0,200}") {
+            let s = Scrape::parse(&text);
+            let _ = s.quantile("a", 0.5);
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! [`Commands`]: how a replicated service speaks Redis.
+
+use crate::Reply;
+use bytes::Bytes;
+
+/// A service's Redis commands: which of its operations a command asks
+/// for, and how that operation's reply is said in RESP.
+///
+/// Connection commands (`PING`, `ECHO`, `HELLO`, `SELECT`, `CLIENT`,
+/// `QUIT`, `COMMAND`, `INFO`, `CONFIG`) are answered by the server that
+/// holds the connection and never reach this trait; everything else does.
+pub trait Commands: Send + Sync + 'static {
+    /// The service's operation.
+    type Op: Send + Sync + 'static;
+    /// The service's reply.
+    type Reply;
+
+    /// The operation `args` asks for (`args[0]` is the command name, in
+    /// any case; `args` is never empty), or the reply to send without
+    /// executing anything: an unknown command, a wrong number of
+    /// arguments, a value that does not parse.
+    fn operation(&self, args: &[Bytes]) -> Result<Self::Op, Reply>;
+
+    /// `reply`, the outcome of `op`, as Redis would say it.
+    fn reply(&self, op: &Self::Op, reply: Self::Reply) -> Reply;
+}
+
+/// The error Redis sends for a command it does not know.
+pub fn unknown_command(args: &[Bytes]) -> Reply {
+    let name = args.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
+    let rest: Vec<String> = args.iter().skip(1).take(8).map(|a| format!("'{}'", String::from_utf8_lossy(a))).collect();
+    Reply::error(format!("ERR unknown command '{name}', with args beginning with: {}", rest.join(" ")))
+}
+
+/// The error Redis sends for a command with the wrong number of arguments.
+pub fn wrong_arity(name: &str) -> Reply {
+    Reply::error(format!("ERR wrong number of arguments for '{}' command", name.to_ascii_lowercase()))
+}

@@ -1,0 +1,231 @@
+//! [`KvCodec`]: [`KvOp`]s and [`KvReply`]s on the wire.
+
+use super::{KvError, KvOp, KvReply, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
+use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
+
+/// Puts [`KvOp`]s and [`KvReply`]s on the wire.
+///
+/// An operation is a tag byte, then its fields in declaration order: keys
+/// and values as length-prefixed bytes, lists as a count and their items,
+/// `SetWhen` and `get` as one byte each, the increment as a 64-bit
+/// integer. A reply is a tag (0 `Value`, 1 `Done`, 2 `Int`, 3 `Values`,
+/// 4 `Error`) and its fields; an absent value is 0, a present one 1 and its
+/// bytes. Decoding refuses keys over [`KEY_MAX`], values over
+/// [`VALUE_MAX`] and lists over [`OP_KEYS_MAX`], never panics, and
+/// allocates at most in proportion to the bytes it is given.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KvCodec;
+
+/// Operation tags, in [`KvOp`] declaration order.
+mod tag {
+    pub const CREATE: u8 = 0;
+    pub const READ: u8 = 1;
+    pub const UPDATE: u8 = 2;
+    pub const DELETE: u8 = 3;
+    pub const PUT: u8 = 4;
+    pub const SET: u8 = 5;
+    pub const INCR: u8 = 6;
+    pub const APPEND: u8 = 7;
+    pub const STRLEN: u8 = 8;
+    pub const MGET: u8 = 9;
+    pub const MSET: u8 = 10;
+    pub const DEL: u8 = 11;
+    pub const EXISTS: u8 = 12;
+    pub const DBSIZE: u8 = 13;
+    pub const FLUSHDB: u8 = 14;
+}
+
+impl OpCodec for KvCodec {
+    type Op = KvOp;
+    type Reply = KvReply;
+
+    fn encode_op(&self, op: &KvOp) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match op {
+            KvOp::Create { key, value } => e.u8(tag::CREATE).bytes(key).bytes(value),
+            KvOp::Read { key } => e.u8(tag::READ).bytes(key),
+            KvOp::Update { key, value } => e.u8(tag::UPDATE).bytes(key).bytes(value),
+            KvOp::Delete { key } => e.u8(tag::DELETE).bytes(key),
+            KvOp::Put { key, value } => e.u8(tag::PUT).bytes(key).bytes(value),
+            KvOp::Set { key, value, when, get } => {
+                e.u8(tag::SET).bytes(key).bytes(value).u8(when_byte(*when)).u8(u8::from(*get))
+            }
+            KvOp::Incr { key, by } => e.u8(tag::INCR).bytes(key).u64(*by as u64),
+            KvOp::Append { key, value } => e.u8(tag::APPEND).bytes(key).bytes(value),
+            KvOp::Strlen { key } => e.u8(tag::STRLEN).bytes(key),
+            KvOp::MGet { keys } => encode_keys(e.u8(tag::MGET), keys),
+            KvOp::MSet { pairs } => {
+                e.u8(tag::MSET).u32(list_len(pairs.len()));
+                pairs.iter().fold(&mut e, |e, (k, v)| e.bytes(k).bytes(v))
+            }
+            KvOp::Del { keys } => encode_keys(e.u8(tag::DEL), keys),
+            KvOp::Exists { keys } => encode_keys(e.u8(tag::EXISTS), keys),
+            KvOp::DbSize => e.u8(tag::DBSIZE),
+            KvOp::FlushDb => e.u8(tag::FLUSHDB),
+        };
+        e.finish()
+    }
+
+    fn decode_op(&self, bytes: &[u8]) -> Result<KvOp, WireError> {
+        let mut d = Decoder::new(bytes, "kv operation");
+        let op = match d.u8()? {
+            tag::CREATE => KvOp::Create { key: key(&mut d)?, value: value(&mut d)? },
+            tag::READ => KvOp::Read { key: key(&mut d)? },
+            tag::UPDATE => KvOp::Update { key: key(&mut d)?, value: value(&mut d)? },
+            tag::DELETE => KvOp::Delete { key: key(&mut d)? },
+            tag::PUT => KvOp::Put { key: key(&mut d)?, value: value(&mut d)? },
+            tag::SET => KvOp::Set { key: key(&mut d)?, value: value(&mut d)?, when: when(&mut d)?, get: flag(&mut d)? },
+            tag::INCR => KvOp::Incr { key: key(&mut d)?, by: d.u64()? as i64 },
+            tag::APPEND => KvOp::Append { key: key(&mut d)?, value: value(&mut d)? },
+            tag::STRLEN => KvOp::Strlen { key: key(&mut d)? },
+            tag::MGET => KvOp::MGet { keys: keys(&mut d)? },
+            tag::MSET => KvOp::MSet { pairs: pairs(&mut d)? },
+            tag::DEL => KvOp::Del { keys: keys(&mut d)? },
+            tag::EXISTS => KvOp::Exists { keys: keys(&mut d)? },
+            tag::DBSIZE => KvOp::DbSize,
+            tag::FLUSHDB => KvOp::FlushDb,
+            t => return Err(d.error(format!("unknown operation tag {t}"))),
+        };
+        d.end()?;
+        Ok(op)
+    }
+
+    fn encode_reply(&self, reply: &KvReply) -> Vec<u8> {
+        let size = match reply {
+            KvReply::Value(v) => v.as_ref().map_or(0, Vec::len),
+            KvReply::Values(vs) => vs.iter().map(|v| 5 + v.as_ref().map_or(0, Vec::len)).sum(),
+            _ => 0,
+        };
+        let mut e = Encoder::with_capacity(10 + size);
+        match reply {
+            KvReply::Value(v) => encode_value(e.u8(0), v.as_deref()),
+            KvReply::Done(b) => e.u8(1).u8(u8::from(*b)),
+            KvReply::Int(n) => e.u8(2).u64(*n as u64),
+            KvReply::Values(vs) => {
+                e.u8(3).u32(list_len(vs.len()));
+                vs.iter().fold(&mut e, |e, v| encode_value(e, v.as_deref()))
+            }
+            KvReply::Error(err) => e.u8(4).u8(error_byte(*err)),
+        };
+        e.finish()
+    }
+
+    fn decode_reply(&self, bytes: &[u8]) -> Result<KvReply, WireError> {
+        let mut d = Decoder::new(bytes, "kv reply");
+        let reply = match d.u8()? {
+            0 => KvReply::Value(decode_value(&mut d)?),
+            1 => KvReply::Done(flag(&mut d)?),
+            2 => KvReply::Int(d.u64()? as i64),
+            3 => {
+                let n = d.count(OP_KEYS_MAX, 1)?;
+                KvReply::Values((0..n).map(|_| decode_value(&mut d)).collect::<Result<_, _>>()?)
+            }
+            4 => KvReply::Error(error(&mut d)?),
+            t => return Err(d.error(format!("unknown reply tag {t}"))),
+        };
+        d.end()?;
+        Ok(reply)
+    }
+}
+
+/// A list's count as the wire's `u32`. Lists longer than that cannot be
+/// built from a frame; saturating keeps encoding total, and the decoder
+/// refuses the result.
+fn list_len(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn encode_keys<'e>(e: &'e mut Encoder, keys: &[Vec<u8>]) -> &'e mut Encoder {
+    e.u32(list_len(keys.len()));
+    keys.iter().fold(e, |e, k| e.bytes(k))
+}
+
+fn encode_value<'e>(e: &'e mut Encoder, v: Option<&[u8]>) -> &'e mut Encoder {
+    match v {
+        None => e.u8(0),
+        Some(v) => e.u8(1).bytes(v),
+    }
+}
+
+fn when_byte(when: SetWhen) -> u8 {
+    match when {
+        SetWhen::Always => 0,
+        SetWhen::IfAbsent => 1,
+        SetWhen::IfPresent => 2,
+    }
+}
+
+fn error_byte(e: KvError) -> u8 {
+    match e {
+        KvError::NotInteger => 0,
+        KvError::Overflow => 1,
+        KvError::TooLarge => 2,
+        KvError::ReplyTooLarge => 3,
+    }
+}
+
+fn key(d: &mut Decoder<'_>) -> Result<Vec<u8>, WireError> {
+    let k = d.bytes()?;
+    if k.len() > KEY_MAX {
+        return Err(d.error(format!("key of {} bytes exceeds {KEY_MAX}", k.len())));
+    }
+    Ok(k.to_vec())
+}
+
+fn value(d: &mut Decoder<'_>) -> Result<Vec<u8>, WireError> {
+    let v = d.bytes()?;
+    if v.len() > VALUE_MAX {
+        return Err(d.error(format!("value of {} bytes exceeds {VALUE_MAX}", v.len())));
+    }
+    Ok(v.to_vec())
+}
+
+/// A list of keys; each takes at least its 4-byte length.
+fn keys(d: &mut Decoder<'_>) -> Result<Vec<Vec<u8>>, WireError> {
+    let n = d.count(OP_KEYS_MAX, 4)?;
+    (0..n).map(|_| key(d)).collect()
+}
+
+/// A list of pairs; each takes at least its two 4-byte lengths.
+fn pairs(d: &mut Decoder<'_>) -> Result<Vec<Pair>, WireError> {
+    let n = d.count(OP_KEYS_MAX, 8)?;
+    (0..n).map(|_| Ok((key(d)?, value(d)?))).collect()
+}
+
+fn flag(d: &mut Decoder<'_>) -> Result<bool, WireError> {
+    match d.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        b => Err(d.error(format!("flag byte {b} is neither 0 nor 1"))),
+    }
+}
+
+fn when(d: &mut Decoder<'_>) -> Result<SetWhen, WireError> {
+    match d.u8()? {
+        0 => Ok(SetWhen::Always),
+        1 => Ok(SetWhen::IfAbsent),
+        2 => Ok(SetWhen::IfPresent),
+        b => Err(d.error(format!("unknown SET condition {b}"))),
+    }
+}
+
+fn error(d: &mut Decoder<'_>) -> Result<KvError, WireError> {
+    match d.u8()? {
+        0 => Ok(KvError::NotInteger),
+        1 => Ok(KvError::Overflow),
+        2 => Ok(KvError::TooLarge),
+        3 => Ok(KvError::ReplyTooLarge),
+        b => Err(d.error(format!("unknown error code {b}"))),
+    }
+}
+
+fn decode_value(d: &mut Decoder<'_>) -> Result<Option<Vec<u8>>, WireError> {
+    match d.u8()? {
+        0 => Ok(None),
+        1 => Ok(Some(d.bytes()?.to_vec())),
+        b => Err(d.error(format!("value marker {b} is neither 0 nor 1"))),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,475 @@
+//! The key-value store of 004 §VI, grown into a small Redis: byte-string
+//! keys and values, the create/read/update/delete operations of the paper,
+//! and the string commands of Redis ([`KvRedis`] maps them).
+//!
+//! # Keys and conflicts
+//!
+//! Schedulers find conflicts on `u64` keys ([`psmr_model::Key`]). The
+//! conflict key of a byte-string key is [`key_hash`], a stable hash, so
+//! every replica and every process agrees on it. Two keys whose hashes
+//! collide only make commands on them conflict when they did not need to:
+//! that costs parallelism, never correctness.
+//!
+//! `DBSIZE` and `FLUSHDB` depend on or change every key, including keys no
+//! command has named yet. The late schedulers decide conflicts on key sets
+//! alone, so a command on every key needs a key that every command has: the
+//! reserved [`ALL`]. Every operation reads `ALL` besides its own keys, and
+//! `DBSIZE`/`FLUSHDB` write it, so those two conflict with everything. Reads
+//! never conflict with each other, so nothing else conflicts more than it
+//! did before `ALL` existed.
+//!
+//! # Class models
+//!
+//! Two class models approximate the key-level conflicts ([`KvModel`]):
+//! readers-writers (an operation that writes nothing is `R`, any other
+//! `W`), and one read and one write class per shard of the key space, a
+//! key's shard being [`shard_of`] its conflict key. A multi-key operation
+//! of the sharded model must keep to one shard, as in Redis Cluster, and
+//! `DBSIZE`/`FLUSHDB` are refused there: they would need a class that
+//! conflicts with every shard, which the model does not have.
+//!
+//! # Modules
+//!
+//! The store itself is [`KvService`]; [`KvCodec`] puts operations on the
+//! wire; [`generate`] and [`generate_redis`] draw workloads; [`KvRedis`] is
+//! the Redis command table.
+
+mod codec;
+mod redis;
+mod store;
+mod workload;
+
+pub use codec::KvCodec;
+pub use redis::KvRedis;
+pub use store::KvService;
+pub use workload::{generate, generate_redis};
+
+use crate::{clamp_shards, local_classes, local_mappings, readers_writers_mappings, shard_groups, WorkloadError};
+use psmr_model::{Access, ClassId, ClassModel, ClientId, Command, Key, KeySet, Mapping, StableHasher};
+use std::fmt;
+use std::hash::Hasher;
+use std::str::FromStr;
+use thiserror::Error;
+
+/// Largest key, in bytes. The codec and the Redis table refuse longer ones.
+pub const KEY_MAX: usize = 16 * 1024;
+
+/// Largest value, in bytes: what an operation may carry, and what `APPEND`
+/// may grow a value to.
+pub const VALUE_MAX: usize = 1 << 20;
+
+/// Most keys one operation may name (`MGET`, `MSET`, `DEL`, `EXISTS`).
+/// Every key is a conflict key the schedulers compare, so a command on
+/// thousands of keys slows down every command that waits behind it.
+pub const OP_KEYS_MAX: usize = 4096;
+
+/// Most value bytes one `MGET` reply may hold. Without a bound, naming one
+/// large key thousands of times would make every replica build a reply of
+/// gigabytes; past it the reply is [`KvError::ReplyTooLarge`].
+pub const REPLY_VALUES_MAX: usize = 4 * VALUE_MAX;
+
+/// The conflict key that stands for the whole store: every operation reads
+/// it, `DbSize` and `FlushDb` write it (see the module documentation).
+/// [`key_hash`] never returns it.
+pub const ALL: Key = psmr_model::KEY_ALL;
+
+/// A key and a value, as `MSet` names them.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
+/// An operation on the store.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KvOp {
+    /// Insert `key` unless it exists.
+    Create {
+        /// The key.
+        key: Vec<u8>,
+        /// Its value.
+        value: Vec<u8>,
+    },
+    /// Get the value of `key` (Redis `GET`).
+    Read {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Replace the value of `key` if it exists.
+    Update {
+        /// The key.
+        key: Vec<u8>,
+        /// The new value.
+        value: Vec<u8>,
+    },
+    /// Remove `key` if it exists.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Set the value of `key`, creating it if needed.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// Its new value.
+        value: Vec<u8>,
+    },
+    /// Redis `SET` (and `GETSET`): set `key` when `when` allows it; with
+    /// `get`, reply with the value it had.
+    Set {
+        /// The key.
+        key: Vec<u8>,
+        /// Its new value.
+        value: Vec<u8>,
+        /// When to set it.
+        when: SetWhen,
+        /// Reply with the old value instead of whether it was set.
+        get: bool,
+    },
+    /// Redis `INCRBY` (and `INCR`, `DECR`, `DECRBY`): add `by` to the
+    /// decimal integer stored at `key` (0 when absent).
+    Incr {
+        /// The key.
+        key: Vec<u8>,
+        /// The increment.
+        by: i64,
+    },
+    /// Redis `APPEND`: append `value` to the value of `key`, creating it.
+    Append {
+        /// The key.
+        key: Vec<u8>,
+        /// The bytes to append.
+        value: Vec<u8>,
+    },
+    /// Redis `STRLEN`: the length of the value of `key` (0 when absent).
+    Strlen {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Redis `MGET`: the values of `keys`.
+    MGet {
+        /// The keys, in the order of the reply.
+        keys: Vec<Vec<u8>>,
+    },
+    /// Redis `MSET`: set every pair, in order (a later pair wins).
+    MSet {
+        /// Keys and their new values.
+        pairs: Vec<Pair>,
+    },
+    /// Redis `DEL`: remove `keys`; the reply counts the keys removed.
+    Del {
+        /// The keys.
+        keys: Vec<Vec<u8>>,
+    },
+    /// Redis `EXISTS`: how many of `keys` exist, a key named twice counted
+    /// twice.
+    Exists {
+        /// The keys.
+        keys: Vec<Vec<u8>>,
+    },
+    /// Redis `DBSIZE`: the number of keys.
+    DbSize,
+    /// Redis `FLUSHDB`: remove every key.
+    FlushDb,
+}
+
+/// When [`KvOp::Set`] sets its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SetWhen {
+    /// Always (plain `SET`).
+    Always,
+    /// Only if the key does not exist (`NX`).
+    IfAbsent,
+    /// Only if the key exists (`XX`).
+    IfPresent,
+}
+
+impl KvOp {
+    /// The keys the operation names, in order, repeats included; none for
+    /// `DbSize` and `FlushDb`.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let (one, many, pairs): (Option<&Vec<u8>>, &[Vec<u8>], &[Pair]) = match self {
+            KvOp::Create { key, .. }
+            | KvOp::Read { key }
+            | KvOp::Update { key, .. }
+            | KvOp::Delete { key }
+            | KvOp::Put { key, .. }
+            | KvOp::Set { key, .. }
+            | KvOp::Incr { key, .. }
+            | KvOp::Append { key, .. }
+            | KvOp::Strlen { key } => (Some(key), &[], &[]),
+            KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } => (None, keys, &[]),
+            KvOp::MSet { pairs } => (None, &[], pairs),
+            KvOp::DbSize | KvOp::FlushDb => (None, &[], &[]),
+        };
+        one.into_iter().chain(many).chain(pairs.iter().map(|(k, _)| k)).map(Vec::as_slice)
+    }
+
+    /// True when the operation writes nothing: `Read`, `Strlen`, `MGet`,
+    /// `Exists`. `DbSize` changes nothing but is not one: it writes [`ALL`]
+    /// so that it excludes every write.
+    pub fn is_read(&self) -> bool {
+        matches!(self, KvOp::Read { .. } | KvOp::Strlen { .. } | KvOp::MGet { .. } | KvOp::Exists { .. })
+    }
+
+    /// The operation's name, in capitals, for messages: the Redis command
+    /// it stands for, or the paper's operation.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvOp::Create { .. } => "CREATE",
+            KvOp::Read { .. } => "GET",
+            KvOp::Update { .. } => "UPDATE",
+            KvOp::Delete { .. } => "DELETE",
+            KvOp::Put { .. } => "PUT",
+            KvOp::Set { .. } => "SET",
+            KvOp::Incr { .. } => "INCRBY",
+            KvOp::Append { .. } => "APPEND",
+            KvOp::Strlen { .. } => "STRLEN",
+            KvOp::MGet { .. } => "MGET",
+            KvOp::MSet { .. } => "MSET",
+            KvOp::Del { .. } => "DEL",
+            KvOp::Exists { .. } => "EXISTS",
+            KvOp::DbSize => "DBSIZE",
+            KvOp::FlushDb => "FLUSHDB",
+        }
+    }
+}
+
+/// The reply to a [`KvOp`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KvReply {
+    /// `Read`, and `Set` with `get`: the value, if the key exists.
+    Value(Option<Vec<u8>>),
+    /// `Create`: false if the key existed. `Update`, `Delete`, `Put`: false
+    /// if it did not. `Set` without `get`: whether it set the key. `MSet`,
+    /// `FlushDb`: true.
+    Done(bool),
+    /// `Incr`: the new value. `Append`, `Strlen`: the length. `Del`: keys
+    /// removed. `Exists`: keys found. `DbSize`: keys stored.
+    Int(i64),
+    /// `MGet`: each key's value, if it exists.
+    Values(Vec<Option<Vec<u8>>>),
+    /// The operation failed and changed nothing.
+    Error(KvError),
+}
+
+/// Why an operation failed. Each is a function of the state, so every
+/// replica fails the same way; each displays as Redis's message.
+#[derive(Clone, Copy, Debug, Error, PartialEq, Eq, Hash)]
+pub enum KvError {
+    /// `Incr` on a value that is not a decimal integer in `i64`.
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    /// `Incr` whose result leaves `i64`.
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    /// `Append` that would grow a value past [`VALUE_MAX`].
+    #[error("ERR string exceeds maximum allowed size ({max} bytes)", max = VALUE_MAX)]
+    TooLarge,
+    /// `MGet` whose values add up to more than [`REPLY_VALUES_MAX`].
+    #[error("ERR MGET reply would exceed {max} bytes of values; ask for fewer keys", max = REPLY_VALUES_MAX)]
+    ReplyTooLarge,
+}
+
+/// An operation the class model cannot class: [`access`] refuses it.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum AccessError {
+    /// A sharded-model operation on keys of several shards (Redis Cluster's
+    /// message).
+    #[error("CROSSSLOT Keys in request don't hash to the same slot")]
+    CrossSlot,
+    /// A sharded-model operation on every key.
+    #[error("ERR {0} touches every shard, and the sharded model has no class that conflicts with every shard: run the store with the readers-writers model")]
+    EveryShard(&'static str),
+}
+
+/// The conflict key of `key`: its stable hash, the same in every process
+/// (see the module documentation). Collisions only add false conflicts,
+/// which is safe. Never [`ALL`].
+pub fn key_hash(key: &[u8]) -> Key {
+    let mut h = StableHasher::new();
+    // The length first: `write` pads the last word, so without it keys
+    // differing only in trailing zero bytes could collide by construction.
+    h.write_u64(key.len() as u64);
+    h.write(key);
+    match h.finish() {
+        ALL => ALL - 1,
+        hash => hash,
+    }
+}
+
+/// The `n`-th key of workloads and preloaded stores: `n` in decimal, so
+/// that `psmr client get 17` and `redis-cli GET 17` name the same key.
+pub fn key_bytes(n: u64) -> Vec<u8> {
+    decimal(n, &mut [0; 20]).to_vec()
+}
+
+/// `n` in decimal, written into `buf`: [`key_bytes`] without allocating.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
+}
+
+/// The conflict key of the `n`-th key, without allocating it.
+fn nth_key_hash(n: u64) -> Key {
+    key_hash(decimal(n, &mut [0; 20]))
+}
+
+pub(crate) use psmr_resp::parse_integer;
+
+/// The class models of the key-value store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvModel {
+    /// `R`, `W` with `R-W` and `W-W`: any write excludes everything.
+    ReadersWriters,
+    /// `R1..RS`, `W1..WS` with `Ri-Wi` and `Wi-Wi`: a command's class is
+    /// that of its keys' shard ([`shard_of`]).
+    Sharded,
+}
+
+impl KvModel {
+    /// Every model.
+    pub const ALL: [KvModel; 2] = [KvModel::ReadersWriters, KvModel::Sharded];
+
+    /// The name accepted by `FromStr` and printed by `Display`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvModel::ReadersWriters => "readers-writers",
+            KvModel::Sharded => "sharded",
+        }
+    }
+}
+
+impl fmt::Display for KvModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for KvModel {
+    type Err = WorkloadError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KvModel::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| WorkloadError::UnknownName {
+            what: "kv model",
+            name: s.to_string(),
+            valid: "readers-writers, sharded",
+        })
+    }
+}
+
+/// The shard of conflict key `key` (a [`key_hash`]) among `shards`
+/// (0 when `shards` is 0 or 1): `key`'s place in `0..2^64` scaled to
+/// `0..shards`. Conflict keys are stable hashes already, so hashing them
+/// again would add nothing; the scaling reads their top bits, and the
+/// store's lock stripes read the bottom ones, so shards do not follow
+/// stripes.
+pub fn shard_of(key: Key, shards: usize) -> usize {
+    if shards <= 1 {
+        return 0;
+    }
+    ((u128::from(key) * shards as u128) >> 64) as usize
+}
+
+/// The class model `model` for `shards` shards (clamped to
+/// `1..=SHARDS_MAX`; ignored by readers-writers). Class ids follow
+/// declaration order: `R`, `W`; or `R1..RS`, `W1..WS`.
+pub fn class_model(model: KvModel, shards: usize) -> ClassModel {
+    let builder = ClassModel::builder(model.name());
+    let builder = match model {
+        KvModel::ReadersWriters => builder.class("R").class("W").conflict("R", "W").conflict("W", "W"),
+        KvModel::Sharded => local_classes(builder, clamp_shards(shards)),
+    };
+    builder.build().expect("class names are distinct and every conflict names a declared class")
+}
+
+/// A class-to-threads mapping for `model` with `shards` shards (clamped to
+/// `1..=SHARDS_MAX`) and `workers` threads that obeys rules R.1-R.5.
+///
+/// Readers-writers: `R` concurrent and `W` sequential, both on every
+/// thread. Sharded: threads are split into one group per shard as for the
+/// list ([`crate::list::default_mapping`]); `Ri` is concurrent and `Wi`
+/// sequential on group `i`. With `workers == 0` the mapping is returned but
+/// does not validate.
+pub fn default_mapping(model: KvModel, shards: usize, workers: usize) -> Mapping {
+    let classes = match model {
+        KvModel::ReadersWriters => readers_writers_mappings(workers),
+        KvModel::Sharded => local_mappings(&shard_groups(clamp_shards(shards), workers)),
+    };
+    Mapping::new(workers, classes)
+}
+
+/// The conflict keys `op` reads (and does not write) and writes, each
+/// once: its keys' hashes and [`ALL`]. What `execute` touches, so the
+/// sanitizer registers exactly these.
+pub(crate) fn footprint(op: &KvOp) -> (KeySet, KeySet) {
+    let one_all = || -> KeySet { std::iter::once(ALL).collect() };
+    if matches!(op, KvOp::DbSize | KvOp::FlushDb) {
+        return (KeySet::new(), one_all());
+    }
+    let mut keys: KeySet = op.keys().map(key_hash).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    if op.is_read() {
+        keys.push(ALL);
+        (keys, KeySet::new())
+    } else {
+        (one_all(), keys)
+    }
+}
+
+/// The command for `op` under `model` with `shards` shards: its class and
+/// the keys it reads and writes; an error when the model cannot class it.
+pub fn command(
+    model: KvModel,
+    shards: usize,
+    client: ClientId,
+    seq: u64,
+    op: KvOp,
+) -> Result<Command<KvOp>, AccessError> {
+    let Access { class, reads, writes } = access(model, shards, &op)?;
+    Ok(Command { client, seq, class, reads, writes, op })
+}
+
+/// What `op` touches under `model` with `shards` shards: its class, the
+/// conflict keys of its keys and [`ALL`] (see the module documentation).
+///
+/// Readers-writers: `R` for an operation that writes nothing, `W` for any
+/// other. Sharded: the read or write class of the one shard its keys are
+/// in (shard 0 for an operation with no key); keys in several shards are
+/// refused with [`AccessError::CrossSlot`], and `DbSize`/`FlushDb` with
+/// [`AccessError::EveryShard`].
+pub fn access(model: KvModel, shards: usize, op: &KvOp) -> Result<Access, AccessError> {
+    let (reads, writes) = footprint(op);
+    let write = !writes.is_empty();
+    let class = match model {
+        KvModel::ReadersWriters => usize::from(write),
+        KvModel::Sharded => {
+            let shards = clamp_shards(shards);
+            let shard = common_shard(op, reads.iter().chain(&writes), shards)?;
+            shard + if write { shards } else { 0 }
+        }
+    };
+    // Shards are at most SHARDS_MAX, so every id fits.
+    Ok(Access { class: ClassId(class as u16), reads, writes })
+}
+
+/// The one shard of conflict keys `keys` ([`ALL`] aside), 0 if there are
+/// none.
+fn common_shard<'a>(op: &KvOp, keys: impl Iterator<Item = &'a Key>, shards: usize) -> Result<usize, AccessError> {
+    if matches!(op, KvOp::DbSize | KvOp::FlushDb) {
+        return Err(AccessError::EveryShard(op.name()));
+    }
+    let mut shards_seen = keys.filter(|&&k| k != ALL).map(|&k| shard_of(k, shards));
+    let first = shards_seen.next().unwrap_or(0);
+    if shards_seen.any(|s| s != first) {
+        return Err(AccessError::CrossSlot);
+    }
+    Ok(first)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+use super::*;
+use crate::kv::tests::arb_op;
+use crate::kv::{KvModel, ALL};
+use proptest::prelude::*;
+use psmr_model::{ClassId, ClientId, KeySet};
+
+fn cmd(op: KvOp) -> Command<KvOp> {
+    Command { client: ClientId(1), seq: 1, class: ClassId(0), reads: KeySet::new(), writes: KeySet::new(), op }
+}
+
+fn run(s: &KvService, op: KvOp) -> KvReply {
+    s.execute(&cmd(op))
+}
+
+fn k(n: u64) -> Vec<u8> {
+    key_bytes(n)
+}
+
+fn le(x: u64) -> Vec<u8> {
+    x.to_le_bytes().to_vec()
+}
+
+fn value(s: &KvService, key: &[u8]) -> Option<Vec<u8>> {
+    match run(s, KvOp::Read { key: key.to_vec() }) {
+        KvReply::Value(v) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn crud_semantics() {
+    for cost in Cost::ALL {
+        let s = KvService::new(4, cost);
+        assert_eq!(s.len(), 4);
+        assert_eq!(run(&s, KvOp::Read { key: k(3) }), KvReply::Value(Some(le(3))));
+        assert_eq!(run(&s, KvOp::Read { key: k(4) }), KvReply::Value(None));
+        assert_eq!(run(&s, KvOp::Create { key: k(3), value: vec![9] }), KvReply::Done(false));
+        assert_eq!(run(&s, KvOp::Read { key: k(3) }), KvReply::Value(Some(le(3))));
+        assert_eq!(run(&s, KvOp::Create { key: k(4), value: vec![9] }), KvReply::Done(true));
+        assert_eq!(run(&s, KvOp::Update { key: k(4), value: vec![8] }), KvReply::Done(true));
+        assert_eq!(run(&s, KvOp::Read { key: k(4) }), KvReply::Value(Some(vec![8])));
+        assert_eq!(run(&s, KvOp::Update { key: k(5), value: vec![8] }), KvReply::Done(false));
+        assert_eq!(run(&s, KvOp::Delete { key: k(4) }), KvReply::Done(true));
+        assert_eq!(run(&s, KvOp::Delete { key: k(4) }), KvReply::Done(false));
+        assert_eq!(run(&s, KvOp::Put { key: k(4), value: vec![7] }), KvReply::Done(false));
+        assert_eq!(run(&s, KvOp::Put { key: k(4), value: vec![6] }), KvReply::Done(true));
+        assert_eq!(run(&s, KvOp::Read { key: k(4) }), KvReply::Value(Some(vec![6])));
+        assert_eq!(s.len(), 5);
+    }
+}
+
+#[test]
+fn keys_are_any_bytes() {
+    let s = KvService::new(0, Cost::Light);
+    for key in [&b""[..], b"\0", b"\0\0", b"\xff\xfe", b"a b\r\n", &[7u8; 100]] {
+        assert_eq!(run(&s, KvOp::Put { key: key.to_vec(), value: key.to_vec() }), KvReply::Done(false), "{key:?}");
+    }
+    for key in [&b""[..], b"\0", b"\0\0", b"\xff\xfe", b"a b\r\n", &[7u8; 100]] {
+        assert_eq!(value(&s, key).as_deref(), Some(key), "{key:?}");
+    }
+    assert_eq!(s.len(), 6);
+}
+
+#[test]
+fn set_honours_its_condition_and_get() {
+    let s = KvService::new(0, Cost::Light);
+    let set = |when, get, v: &str| run(&s, KvOp::Set { key: k(1), value: v.into(), when, get });
+    assert_eq!(set(SetWhen::IfPresent, false, "x"), KvReply::Done(false));
+    assert_eq!(value(&s, b"1"), None);
+    assert_eq!(set(SetWhen::IfPresent, true, "x"), KvReply::Value(None));
+    assert_eq!(value(&s, b"1"), None);
+    assert_eq!(set(SetWhen::IfAbsent, false, "a"), KvReply::Done(true));
+    assert_eq!(set(SetWhen::IfAbsent, false, "b"), KvReply::Done(false));
+    assert_eq!(set(SetWhen::IfAbsent, true, "b"), KvReply::Value(Some(b"a".to_vec())));
+    assert_eq!(value(&s, b"1"), Some(b"a".to_vec()));
+    assert_eq!(set(SetWhen::IfPresent, true, "c"), KvReply::Value(Some(b"a".to_vec())));
+    assert_eq!(set(SetWhen::Always, false, "d"), KvReply::Done(true));
+    assert_eq!(set(SetWhen::Always, true, "e"), KvReply::Value(Some(b"d".to_vec())));
+    assert_eq!(value(&s, b"1"), Some(b"e".to_vec()));
+}
+
+#[test]
+fn incr_parses_like_redis_and_refuses_without_changing_anything() {
+    let s = KvService::new(1, Cost::Light);
+    let incr = |key: &[u8], by| run(&s, KvOp::Incr { key: key.to_vec(), by });
+    assert_eq!(incr(b"n", 5), KvReply::Int(5));
+    assert_eq!(incr(b"n", -7), KvReply::Int(-2));
+    assert_eq!(value(&s, b"n"), Some(b"-2".to_vec()));
+    // Key 0 holds eight little-endian bytes, not a decimal.
+    assert_eq!(incr(b"0", 1), KvReply::Error(KvError::NotInteger));
+    assert_eq!(value(&s, b"0"), Some(le(0)));
+    for bad in ["-0", "007", "+1", " 1", "1 ", "", "9223372036854775808", "1.5"] {
+        run(&s, KvOp::Put { key: k(9), value: bad.into() });
+        assert_eq!(incr(b"9", 1), KvReply::Error(KvError::NotInteger), "{bad:?}");
+        assert_eq!(value(&s, b"9"), Some(bad.as_bytes().to_vec()));
+    }
+    run(&s, KvOp::Put { key: k(9), value: i64::MAX.to_string().into() });
+    assert_eq!(incr(b"9", 1), KvReply::Error(KvError::Overflow));
+    assert_eq!(incr(b"9", 0), KvReply::Int(i64::MAX));
+    run(&s, KvOp::Put { key: k(9), value: i64::MIN.to_string().into() });
+    assert_eq!(incr(b"9", -1), KvReply::Error(KvError::Overflow));
+    assert_eq!(incr(b"9", i64::MAX), KvReply::Int(-1));
+    assert_eq!(value(&s, b"9"), Some(b"-1".to_vec()));
+}
+
+#[test]
+fn append_strlen_and_the_size_bound() {
+    let s = KvService::new(0, Cost::Light);
+    assert_eq!(run(&s, KvOp::Strlen { key: k(1) }), KvReply::Int(0));
+    assert_eq!(run(&s, KvOp::Append { key: k(1), value: b"ab".to_vec() }), KvReply::Int(2));
+    assert_eq!(run(&s, KvOp::Append { key: k(1), value: b"cd".to_vec() }), KvReply::Int(4));
+    assert_eq!(run(&s, KvOp::Strlen { key: k(1) }), KvReply::Int(4));
+    assert_eq!(value(&s, b"1"), Some(b"abcd".to_vec()));
+    let fill = vec![0u8; VALUE_MAX - 4];
+    assert_eq!(run(&s, KvOp::Append { key: k(1), value: fill }), KvReply::Int(VALUE_MAX as i64));
+    assert_eq!(run(&s, KvOp::Append { key: k(1), value: vec![1] }), KvReply::Error(KvError::TooLarge));
+    assert_eq!(run(&s, KvOp::Append { key: k(2), value: vec![1; VALUE_MAX + 1] }), KvReply::Error(KvError::TooLarge));
+    assert_eq!(run(&s, KvOp::Strlen { key: k(1) }), KvReply::Int(VALUE_MAX as i64));
+    assert_eq!(s.len(), 1);
+}
+
+#[test]
+fn multi_key_operations_count_as_redis_does() {
+    let s = KvService::new(3, Cost::Moderate);
+    let keys = |ns: &[u64]| ns.iter().map(|&n| k(n)).collect::<Vec<_>>();
+    assert_eq!(run(&s, KvOp::Exists { keys: keys(&[0, 0, 1, 7]) }), KvReply::Int(3));
+    assert_eq!(run(&s, KvOp::MGet { keys: keys(&[2, 7, 2]) }), KvReply::Values(vec![Some(le(2)), None, Some(le(2))]));
+    let pairs = vec![(k(7), b"x".to_vec()), (k(8), b"y".to_vec()), (k(7), b"z".to_vec())];
+    assert_eq!(run(&s, KvOp::MSet { pairs }), KvReply::Done(true));
+    assert_eq!(value(&s, b"7"), Some(b"z".to_vec()));
+    assert_eq!(run(&s, KvOp::DbSize), KvReply::Int(5));
+    assert_eq!(run(&s, KvOp::Del { keys: keys(&[0, 0, 8, 9]) }), KvReply::Int(2));
+    assert_eq!(run(&s, KvOp::DbSize), KvReply::Int(3));
+    assert_eq!(run(&s, KvOp::FlushDb), KvReply::Done(true));
+    assert_eq!(run(&s, KvOp::DbSize), KvReply::Int(0));
+    assert!(s.is_empty());
+    assert_eq!(s.digest(), KvService::new(0, Cost::Light).digest());
+}
+
+#[test]
+fn mget_replies_are_bounded() {
+    let s = KvService::new(0, Cost::Light);
+    run(&s, KvOp::Put { key: k(1), value: vec![0; VALUE_MAX] });
+    let n = REPLY_VALUES_MAX / VALUE_MAX;
+    let within = run(&s, KvOp::MGet { keys: vec![k(1); n] });
+    assert!(matches!(within, KvReply::Values(v) if v.len() == n));
+    assert_eq!(run(&s, KvOp::MGet { keys: vec![k(1); n + 1] }), KvReply::Error(KvError::ReplyTooLarge));
+}
+
+#[test]
+fn digest_depends_on_the_state_only() {
+    let a = KvService::new(10, Cost::Light);
+    let b = KvService::new(0, Cost::Heavy);
+    for n in (0..10).rev() {
+        run(&b, KvOp::Create { key: k(n), value: le(n) });
+    }
+    assert_eq!(a.digest(), b.digest());
+    run(&b, KvOp::Create { key: k(99), value: vec![] });
+    run(&b, KvOp::Delete { key: k(99) });
+    assert_eq!(a.digest(), b.digest());
+    run(&b, KvOp::Update { key: k(0), value: vec![0] });
+    assert_ne!(a.digest(), b.digest());
+    // Where the bytes split between key and value counts.
+    let c = KvService::new(0, Cost::Light);
+    let d = KvService::new(0, Cost::Light);
+    run(&c, KvOp::Put { key: b"ab".to_vec(), value: b"c".to_vec() });
+    run(&d, KvOp::Put { key: b"a".to_vec(), value: b"bc".to_vec() });
+    assert_ne!(c.digest(), d.digest());
+}
+
+proptest! {
+    /// Snapshot then restore reproduces the state and the bytes; every
+    /// strict prefix and any trailing byte is refused, leaving the state.
+    #[test]
+    fn snapshot_round_trips_and_bad_bytes_change_nothing(
+        ops in proptest::collection::vec(arb_op(), 0..40),
+        keys in 0u64..10,
+    ) {
+        let s = KvService::new(keys, Cost::Light);
+        for op in ops {
+            run(&s, op);
+        }
+        let snap = s.snapshot();
+        let fresh = KvService::new(3, Cost::Moderate);
+        fresh.restore(&snap).unwrap();
+        prop_assert_eq!(fresh.digest(), s.digest());
+        prop_assert_eq!(fresh.snapshot(), snap.clone());
+        let other = KvService::new(5, Cost::Light);
+        let before = other.digest();
+        for cut in 0..snap.len() {
+            prop_assert!(matches!(other.restore(&snap[..cut]), Err(SnapshotError::Truncated(_))), "cut {}", cut);
+        }
+        let mut long = snap;
+        long.push(1);
+        prop_assert!(matches!(other.restore(&long), Err(SnapshotError::Malformed(_))));
+        prop_assert_eq!(other.digest(), before);
+    }
+
+    /// Random bytes never panic and, when refused, change nothing.
+    #[test]
+    fn garbage_is_refused(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let s = KvService::new(3, Cost::Light);
+        let before = s.digest();
+        if s.restore(&bytes).is_err() {
+            prop_assert_eq!(s.digest(), before);
+        }
+    }
+
+    /// Random operations never panic, and a replica that executes the
+    /// same ones ends in the same state with the same replies.
+    #[test]
+    fn execution_is_deterministic(ops in proptest::collection::vec(arb_op(), 0..40)) {
+        let (a, b) = (KvService::new(4, Cost::Light), KvService::new(4, Cost::Moderate));
+        for op in ops {
+            prop_assert_eq!(run(&a, op.clone()), run(&b, op));
+        }
+        prop_assert_eq!(a.digest(), b.digest());
+        prop_assert_eq!(a.snapshot(), b.snapshot());
+    }
+}
+
+#[test]
+fn restore_refuses_unordered_keys_old_versions_and_other_services() {
+    let s = KvService::new(2, Cost::Light);
+    let before = s.digest();
+    let mut snap = s.snapshot();
+    // Entries are key "0" then key "1", each a 4-byte length and one byte
+    // followed by an 8-byte value: make both key "1".
+    assert_eq!(&snap[14..19], b"\x01\0\0\0\x30");
+    snap[18] = b'1';
+    assert!(s.restore(&snap).unwrap_err().to_string().contains("\"1\" out of order or repeated"));
+    let list = crate::list::ListService::new(1, 1).snapshot();
+    assert!(s.restore(&list).unwrap_err().to_string().contains("not a key-value snapshot"));
+    let mut huge = s.snapshot();
+    huge[6..14].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(matches!(s.restore(&huge), Err(SnapshotError::Truncated(_))));
+    // A version 1 snapshot of key 0: count 1, key (u64), value.
+    let mut v1 = b"PSKV\x01\0".to_vec();
+    v1.extend_from_slice(&1u64.to_le_bytes());
+    v1.extend_from_slice(&0u64.to_le_bytes());
+    v1.extend_from_slice(&8u32.to_le_bytes());
+    v1.extend_from_slice(&le(0));
+    let e = s.restore(&v1).unwrap_err().to_string();
+    assert!(e.contains("version 1 has numeric (u64) keys") && e.contains("version 2"), "{e}");
+    assert_eq!(s.digest(), before);
+}
+
+#[test]
+fn the_preloaded_store_names_keys_in_decimal() {
+    let s = KvService::new(12, Cost::Light);
+    assert_eq!(value(&s, b"11"), Some(le(11)));
+    assert_eq!(value(&s, b"12"), None);
+    assert_eq!(value(&s, &11u64.to_le_bytes()), None);
+}
+
+/// The sanitizer registers an operation on exactly the conflict keys its
+/// command declares.
+#[test]
+fn the_footprint_is_the_access() {
+    let op = KvOp::MSet { pairs: vec![(k(1), vec![]), (k(2), vec![])] };
+    let c = crate::kv::command(KvModel::ReadersWriters, 1, ClientId(1), 1, op.clone()).unwrap();
+    assert_eq!(crate::kv::footprint(&op), (c.reads.clone(), c.writes.clone()));
+    assert_eq!(c.reads.to_vec(), vec![ALL]);
+}

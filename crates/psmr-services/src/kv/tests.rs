@@ -1,0 +1,204 @@
+use super::*;
+use crate::SHARDS_MAX;
+use proptest::prelude::*;
+
+fn k(s: &str) -> Vec<u8> {
+    s.as_bytes().to_vec()
+}
+
+/// Keys of shard 0 and of shard 1 of `shards`, found by search.
+fn keys_in_shards(shards: usize) -> (Vec<u8>, Vec<u8>) {
+    let of = |want: usize| (0..).map(key_bytes).find(|key| shard_of(key_hash(key), shards) == want).unwrap();
+    (of(0), of(1))
+}
+
+#[test]
+fn key_hashes_are_stable_length_aware_and_never_all() {
+    // Pinned: every replica and every build must agree on conflict keys.
+    assert_eq!(key_hash(b"17"), key_hash(&key_bytes(17)));
+    assert_ne!(key_hash(b"ab"), key_hash(b"ab\0"));
+    assert_ne!(key_hash(b""), key_hash(b"\0"));
+    let eight_zeros = [0u8; 8];
+    assert_ne!(key_hash(b""), key_hash(&eight_zeros));
+    assert!((0..10_000).map(key_bytes).all(|key| key_hash(&key) != ALL));
+    assert_eq!(key_bytes(0), b"0");
+    assert_eq!(key_bytes(17), b"17");
+    assert_eq!(key_bytes(u64::MAX), u64::MAX.to_string().as_bytes());
+    assert_eq!(nth_key_hash(12_345), key_hash(b"12345"));
+}
+
+#[test]
+fn integers_parse_as_redis_string2ll() {
+    for (text, want) in [
+        ("0", Some(0)),
+        ("17", Some(17)),
+        ("-17", Some(-17)),
+        ("9223372036854775807", Some(i64::MAX)),
+        ("-9223372036854775808", Some(i64::MIN)),
+        ("9223372036854775808", None),
+        ("-9223372036854775809", None),
+        ("-0", None),
+        ("007", None),
+        ("00", None),
+        ("+1", None),
+        (" 1", None),
+        ("1 ", None),
+        ("", None),
+        ("-", None),
+        ("1.0", None),
+        ("1e3", None),
+        ("0x10", None),
+    ] {
+        assert_eq!(parse_integer(text.as_bytes()), want, "{text:?}");
+    }
+}
+
+#[test]
+fn commands_carry_class_and_keys() {
+    let put = command(KvModel::Sharded, 2, ClientId(1), 9, KvOp::Put { key: k("5"), value: vec![] }).unwrap();
+    assert_eq!(put.class.index(), 2 + shard_of(key_hash(b"5"), 2));
+    assert_eq!((put.reads.to_vec(), put.writes.to_vec()), (vec![ALL], vec![key_hash(b"5")]));
+    let get = command(KvModel::ReadersWriters, 1, ClientId(1), 10, KvOp::Read { key: k("5") }).unwrap();
+    assert_eq!(get.class.index(), 0);
+    assert!(get.writes.is_empty());
+    assert_eq!(get.reads.to_vec(), {
+        let mut v = vec![key_hash(b"5"), ALL];
+        v.sort_unstable();
+        v.dedup();
+        v
+    });
+}
+
+#[test]
+fn every_operation_reads_all_and_whole_store_operations_write_it() {
+    let ops = [
+        KvOp::Read { key: k("a") },
+        KvOp::Strlen { key: k("a") },
+        KvOp::MGet { keys: vec![k("a"), k("b"), k("a")] },
+        KvOp::Exists { keys: vec![k("a"), k("a")] },
+        KvOp::Create { key: k("a"), value: vec![] },
+        KvOp::Update { key: k("a"), value: vec![] },
+        KvOp::Delete { key: k("a") },
+        KvOp::Put { key: k("a"), value: vec![] },
+        KvOp::Set { key: k("a"), value: vec![], when: SetWhen::IfAbsent, get: true },
+        KvOp::Incr { key: k("a"), by: 1 },
+        KvOp::Append { key: k("a"), value: vec![] },
+        KvOp::MSet { pairs: vec![(k("a"), vec![]), (k("a"), vec![1])] },
+        KvOp::Del { keys: vec![k("a"), k("b")] },
+    ];
+    let rw = |op: &KvOp| command(KvModel::ReadersWriters, 1, ClientId(1), 1, op.clone()).unwrap();
+    let dbsize = rw(&KvOp::DbSize);
+    let flush = rw(&KvOp::FlushDb);
+    assert_eq!((dbsize.reads.len(), dbsize.writes.to_vec(), dbsize.class.index()), (0, vec![ALL], 1));
+    assert_eq!((flush.reads.len(), flush.writes.to_vec(), flush.class.index()), (0, vec![ALL], 1));
+    for op in &ops {
+        let c = rw(op);
+        assert!(c.reads.contains(&ALL) && !c.writes.contains(&ALL), "{op:?}");
+        assert_eq!(c.class.index(), usize::from(!op.is_read()), "{op:?}");
+        // Each key once, whatever the repeats.
+        let mut all: Vec<_> = c.reads.iter().chain(&c.writes).collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "{op:?}");
+        assert!(dbsize.conflicts_with(&c) && c.conflicts_with(&flush), "{op:?}");
+    }
+    // Reads of ALL alone make no conflict: operations on other keys stay
+    // apart, and reads of one key stay together.
+    let on_b = rw(&KvOp::Put { key: k("b"), value: vec![] });
+    assert!(!rw(&ops[0]).conflicts_with(&on_b) && !rw(&ops[4]).conflicts_with(&on_b));
+    assert!(!rw(&ops[0]).conflicts_with(&rw(&ops[2])));
+    assert!(rw(&ops[2]).conflicts_with(&on_b), "MGET of b must wait for a write of b");
+}
+
+#[test]
+fn the_sharded_model_refuses_cross_slot_and_whole_store_operations() {
+    let (a, b) = keys_in_shards(2);
+    let same = KvOp::MGet { keys: vec![a.clone(), a.clone()] };
+    let c = access(KvModel::Sharded, 2, &same).unwrap();
+    assert_eq!(c.class.index(), 0);
+    let mset = KvOp::MSet { pairs: vec![(b.clone(), vec![]), (b.clone(), vec![])] };
+    assert_eq!(access(KvModel::Sharded, 2, &mset).unwrap().class.index(), 2 + 1);
+    for op in [
+        KvOp::MGet { keys: vec![a.clone(), b.clone()] },
+        KvOp::Exists { keys: vec![b.clone(), a.clone()] },
+        KvOp::Del { keys: vec![a.clone(), b.clone()] },
+        KvOp::MSet { pairs: vec![(a.clone(), vec![]), (b.clone(), vec![])] },
+    ] {
+        let e = access(KvModel::Sharded, 2, &op).unwrap_err();
+        assert_eq!(e.to_string(), "CROSSSLOT Keys in request don't hash to the same slot");
+        // The readers-writers model has no shards to cross.
+        assert!(access(KvModel::ReadersWriters, 2, &op).is_ok());
+    }
+    for (op, name) in [(KvOp::DbSize, "DBSIZE"), (KvOp::FlushDb, "FLUSHDB")] {
+        let e = access(KvModel::Sharded, 2, &op).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("ERR {name} touches every shard")), "{e}");
+        assert!(e.contains("readers-writers"), "{e}");
+        // With one shard there is still no class for it: refused alike.
+        assert!(access(KvModel::Sharded, 1, &op).is_err());
+    }
+    // An operation with no key, which Redis never sends, takes shard 0,
+    // and writes nothing.
+    let none = access(KvModel::Sharded, 4, &KvOp::Del { keys: vec![] }).unwrap();
+    assert_eq!((none.class.index(), none.reads.to_vec(), none.writes.len()), (0, vec![ALL], 0));
+}
+
+#[test]
+fn shards_and_models() {
+    assert_eq!(shard_of(7, 0), 0);
+    assert_eq!(shard_of(7, 1), 0);
+    assert_eq!((shard_of(0, 5), shard_of(ALL - 1, 5), shard_of(u64::MAX / 2, 2)), (0, 4, 0));
+    let mut seen = [0usize; 5];
+    for n in 0..5_000 {
+        seen[shard_of(nth_key_hash(n), 5)] += 1;
+    }
+    assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+    for m in KvModel::ALL {
+        assert_eq!(m.to_string().parse::<KvModel>(), Ok(m));
+    }
+    assert!("sharded-global".parse::<KvModel>().unwrap_err().to_string().contains("valid: readers-writers, sharded"));
+    let m = class_model(KvModel::Sharded, 2);
+    let names: Vec<_> = m.class_ids().map(|c| m.class_name(c)).collect();
+    assert_eq!(names, ["R1", "R2", "W1", "W2"]);
+    assert!(m.conflicts(ClassId(0), ClassId(2)) && m.self_conflicting(ClassId(3)));
+    assert!(!m.conflicts(ClassId(0), ClassId(3)) && !m.conflicts(ClassId(2), ClassId(3)));
+    for model in KvModel::ALL {
+        for shards in [1, 2, 3, 5, 8, 64, SHARDS_MAX] {
+            for workers in [1, 2, 3, 4, 8, 13, 64] {
+                default_mapping(model, shards, workers)
+                    .validate(&class_model(model, shards))
+                    .unwrap_or_else(|e| panic!("{model} {shards} shards {workers} workers: {e}"));
+            }
+        }
+    }
+}
+
+fn arb_key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![(0u64..30).prop_map(key_bytes), proptest::collection::vec(any::<u8>(), 0..5)]
+}
+
+/// Any operation, on few keys so that they meet.
+pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
+    let value = || proptest::collection::vec(any::<u8>(), 0..12);
+    let keys = || proptest::collection::vec(arb_key(), 0..4);
+    prop_oneof![
+        (arb_key(), value()).prop_map(|(key, value)| KvOp::Create { key, value }),
+        arb_key().prop_map(|key| KvOp::Read { key }),
+        (arb_key(), value()).prop_map(|(key, value)| KvOp::Update { key, value }),
+        arb_key().prop_map(|key| KvOp::Delete { key }),
+        (arb_key(), value()).prop_map(|(key, value)| KvOp::Put { key, value }),
+        (arb_key(), value(), 0..3usize, any::<bool>()).prop_map(|(key, value, w, get)| {
+            let when = [SetWhen::Always, SetWhen::IfAbsent, SetWhen::IfPresent][w];
+            KvOp::Set { key, value, when, get }
+        }),
+        (arb_key(), prop_oneof![-3i64..3, any::<i64>()]).prop_map(|(key, by)| KvOp::Incr { key, by }),
+        (arb_key(), value()).prop_map(|(key, value)| KvOp::Append { key, value }),
+        arb_key().prop_map(|key| KvOp::Strlen { key }),
+        keys().prop_map(|keys| KvOp::MGet { keys }),
+        proptest::collection::vec((arb_key(), value()), 0..4).prop_map(|pairs| KvOp::MSet { pairs }),
+        keys().prop_map(|keys| KvOp::Del { keys }),
+        keys().prop_map(|keys| KvOp::Exists { keys }),
+        Just(KvOp::DbSize),
+        Just(KvOp::FlushDb),
+    ]
+}

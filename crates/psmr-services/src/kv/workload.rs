@@ -1,0 +1,249 @@
+//! Workloads of the key-value store: the create/read/update/delete mix of
+//! 004 §VI ([`generate`]) and one of every Redis operation
+//! ([`generate_redis`]), with keys drawn by a skew-aware [`KeyPicker`].
+
+use super::{command, key_bytes, nth_key_hash, shard_of, KvModel, KvOp, SetWhen};
+use crate::workload::{Draws, Kind};
+use crate::{WorkloadConfig, WorkloadError};
+use psmr_model::Command;
+use rand::Rng;
+
+/// Key space sizes up to which a skewed generator lists the keys of each
+/// shard (at most 8 MiB) instead of rejection sampling.
+pub(super) const ENUMERATE_KEYS_MAX: u64 = 1 << 20;
+
+/// Rejection-sampling attempts per key before a skewed generator gives up.
+/// A shard of a key space above [`ENUMERATE_KEYS_MAX`] with at most
+/// `SHARDS_MAX` shards is hit with probability about `1/1024` per attempt,
+/// so giving up means that shard has (almost) no key.
+const REJECTION_TRIES: u32 = 1 << 16;
+
+/// Attempts to find another key of a multi-key operation's shard before
+/// naming the first key again.
+const SAME_SHARD_TRIES: u32 = 64;
+
+/// Draws key numbers (`n` names [`key_bytes`]`(n)`), honouring the skew:
+/// with `shards > 1` and a skew above 0 (for reads `cfg.skew`, for writes
+/// `cfg.write_skew` when set) a key of the first shard with that
+/// probability, otherwise a key of another. A key's shard is [`shard_of`]
+/// its conflict key.
+enum KeyPicker {
+    Uniform(u64),
+    /// The keys of the first shard and of the others, listed.
+    Listed {
+        keys: u64,
+        first: Vec<u64>,
+        rest: Vec<u64>,
+    },
+    /// Uniform draws kept when they fall on the wanted side: expected
+    /// `shards` attempts for the first shard, under two for the others.
+    Rejection {
+        keys: u64,
+        shards: usize,
+    },
+}
+
+impl KeyPicker {
+    fn new(cfg: &WorkloadConfig) -> Result<Self, WorkloadError> {
+        let (keys, shards) = (cfg.keys, cfg.shards);
+        let skews: Vec<f64> = [Some(cfg.skew), cfg.write_skew].into_iter().flatten().filter(|&s| s > 0.0).collect();
+        if shards <= 1 || skews.is_empty() {
+            return Ok(KeyPicker::Uniform(keys));
+        }
+        if keys > ENUMERATE_KEYS_MAX {
+            return Ok(KeyPicker::Rejection { keys, shards });
+        }
+        let (first, rest): (Vec<u64>, Vec<u64>) = (0..keys).partition(|&n| shard_of(nth_key_hash(n), shards) == 0);
+        let unreachable = |skew, target| WorkloadError::SkewUnreachable { skew, target, keys, shards };
+        if first.is_empty() {
+            return Err(unreachable(skews[0], "the first shard"));
+        }
+        if let Some(&skew) = skews.iter().find(|&&s| s < 1.0) {
+            if rest.is_empty() {
+                return Err(unreachable(skew, "the other shards"));
+            }
+        }
+        Ok(KeyPicker::Listed { keys, first, rest })
+    }
+
+    fn draw(&self, draws: &mut Draws, write: bool) -> Result<u64, WorkloadError> {
+        let skewed = draws.skew(write) > 0.0;
+        match self {
+            KeyPicker::Uniform(keys) => Ok(draws.rng.gen_range(0..*keys)),
+            KeyPicker::Listed { keys, .. } | KeyPicker::Rejection { keys, .. } if !skewed => {
+                Ok(draws.rng.gen_range(0..*keys))
+            }
+            KeyPicker::Listed { first, rest, .. } => {
+                let side = if draws.picks_first_shard(write) { first } else { rest };
+                Ok(side[draws.rng.gen_range(0..side.len())])
+            }
+            KeyPicker::Rejection { keys, shards } => {
+                let want_first = draws.picks_first_shard(write);
+                for _ in 0..REJECTION_TRIES {
+                    let n = draws.rng.gen_range(0..*keys);
+                    if (shard_of(nth_key_hash(n), *shards) == 0) == want_first {
+                        return Ok(n);
+                    }
+                }
+                Err(WorkloadError::SkewUnreachable {
+                    skew: draws.skew(write),
+                    target: if want_first { "the first shard" } else { "the other shards" },
+                    keys: *keys,
+                    shards: *shards,
+                })
+            }
+        }
+    }
+}
+
+/// What an operation-drawing function gets: the generator's draws, the
+/// first key (drawn with the skew), and how to draw more keys.
+struct Pick<'a> {
+    draws: &'a mut Draws,
+    model: KvModel,
+    cfg: &'a WorkloadConfig,
+    read: bool,
+    first: u64,
+}
+
+impl Pick<'_> {
+    fn key(&self) -> Vec<u8> {
+        key_bytes(self.first)
+    }
+
+    /// An 8-byte value from the generator.
+    fn value(&mut self) -> Vec<u8> {
+        self.draws.rng.gen::<u64>().to_le_bytes().to_vec()
+    }
+
+    /// `1..=4` keys starting with the first; under the sharded model all in
+    /// its shard, since the model refuses operations across shards.
+    fn keys(&mut self) -> Vec<Vec<u8>> {
+        let n = self.draws.rng.gen_range(1..=4);
+        let mut keys = vec![self.key()];
+        while keys.len() < n {
+            keys.push(key_bytes(self.another()));
+        }
+        keys
+    }
+
+    fn another(&mut self) -> u64 {
+        if self.model == KvModel::ReadersWriters || self.cfg.shards <= 1 {
+            return self.draws.rng.gen_range(0..self.cfg.keys);
+        }
+        let shard = shard_of(nth_key_hash(self.first), self.cfg.shards);
+        for _ in 0..SAME_SHARD_TRIES {
+            let n = self.draws.rng.gen_range(0..self.cfg.keys);
+            if shard_of(nth_key_hash(n), self.cfg.shards) == shard {
+                return n;
+            }
+        }
+        self.first
+    }
+}
+
+/// Generates `cfg.commands` key-value commands for `model`, reproducibly
+/// from `cfg.seed`.
+///
+/// Writes (α%) are placed among reads following `cfg.spread` (see
+/// [`crate::Spread`]) and are creates, updates and deletes with equal
+/// probability, with 8-byte values drawn from the generator. Keys are
+/// [`key_bytes`] of numbers uniform over `0..cfg.keys`; with skew, a key of
+/// the first shard ([`shard_of`] with `cfg.shards`) with probability
+/// `cfg.skew` (for writes `cfg.write_skew` when set) and a key of another
+/// shard otherwise.
+///
+/// Errors: an invalid `cfg`, global operations (`β > 0`, which the store
+/// does not have), or a skew towards shards that own no key of a small key
+/// space.
+pub fn generate(model: KvModel, cfg: &WorkloadConfig) -> Result<Vec<Command<KvOp>>, WorkloadError> {
+    generate_with(model, cfg, crud_op)
+}
+
+/// Like [`generate`], with every operation of the store: reads are `Read`,
+/// `Strlen`, `MGet` and `Exists`; writes are the paper's three, `Put`,
+/// `Set` in every form, `Incr`, `Append`, `MSet` and `Del`, and under the
+/// readers-writers model now and then `DbSize` or `FlushDb`. Multi-key
+/// operations name one to four keys, all in one shard under the sharded
+/// model. Values are 8 random bytes or a small decimal number, so that
+/// `Incr` both succeeds and fails.
+pub fn generate_redis(model: KvModel, cfg: &WorkloadConfig) -> Result<Vec<Command<KvOp>>, WorkloadError> {
+    generate_with(model, cfg, redis_op)
+}
+
+fn generate_with(
+    model: KvModel,
+    cfg: &WorkloadConfig,
+    op_of: fn(&mut Pick<'_>) -> KvOp,
+) -> Result<Vec<Command<KvOp>>, WorkloadError> {
+    cfg.validate()?;
+    if cfg.mix.global_pct > 0.0 {
+        return Err(WorkloadError::NoGlobalOps(cfg.mix.global_pct));
+    }
+    let picker = KeyPicker::new(cfg)?;
+    let mut draws = Draws::new(cfg);
+    let mut out = Vec::with_capacity(cfg.commands);
+    for j in 0..cfg.commands {
+        let read = draws.kind() == Kind::LocalRead;
+        let first = picker.draw(&mut draws, !read)?;
+        let op = op_of(&mut Pick { draws: &mut draws, model, cfg, read, first });
+        let (client, seq) = cfg.ids(j);
+        out.push(command(model, cfg.shards, client, seq, op)?);
+    }
+    Ok(out)
+}
+
+/// The paper's operations: a read, or a create, update or delete.
+fn crud_op(p: &mut Pick<'_>) -> KvOp {
+    let key = p.key();
+    if p.read {
+        return KvOp::Read { key };
+    }
+    match p.draws.rng.gen_range(0..3) {
+        0 => KvOp::Create { key, value: p.value() },
+        1 => KvOp::Update { key, value: p.value() },
+        _ => KvOp::Delete { key },
+    }
+}
+
+fn redis_op(p: &mut Pick<'_>) -> KvOp {
+    let key = p.key();
+    if p.read {
+        return match p.draws.rng.gen_range(0..4) {
+            0 => KvOp::Read { key },
+            1 => KvOp::Strlen { key },
+            2 => KvOp::MGet { keys: p.keys() },
+            _ => KvOp::Exists { keys: p.keys() },
+        };
+    }
+    let whole_store = p.model == KvModel::ReadersWriters && p.draws.rng.gen_range(0..50) == 0;
+    if whole_store {
+        return if p.draws.rng.gen() { KvOp::DbSize } else { KvOp::FlushDb };
+    }
+    match p.draws.rng.gen_range(0..10) {
+        0 => KvOp::Create { key, value: redis_value(p) },
+        1 => KvOp::Update { key, value: redis_value(p) },
+        2 => KvOp::Delete { key },
+        3 => KvOp::Put { key, value: redis_value(p) },
+        4 => {
+            let when = [SetWhen::Always, SetWhen::IfAbsent, SetWhen::IfPresent][p.draws.rng.gen_range(0..3)];
+            KvOp::Set { key, value: redis_value(p), when, get: p.draws.rng.gen() }
+        }
+        5 => KvOp::Incr { key, by: p.draws.rng.gen_range(-3..=3) },
+        6 => KvOp::Append { key, value: redis_value(p) },
+        7 => KvOp::MSet { pairs: p.keys().into_iter().map(|k| (k, redis_value(p))).collect() },
+        _ => KvOp::Del { keys: p.keys() },
+    }
+}
+
+/// 8 random bytes, or a small decimal number that `Incr` accepts.
+fn redis_value(p: &mut Pick<'_>) -> Vec<u8> {
+    if p.draws.rng.gen() {
+        p.value()
+    } else {
+        p.draws.rng.gen_range(-100i64..100).to_string().into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,341 @@
+//! Redis clients against a replicated kv store: the `redis` crate through
+//! every replica's Redis port, pipelines as client batches, hostile RESP,
+//! `redis-cli` and `redis-benchmark` themselves (installed by
+//! `scripts/setup.sh`), and linearizable histories recorded through the
+//! Redis port while leaders are killed. Seeds are printed;
+//! `PSMR_TEST_SEED` replays.
+
+use psmr::replica::LocalCluster;
+use psmr::services::kv::KvRedis;
+use psmr::services::{KvApp, ServiceConfig};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+fn cluster() -> LocalCluster {
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
+    LocalCluster::builder()
+        .start_with_redis(|_| KvApp::new(&ServiceConfig::default()).expect("the default kv"), |_| KvRedis)
+        .expect("a local cluster")
+}
+
+fn connect(addr: SocketAddr) -> redis::Connection {
+    redis::Client::open(format!("redis://{addr}/")).unwrap().get_connection().unwrap()
+}
+
+fn cmd<T: redis::FromRedisValue>(con: &mut redis::Connection, args: &[&str]) -> redis::RedisResult<T> {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con)
+}
+
+#[test]
+fn every_replica_serves_the_command_set() {
+    let cluster = cluster();
+    let addrs = cluster.redis_addrs();
+    assert_eq!(addrs.len(), 3);
+    let mut cons: Vec<redis::Connection> = addrs.iter().map(|&a| connect(a)).collect();
+    let (a, b) = cons.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    assert_eq!(cmd::<String>(a, &["PING"]).unwrap(), "PONG");
+    assert_eq!(cmd::<String>(a, &["ECHO", "hi"]).unwrap(), "hi");
+    assert_eq!(cmd::<String>(a, &["SET", "user:1", "ada"]).unwrap(), "OK");
+    // Written through one replica, read through another: one log.
+    assert_eq!(cmd::<String>(b, &["GET", "user:1"]).unwrap(), "ada");
+    assert_eq!(cmd::<Option<String>>(b, &["GET", "nobody"]).unwrap(), None);
+    assert_eq!(cmd::<Option<String>>(a, &["SET", "user:1", "x", "NX"]).unwrap(), None);
+    assert_eq!(cmd::<Option<String>>(a, &["SET", "user:1", "bob", "XX", "GET"]).unwrap(), Some("ada".into()));
+    assert_eq!(cmd::<Option<String>>(b, &["GETSET", "user:1", "cy"]).unwrap(), Some("bob".into()));
+    assert_eq!(cmd::<i64>(a, &["INCR", "n"]).unwrap(), 1);
+    assert_eq!(cmd::<i64>(b, &["INCRBY", "n", "41"]).unwrap(), 42);
+    assert_eq!(cmd::<i64>(a, &["DECR", "n"]).unwrap(), 41);
+    assert!(cmd::<i64>(a, &["INCR", "user:1"]).unwrap_err().to_string().contains("not an integer"));
+    assert_eq!(cmd::<String>(a, &["MSET", "k1", "v1", "k2", "v2"]).unwrap(), "OK");
+    let got: Vec<Option<String>> = cmd(b, &["MGET", "k1", "k2", "k3"]).unwrap();
+    assert_eq!(got, vec![Some("v1".into()), Some("v2".into()), None]);
+    assert_eq!(cmd::<i64>(a, &["APPEND", "k1", "+"]).unwrap(), 3);
+    assert_eq!(cmd::<i64>(b, &["STRLEN", "k1"]).unwrap(), 3);
+    assert_eq!(cmd::<i64>(a, &["EXISTS", "k1", "k2", "k9"]).unwrap(), 2);
+    assert_eq!(cmd::<i64>(b, &["DEL", "k1", "k9"]).unwrap(), 1);
+    assert_eq!(cmd::<i64>(a, &["DBSIZE"]).unwrap(), 3);
+    assert_eq!(cmd::<String>(b, &["FLUSHDB"]).unwrap(), "OK");
+    assert_eq!(cmd::<i64>(a, &["DBSIZE"]).unwrap(), 0);
+    assert_eq!(cmd::<String>(a, &["SELECT", "0"]).unwrap(), "OK");
+    assert!(cmd::<String>(a, &["SELECT", "1"]).is_err());
+    assert_eq!(cmd::<String>(a, &["CLIENT", "SETNAME", "me"]).unwrap(), "OK");
+    assert!(cmd::<String>(a, &["INFO"]).unwrap().contains("psmr_leader:"));
+    let e = cmd::<String>(a, &["SET", "k", "v", "EX", "10"]).unwrap_err().to_string();
+    assert!(e.contains("expir"), "{e}");
+}
+
+#[test]
+fn a_pipeline_is_a_client_batch_and_keeps_its_order() {
+    let cluster = cluster();
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).unwrap();
+    let mut con = connect(cluster.redis_addrs()[0]);
+    let proposed =
+        |c: &LocalCluster| c.replica(leader).unwrap().shared().stats.commands_proposed.load(Ordering::SeqCst);
+    let entries = |c: &LocalCluster| c.replica(leader).unwrap().shared().stats.entries_proposed.load(Ordering::SeqCst);
+    let (commands_before, entries_before) = (proposed(&cluster), entries(&cluster));
+    let mut pipe = redis::pipe();
+    for i in 0..300 {
+        pipe.cmd("SET").arg(format!("p{i}")).arg(i).ignore();
+        pipe.cmd("PING");
+        pipe.cmd("INCR").arg("counter");
+    }
+    let replies: Vec<redis::Value> = pipe.query(&mut con).unwrap();
+    assert_eq!(replies.len(), 600);
+    for (i, pair) in replies.chunks(2).enumerate() {
+        assert_eq!(pair[0], redis::Value::SimpleString("PONG".into()));
+        assert_eq!(pair[1], redis::Value::Int(i as i64 + 1));
+    }
+    // 600 commands went through the log in far fewer entries than one each
+    // (the PINGs never reach the log).
+    assert_eq!(proposed(&cluster) - commands_before, 600);
+    assert!(entries(&cluster) - entries_before <= 10, "{} entries", entries(&cluster) - entries_before);
+}
+
+/// Sends `bytes` on a fresh connection and returns what comes back
+/// before the server closes or goes quiet (bounded by a read timeout).
+fn raw(addr: SocketAddr, bytes: &[u8]) -> (String, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+#[test]
+fn hostile_resp_gets_errors_never_a_panic() {
+    let cluster = cluster();
+    let addr = cluster.redis_addrs()[1];
+    // A bulk length of 2^40 is refused as soon as it is declared.
+    let (out, closed) = raw(addr, b"*1\r\n$1099511627776\r\n");
+    assert!(out.starts_with("-ERR Protocol error: invalid bulk length") && closed, "{out}");
+    let (out, closed) = raw(addr, b"*2\r\n:12\r\n");
+    assert!(out.starts_with("-ERR Protocol error: expected '$'") && closed, "{out}");
+    // An unterminated line longer than Redis's inline limit.
+    let (out, closed) = raw(addr, &vec![b'a'; 70_000]);
+    assert!(out.starts_with("-ERR Protocol error: too big inline request") && closed, "{out}");
+    // 10 000 empty strings: a command with an empty name, unknown; the
+    // connection lives on.
+    let mut many = b"*10000\r\n".to_vec();
+    for _ in 0..10_000 {
+        many.extend_from_slice(b"$0\r\n\r\n");
+    }
+    many.extend_from_slice(b"PING\r\n");
+    let (out, closed) = raw(addr, &many);
+    assert!(out.starts_with("-ERR unknown command ''") && out.ends_with("+PONG\r\n") && !closed, "{out}");
+    let (out, closed) = raw(addr, b"NOSUCH a b\r\nGET\r\nGET a b\r\nPING\r\n");
+    assert_eq!(out.matches("-ERR").count(), 3, "{out}");
+    assert!(out.contains("unknown command 'NOSUCH'") && out.contains("wrong number of arguments for 'get'"));
+    assert!(out.ends_with("+PONG\r\n") && !closed, "{out}");
+    // The replicas are all still there.
+    for r in 1..=3 {
+        assert!(!cluster.replica(r).unwrap().shared().stopping());
+    }
+}
+
+#[test]
+fn hello_3_switches_to_resp3() {
+    let cluster = cluster();
+    let (out, _) = raw(cluster.redis_addrs()[2], b"HELLO 3\r\nGET missing\r\nHELLO 2\r\nGET missing\r\nHELLO 4\r\n");
+    assert!(out.starts_with("%7\r\n"), "{out}");
+    // RESP3's null, then the second HELLO's map as a RESP2 flat array.
+    assert!(out.contains("_\r\n*14\r\n"), "{out}");
+    assert!(out.contains("$-1\r\n-NOPROTO"), "{out}");
+}
+
+fn tool(name: &str) -> std::path::PathBuf {
+    let found =
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file()));
+    found.unwrap_or_else(|| panic!("{name} is not installed: scripts/setup.sh installs redis-tools"))
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work_against_any_replica() {
+    let cluster = cluster();
+    for addr in cluster.redis_addrs() {
+        let cli = |args: &[&str]| {
+            let out = std::process::Command::new(tool("redis-cli"))
+                .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{:?}", out);
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        assert_eq!(cli(&["SET", "tool", &addr.to_string()]), "OK");
+        assert_eq!(cli(&["GET", "tool"]), addr.to_string());
+    }
+    let addr = cluster.redis_addrs()[1];
+    let out = std::process::Command::new(tool("redis-benchmark"))
+        .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args(["-t", "set,get", "-n", "2000", "-c", "8", "-P", "10", "-q", "--csv"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("\"SET\"") && text.contains("\"GET\""), "{out:?}");
+}
+
+#[test]
+fn the_sharded_model_refuses_cross_slot_commands_as_redis_cluster_does() {
+    let service = ServiceConfig { model: "sharded".into(), shards: 4, ..ServiceConfig::default() };
+    let cluster = LocalCluster::builder()
+        .start_with_redis(|_| KvApp::new(&service).expect("a sharded kv"), |_| KvRedis)
+        .expect("a local cluster");
+    let mut con = connect(cluster.redis_addrs()[0]);
+    // Among 20 keys, two land in different shards.
+    let keys: Vec<String> = (0..20).map(|i| format!("key{i}")).collect();
+    let mut args = vec!["MSET"];
+    for k in &keys {
+        args.extend([k.as_str(), "v"]);
+    }
+    let e = cmd::<String>(&mut con, &args).unwrap_err();
+    assert_eq!(e.code(), Some("CROSSSLOT"), "{e}");
+    let e = cmd::<i64>(&mut con, &["DBSIZE"]).unwrap_err().to_string();
+    assert!(e.contains("readers-writers"), "{e}");
+    assert_eq!(cmd::<String>(&mut con, &["SET", "one", "1"]).unwrap(), "OK");
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("PSMR_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("PSMR_TEST_SEED={s}");
+    s
+}
+
+/// One client of the history test: random reads, writes and deletes of a
+/// few keys through the Redis ports, moving to the next port when its
+/// replica dies; an operation without an answer is `unknown`.
+fn redis_client(
+    client: u64,
+    seed: u64,
+    ports: Vec<SocketAddr>,
+    start: std::time::Instant,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<psmr::bench::history::Operation> {
+    use psmr::bench::history::{OpKind, Operation, Status};
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ client);
+    let mut port = client as usize;
+    let mut con: Option<redis::Connection> = None;
+    let mut history = Vec::new();
+    let now = || start.elapsed().as_nanos() as u64;
+    for n in 0.. {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if con.is_none() {
+            port += 1;
+            let addr = ports[port % ports.len()];
+            let c = redis::Client::open(format!("redis://{addr}/")).unwrap();
+            con = c.get_connection_with_timeout(Duration::from_secs(1)).ok();
+            if let Some(c) = &mut con {
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            }
+            continue;
+        }
+        let key = format!("h{}", rng.gen_range(0..6));
+        let value = format!("c{client}-{n}");
+        let (op, request) = match rng.gen_range(0..10) {
+            0..=3 => (OpKind::Read, redis::cmd("GET").arg(&key).clone()),
+            4..=8 => (OpKind::Write, redis::cmd("SET").arg(&key).arg(&value).arg("GET").clone()),
+            _ => (OpKind::Delete, redis::cmd("DEL").arg(&key).clone()),
+        };
+        let invoke_ns = now();
+        let answer: redis::RedisResult<redis::Value> = request.query(con.as_mut().unwrap());
+        let complete_ns = now();
+        let (status, result) = match answer {
+            Ok(v) => (Status::Ok, history_result(op, v)),
+            Err(_) => {
+                con = None;
+                (Status::Unknown, serde_json::Value::Null)
+            }
+        };
+        let value = (op == OpKind::Write).then_some(value);
+        history.push(Operation { client, op, key, value, result, invoke_ns, complete_ns, status });
+    }
+    history
+}
+
+/// A Redis reply as the history's result: reads the value, writes and
+/// deletes whether the key existed.
+fn history_result(op: psmr::bench::history::OpKind, v: redis::Value) -> serde_json::Value {
+    use psmr::bench::history::OpKind;
+    match (op, v) {
+        (OpKind::Read, redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned().into(),
+        (OpKind::Read, redis::Value::Nil) => serde_json::Value::Null,
+        (OpKind::Write, redis::Value::BulkString(_)) => true.into(),
+        (OpKind::Write, redis::Value::Nil) => false.into(),
+        (OpKind::Delete, redis::Value::Int(n)) => (n > 0).into(),
+        (op, v) => panic!("{op:?} answered {v:?}"),
+    }
+}
+
+#[test]
+fn histories_through_redis_are_linearizable_while_leaders_die() {
+    use psmr::bench::history::{check_linearizable, Verdict, MAX_STATES_DEFAULT};
+    let seed = seed();
+    let mut cluster = LocalCluster::builder()
+        .replicas(5)
+        .start_with_redis(|_| KvApp::new(&ServiceConfig::default()).expect("the default kv"), |_| KvRedis)
+        .expect("a local cluster");
+    let ports = cluster.redis_addrs();
+    let start = std::time::Instant::now();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let histories = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..6u64)
+            .map(|c| {
+                let (ports, stop) = (ports.clone(), &stop);
+                s.spawn(move || redis_client(c, seed, ports, start, stop))
+            })
+            .collect();
+        // Two leaders die, one after the other, under load; three of five
+        // replicas remain, a majority.
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(800));
+            let leader = cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
+            eprintln!("stopping leader {leader}");
+            assert!(cluster.stop(leader));
+        }
+        std::thread::sleep(Duration::from_millis(800));
+        stop.store(true, Ordering::Relaxed);
+        clients.into_iter().flat_map(|c| c.join().unwrap()).collect::<Vec<_>>()
+    });
+    let ok = histories.iter().filter(|o| o.status == psmr::bench::history::Status::Ok).count();
+    eprintln!("{} operations, {ok} answered", histories.len());
+    assert!(ok > 100, "too few answered operations to mean anything: {ok}");
+    assert_eq!(check_linearizable(&histories, MAX_STATES_DEFAULT), Verdict::Linearizable);
+}
+
+#[test]
+fn pipelines_are_split_at_the_batch_byte_limit_and_larger_commands_refused() {
+    let cluster = LocalCluster::builder()
+        .configure(|c| c.batch_max_bytes = 4096)
+        .start_with_redis(|_| KvApp::new(&ServiceConfig::default()).expect("the default kv"), |_| KvRedis)
+        .expect("a local cluster");
+    let mut con = connect(cluster.redis_addrs()[0]);
+    let value = "v".repeat(1000);
+    let mut pipe = redis::pipe();
+    for i in 0..20 {
+        pipe.cmd("SET").arg(format!("big{i}")).arg(&value);
+    }
+    pipe.cmd("DBSIZE");
+    let replies: Vec<redis::Value> = pipe.query(&mut con).unwrap();
+    assert!(replies[..20].iter().all(|r| *r == redis::Value::Okay), "{replies:?}");
+    assert_eq!(replies[20], redis::Value::Int(20));
+    let e = cmd::<String>(&mut con, &["SET", "huge", &"v".repeat(5000)]).unwrap_err().to_string();
+    assert!(e.contains("command too large") && e.contains("batch_max_bytes"), "{e}");
+    assert_eq!(cmd::<String>(&mut con, &["PING"]).unwrap(), "PONG");
+}
