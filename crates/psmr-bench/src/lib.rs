@@ -28,9 +28,13 @@
 //! of each replica); [`kv_stream`] is the kv load's random stream of keys
 //! and values; [`peers`] runs etcd and Redis next to psmr (`psmr bench
 //! --scenario peers`).
+//!
+//! [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
+//! network and the disk (`psmr fuzz`).
 
 pub mod cpu;
 pub mod faults;
+pub mod fuzz;
 pub mod history;
 pub mod kv_stream;
 pub mod launch;

@@ -20,8 +20,25 @@ use std::process::ExitCode;
 /// A replica allocates and frees a few small buffers per command on many
 /// threads (operations, replies, reply-cache slots): mimalloc's per-thread
 /// free lists make that a fraction of what glibc's allocator costs there.
+#[cfg(not(feature = "alloc-meter"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// With `alloc-meter`, `cap::Cap` around mimalloc counts the bytes
+/// allocated (no limit) for `psmr fuzz`'s allocation bound. Off by default:
+/// its counters are shared by all threads, and contended atomics on every
+/// allocation slow a replica's parallel execution measurably.
+#[cfg(feature = "alloc-meter")]
+#[global_allocator]
+static ALLOCATOR: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
+
+/// The bytes allocated so far, where this build counts them.
+fn alloc_meter() -> Option<psmr_bench::fuzz::AllocMeter> {
+    #[cfg(feature = "alloc-meter")]
+    return Some(|| ALLOCATOR.total_allocated());
+    #[cfg(not(feature = "alloc-meter"))]
+    None
+}
 
 /// Parallel state machine replication: replicas agree on an order of
 /// commands and execute them on many cores, deterministically.
@@ -61,6 +78,34 @@ enum Command {
     /// Make a cluster CA and a certificate per replica for mutual TLS
     /// between replicas, and print the `[peer_tls]` configuration block.
     Certs(certs::CertsArgs),
+    /// Fuzz the decoders of the wire, log entries, snapshots and RESP with
+    /// seeded mutations of valid encodings; fails on any panic or any input
+    /// allocating more than the bound.
+    Fuzz(FuzzArgs),
+}
+
+#[derive(Args, Debug)]
+struct FuzzArgs {
+    /// Inputs per target.
+    #[arg(long, default_value_t = 100_000)]
+    inputs: u64,
+    /// Target to fuzz (repeatable or comma-separated): wire-client,
+    /// wire-server, entry, kv-op, kv-reply, list-op, list-reply,
+    /// snapshot-kv, snapshot-list, resp, serde, or all.
+    #[arg(long = "target", value_delimiter = ',', default_value = "all")]
+    targets: Vec<String>,
+    /// Seed of the random inputs (default: from the clock; printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Allocation bound per input: this many times its length ...
+    #[arg(long, default_value_t = 4)]
+    alloc_factor: usize,
+    /// ... plus this many bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    alloc_slack: usize,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -253,6 +298,39 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
     Ok(())
 }
 
+fn fuzz(args: FuzzArgs) -> Result<()> {
+    use psmr_bench::fuzz;
+    let targets = fuzz::select(&args.targets).map_err(anyhow::Error::msg)?;
+    let config = fuzz::FuzzConfig {
+        inputs: args.inputs,
+        seed: args.seed.unwrap_or_else(fuzz::fresh_seed),
+        alloc_factor: args.alloc_factor,
+        alloc_slack: args.alloc_slack,
+    };
+    if !args.json {
+        eprintln!("fuzzing {} targets, seed {} (repeat with --seed {})", targets.len(), config.seed, config.seed);
+    }
+    let meter = alloc_meter();
+    if meter.is_none() && !args.json {
+        eprintln!("allocation is not measured: build psmr with --features alloc-meter for the allocation bound");
+    }
+    let report = fuzz::run(&targets, &config, meter);
+    if args.json {
+        println!("{}", serde_json::to_string(&report).context("report serializes")?);
+    } else {
+        print!("{}", report.text());
+    }
+    if !report.clean() {
+        bail!(
+            "fuzzing found {} crashes and {} inputs over the allocation bound (seed {})",
+            report.total_crashes,
+            report.total_over_bound,
+            config.seed
+        );
+    }
+    Ok(())
+}
+
 /// The error and its causes on one line. Library errors often repeat their
 /// source in their own message; a cause already said is not said twice.
 fn error_line(e: &anyhow::Error) -> String {
@@ -304,6 +382,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args),
         Command::Mapping(args) => mapping::mapping(args),
         Command::Certs(args) => certs::certs(args),
+        Command::Fuzz(args) => fuzz(args),
         Command::CheckHistory(args) => match cluster::check_history(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

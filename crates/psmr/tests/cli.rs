@@ -229,3 +229,29 @@ fn a_closed_stdout_ends_quietly() {
     let err = stderr(&o);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn fuzz_runs_a_target_and_prints_the_totals() {
+    let o = psmr(&["fuzz", "--inputs", "2000", "--target", "kv-op", "--seed", "9"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("fuzz seed 9: 2000 inputs per target"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("kv-op ")), "{out}");
+    let bound =
+        if cfg!(feature = "alloc-meter") { "0 inputs over the allocation bound" } else { "allocation not measured" };
+    assert!(out.contains(&format!("total: 2000 inputs, 0 crashes, {bound}")), "{out}");
+    let o = psmr(&["fuzz", "--inputs", "100", "--target", "entry,resp", "--seed", "9", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["total_inputs"], 200);
+    assert_eq!(v["total_crashes"], 0);
+    assert_eq!(v["alloc_measured"], cfg!(feature = "alloc-meter"));
+    if cfg!(feature = "alloc-meter") {
+        assert!(v["targets"][1]["max_alloc_per_input"].as_u64().is_some_and(|b| b > 0), "{v}");
+    }
+}
+
+#[test]
+fn fuzz_refuses_an_unknown_target() {
+    fails_with(&["fuzz", "--inputs", "10", "--target", "kv-nope"], "unknown fuzz target \"kv-nope\"");
+}
