@@ -201,15 +201,19 @@ where
     async fn run(&mut self) -> Result<(), String> {
         loop {
             let mut steps = Vec::new();
-            if let Err(reply) = self.parse_ready(&mut steps) {
+            // The requests before a protocol error are served, as Redis
+            // serves them; then the error is said and the connection ends.
+            let broken = self.parse_ready(&mut steps).err();
+            let served = !steps.is_empty();
+            if served && self.execute(steps).await? {
+                return Ok(());
+            }
+            if let Some(reply) = broken {
                 let why = reply_text(&reply);
                 self.answer_now(&[reply]).await;
                 return Err(why);
             }
-            if !steps.is_empty() {
-                if self.execute(steps).await? {
-                    return Ok(());
-                }
+            if served {
                 continue;
             }
             if !self.read_more().await? {

@@ -125,6 +125,9 @@ fn hostile_resp_gets_errors_never_a_panic() {
     assert!(out.starts_with("-ERR Protocol error: invalid bulk length") && closed, "{out}");
     let (out, closed) = raw(addr, b"*2\r\n:12\r\n");
     assert!(out.starts_with("-ERR Protocol error: expected '$'") && closed, "{out}");
+    // The requests before the error are served first, as Redis serves them.
+    let (out, closed) = raw(addr, b"SET before 1\r\nPING\r\n*2\r\n:12\r\n");
+    assert!(out.starts_with("+OK\r\n+PONG\r\n-ERR Protocol error: expected '$'") && closed, "{out}");
     // An unterminated line longer than Redis's inline limit.
     let (out, closed) = raw(addr, &vec![b'a'; 70_000]);
     assert!(out.starts_with("-ERR Protocol error: too big inline request") && closed, "{out}");
