@@ -227,6 +227,7 @@ fn redis_client(
     ports: Vec<SocketAddr>,
     start: std::time::Instant,
     stop: &std::sync::atomic::AtomicBool,
+    answered: &std::sync::atomic::AtomicU64,
 ) -> Vec<psmr::bench::history::Operation> {
     use psmr::bench::history::{OpKind, Operation, Status};
     use rand::{Rng, SeedableRng};
@@ -260,7 +261,10 @@ fn redis_client(
         let answer: redis::RedisResult<redis::Value> = request.query(con.as_mut().unwrap());
         let complete_ns = now();
         let (status, result) = match answer {
-            Ok(v) => (Status::Ok, history_result(op, v)),
+            Ok(v) => {
+                answered.fetch_add(1, Ordering::Relaxed);
+                (Status::Ok, history_result(op, v))
+            }
             Err(_) => {
                 con = None;
                 (Status::Unknown, serde_json::Value::Null)
@@ -297,22 +301,32 @@ fn histories_through_redis_are_linearizable_while_leaders_die() {
     let ports = cluster.redis_addrs();
     let start = std::time::Instant::now();
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let answered = std::sync::atomic::AtomicU64::new(0);
+    // Each phase lasts until the clients have had 1000 more answers: the
+    // load is under way around every kill, whatever the machine's speed.
+    let under_way = |from: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while answered.load(Ordering::Relaxed) < from + 1000 {
+            assert!(std::time::Instant::now() < deadline, "the clients got no answers");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
     let histories = std::thread::scope(|s| {
         let clients: Vec<_> = (0..6u64)
             .map(|c| {
-                let (ports, stop) = (ports.clone(), &stop);
-                s.spawn(move || redis_client(c, seed, ports, start, stop))
+                let (ports, stop, answered) = (ports.clone(), &stop, &answered);
+                s.spawn(move || redis_client(c, seed, ports, start, stop, answered))
             })
             .collect();
         // Two leaders die, one after the other, under load; three of five
         // replicas remain, a majority.
         for _ in 0..2 {
-            std::thread::sleep(Duration::from_millis(800));
+            under_way(answered.load(Ordering::Relaxed));
             let leader = cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
             eprintln!("stopping leader {leader}");
             assert!(cluster.stop(leader));
         }
-        std::thread::sleep(Duration::from_millis(800));
+        under_way(answered.load(Ordering::Relaxed));
         stop.store(true, Ordering::Relaxed);
         clients.into_iter().flat_map(|c| c.join().unwrap()).collect::<Vec<_>>()
     });
