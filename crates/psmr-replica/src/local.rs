@@ -84,7 +84,7 @@ impl LocalClusterBuilder {
         C: psmr_resp::Commands<Op = A::Op, Reply = A::Reply>,
     {
         self.redis = true;
-        self.launch(app, move |builder, id, bound: &mut Bound| match bound.redis.take() {
+        self.launch(app, move |builder, id, redis: Option<TcpListener>| match redis {
             Some(l) => builder.redis(commands(id)).redis_listener(l),
             None => builder,
         })
@@ -93,11 +93,11 @@ impl LocalClusterBuilder {
     fn launch<A: App>(
         self,
         mut app: impl FnMut(u64) -> A,
-        mut extra: impl FnMut(ReplicaBuilder<A>, u64, &mut Bound) -> ReplicaBuilder<A>,
+        mut extra: impl FnMut(ReplicaBuilder<A>, u64, Option<TcpListener>) -> ReplicaBuilder<A>,
     ) -> Result<LocalCluster, ReplicaError> {
         let dir = tempfile::Builder::new().prefix("psmr-local-").tempdir()?;
         let ids: Vec<u64> = (1..=self.replicas).collect();
-        let mut bound =
+        let bound =
             ids.iter().map(|&id| Bound::new(id, self.redis, self.metrics)).collect::<std::io::Result<Vec<_>>>()?;
         let mut config = self.config;
         config.replicas = bound.iter().map(Bound::member).collect::<std::io::Result<_>>()?;
@@ -105,13 +105,12 @@ impl LocalClusterBuilder {
         config.insecure_peers = false;
         config.data_dir = dir.path().join("data");
         let mut replicas = Vec::new();
-        for (&id, b) in ids.iter().zip(&mut bound) {
-            let (client, peer) = (b.client.try_clone()?, b.peer.try_clone()?);
+        for Bound { id, client, peer, redis, metrics } in bound {
             let mut builder = ReplicaBuilder::new(app(id), config.clone(), id).listeners(client, peer);
-            if let Some(l) = b.metrics.take() {
+            if let Some(l) = metrics {
                 builder = builder.metrics_listener(l);
             }
-            replicas.push(Some(extra(builder, id, b).start()?));
+            replicas.push(Some(extra(builder, id, redis).start()?));
         }
         Ok(LocalCluster { replicas, config, _dir: dir })
     }

@@ -9,7 +9,7 @@
 //! commands whose conflict the classes miss.
 
 use crate::{build, CollectSink, SchedConfig, SchedError, SchedulerKind};
-use psmr_model::{App, Batch, ClassModel, ClientId, Command, Mapping, BITMAP_BITS_DEFAULT};
+use psmr_model::{App, Batch, ClassModel, ClientId, Command, Mapping, Service, BITMAP_BITS_DEFAULT};
 use std::collections::HashMap;
 use std::sync::Arc;
 use thiserror::Error;
@@ -104,21 +104,22 @@ where
     model.check_commands(&commands).map_err(|e| CheckError::Model(e.to_string()))?;
     let batches: Vec<Batch<A::Op>> =
         commands.chunks(options.batch.max(1)).map(|c| Batch::new(c.to_vec(), BITMAP_BITS_DEFAULT)).collect();
-    let (want, _, want_digest) = run(make(), &model, SchedulerKind::Sequential, 1, None, &batches)
+    let want = run_app(make(), &model, SchedulerKind::Sequential, 1, None, &batches)
         .map_err(|source| CheckError::Scheduler { run: "sequential".into(), source })?;
     let mut runs = 0;
     for &kind in &options.schedulers {
         for &workers in &options.workers {
             let label = format!("{kind} with {workers} workers");
             let mapping = kind.needs_mapping().then(|| mapping(&probe, &model, workers));
-            let (got, duplicates, digest) = run(make(), &model, kind, workers, mapping, &batches)
+            let got = run_app(make(), &model, kind, workers, mapping, &batches)
                 .map_err(|source| CheckError::Scheduler { run: label.clone(), source })?;
-            if duplicates > 0 {
-                return Err(CheckError::Duplicates { run: label, count: duplicates });
+            if got.duplicates > 0 {
+                return Err(CheckError::Duplicates { run: label, count: got.duplicates });
             }
-            compare(&label, &want, &got)?;
-            if digest != want_digest {
-                return Err(CheckError::State { run: label, got: digest.to_string(), want: want_digest.to_string() });
+            compare(&label, &want.replies, &got.replies)?;
+            if got.digest != want.digest {
+                let (got, want) = (got.digest.to_string(), want.digest.to_string());
+                return Err(CheckError::State { run: label, got, want });
             }
             runs += 1;
         }
@@ -149,28 +150,53 @@ fn mapping<A: App>(app: &A, model: &ClassModel, workers: usize) -> Mapping {
 
 type Replies<R> = HashMap<(ClientId, u64), R>;
 
-fn run<A: App>(
+/// What one run of a workload produced.
+#[derive(Debug)]
+pub struct Run<R> {
+    /// The reply to each command, by (client, sequence number).
+    pub replies: Replies<R>,
+    /// Replies beyond the first for some command (0 when correct).
+    pub duplicates: usize,
+    /// The service's state after the run.
+    pub digest: psmr_model::Digest,
+}
+
+/// Runs `batches` on `service` with the scheduler `config` describes,
+/// to the end.
+pub fn run<S: Service>(
+    config: &SchedConfig,
+    service: S,
+    model: &ClassModel,
+    batches: &[Batch<S::Op>],
+) -> Result<Run<S::Reply>, SchedError>
+where
+    S::Op: Clone,
+{
+    let service = Arc::new(service);
+    let sink = Arc::new(CollectSink::new(config.workers));
+    let mut scheduler = build(config, service.clone(), model, sink.clone())?;
+    for b in batches {
+        scheduler.submit(b.clone())?;
+    }
+    scheduler.finish()?;
+    let (replies, duplicates) = sink.take();
+    Ok(Run { replies, duplicates: duplicates.len(), digest: service.digest() })
+}
+
+fn run_app<A: App>(
     app: A,
     model: &ClassModel,
     kind: SchedulerKind,
     workers: usize,
     mapping: Option<Mapping>,
     batches: &[Batch<A::Op>],
-) -> Result<(Replies<A::Reply>, usize, psmr_model::Digest), SchedError>
+) -> Result<Run<A::Reply>, SchedError>
 where
     A::Op: Clone,
 {
-    let app = Arc::new(app);
-    let sink = Arc::new(CollectSink::new(workers));
     let mut config = SchedConfig::new(kind, workers);
     config.mapping = mapping;
-    let mut scheduler = build(&config, app.clone(), model, sink.clone())?;
-    for b in batches {
-        scheduler.submit(b.clone())?;
-    }
-    scheduler.finish()?;
-    let (replies, duplicates) = sink.take();
-    Ok((replies, duplicates.len(), app.digest()))
+    run(&config, app, model, batches)
 }
 
 fn compare<R: PartialEq + std::fmt::Debug>(run: &str, want: &Replies<R>, got: &Replies<R>) -> Result<(), CheckError> {

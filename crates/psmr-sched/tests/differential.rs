@@ -7,16 +7,16 @@
 //! and in every failure. Replay a failure with
 //! `PSMR_TEST_SEED=<seed> cargo test -p psmr-sched --test differential`.
 
-use psmr_model::{Batch, ClassMapping, ClassModel, ClientId, Command, Digest, Mapping, Service};
-use psmr_sched::{build, CollectSink, SchedConfig, SchedError, SchedulerKind, Victims};
+use psmr_model::{Batch, ClassMapping, ClassModel, Command, Mapping, Service};
+use psmr_sched::check::{self, Run};
+use psmr_sched::{SchedConfig, SchedError, SchedulerKind, Victims};
 use psmr_services::{kv, list, Cost, Mix, Spread, WorkloadConfig};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 const WORKERS: [usize; 5] = [1, 2, 3, 4, 8];
 /// Every scheduler but the reference, so that a new scheduler joins the
@@ -42,13 +42,8 @@ fn base_seed() -> u64 {
     })
 }
 
-/// The outcome of one run: replies by command, duplicates, final digest.
-struct Outcome<R> {
-    replies: HashMap<(ClientId, u64), R>,
-    duplicates: usize,
-    digest: Digest,
-}
-
+/// One run with the knobs these tests turn: a small graph bound, short
+/// queues, and every victim policy in turn across the worker counts.
 fn execute<S: Service>(
     kind: SchedulerKind,
     workers: usize,
@@ -57,25 +52,16 @@ fn execute<S: Service>(
     model: &ClassModel,
     batches: &[Batch<S::Op>],
     graph_max: usize,
-) -> Result<Outcome<S::Reply>, SchedError>
+) -> Result<Run<S::Reply>, SchedError>
 where
     S::Op: Clone,
 {
-    let service = Arc::new(service);
-    let sink = Arc::new(CollectSink::new(workers));
     let mut config = SchedConfig::new(kind, workers);
     config.mapping = mapping;
     config.graph_max = graph_max;
     config.queue_depth = 4;
-    // Every victim policy gets its turn across the worker counts.
     config.victims = Some([Victims::First, Victims::Random, Victims::Next][workers % 3]);
-    let mut s = build(&config, service.clone(), model, sink.clone())?;
-    for b in batches {
-        s.submit(b.clone())?;
-    }
-    s.finish()?;
-    let (replies, dups) = sink.take();
-    Ok(Outcome { replies, duplicates: dups.len(), digest: service.digest() })
+    check::run(&config, service, model, batches)
 }
 
 /// A random relabeling of the threads of a valid mapping is valid too; it

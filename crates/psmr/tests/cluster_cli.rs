@@ -1,9 +1,12 @@
 //! `psmr cluster`, `psmr replica` and `psmr client` as separate processes
 //! on loopback: a cluster starts, serves puts and gets, reports equal
 //! digests, refuses a replica that lost its memory and comes back under
-//! the same id, and stops on SIGTERM.
+//! the same id, and stops on SIGTERM; with `--metrics`, every replica
+//! serves Prometheus metrics and `psmr client status` prints the same
+//! numbers.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -87,6 +90,14 @@ impl Cluster {
         let mut all = vec!["client", "--cluster", &addrs];
         all.extend_from_slice(args);
         psmr(&all)
+    }
+
+    /// The metrics addresses the cluster's configuration gives.
+    fn metrics_addrs(&self) -> Vec<String> {
+        let config = std::fs::read_to_string(self.dir.join("cluster.toml")).unwrap();
+        let table: toml::Table = config.parse().unwrap();
+        let replicas = table["replicas"].as_array().unwrap();
+        replicas.iter().map(|r| r["metrics"].as_str().expect("a metrics address").to_string()).collect()
     }
 
     fn status(&self) -> serde_json::Value {
@@ -562,4 +573,69 @@ fn a_cluster_without_a_directory_makes_a_private_one_and_removes_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!dir.exists(), "{} is left behind", dir.display());
+}
+
+fn scrape(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn status_prints_the_numbers_every_endpoint_serves() {
+    let dir = test_dir("metrics");
+    let cluster = Cluster::start_with(3, "memory", &dir, &["--metrics"]);
+    let o = cluster.client(&["put", "1", "one"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let metrics = cluster.metrics_addrs();
+    assert_eq!(metrics.len(), 3);
+    for addr in &metrics {
+        let got = scrape(addr);
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.contains("\npsmr_raft_term "), "{got}");
+    }
+
+    // Followers learn the commit index from the next heartbeat: wait
+    // until every replica has applied the put.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let o = cluster.client(&["status", "--json"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let st: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let reps = st["replicas"].as_array().unwrap().clone();
+        if reps.iter().all(|r| r["metrics"]["applied"].as_u64().is_some_and(|a| a >= 2)) {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "replicas never applied the put: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let leader = st["leader"].as_u64().unwrap();
+    let reps = st["replicas"].as_array().unwrap();
+    let term = &reps[0]["metrics"]["term"];
+    for r in reps {
+        let m = &r["metrics"];
+        assert_eq!(&m["term"], term, "{st}");
+        assert_eq!(m["leader"].as_u64(), Some(leader), "{st}");
+        assert!(m["commit"].as_u64().unwrap() >= 2, "{st}");
+        // Every replica answered the redirects it counted as refusals
+        // (the client tries them in turn until one leads); the leader also
+        // answered the put.
+        let is_leader = r["id"].as_u64() == Some(leader);
+        let redirects = m["refused_client"].as_u64().unwrap();
+        assert_eq!(m["requests"].as_u64(), Some(redirects + u64::from(is_leader)), "{st}");
+        if is_leader {
+            assert_eq!(m["entries_proposed"].as_u64(), Some(1), "{st}");
+            assert!(m["request_latency_p99_s"].as_f64().is_some(), "{st}");
+        }
+    }
+
+    let o = cluster.client(&["status"]);
+    let table = text(&o.stdout);
+    assert!(table.contains("p99 ms") && table.contains("commit"), "{table}");
+    drop(cluster);
+    std::fs::remove_dir_all(&dir).ok();
 }
