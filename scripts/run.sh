@@ -6,7 +6,7 @@
 # clusters, with its report written to psmr-bench-out/schedulers/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/psmr/target}"
+source scripts/target-dir.sh
 scripts/setup.sh
 cargo build --release -p psmr
 [ $# -gt 0 ] || set -- bench

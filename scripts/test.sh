@@ -3,9 +3,7 @@
 # integration and differential test, and the loom models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Keep build products outside the checkout so that reruns are fast and
-# clean clones stay clean.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/psmr/target}"
+source scripts/target-dir.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 scripts/setup.sh

@@ -99,6 +99,9 @@ pub struct Params {
     /// Replicas without peer authentication (plain TCP) instead of mutual
     /// TLS: for measuring what TLS costs.
     pub insecure_peers: bool,
+    /// How read-only requests are served: `index` (the leader, with raft's
+    /// ReadIndex, no log entry) or `log` (a log entry like writes).
+    pub reads: String,
     /// Closed-loop clients.
     pub clients: usize,
     /// Commands per client request.
@@ -137,6 +140,7 @@ impl Default for Params {
             batch_delay_us: 200,
             pipeline: 8,
             insecure_peers: false,
+            reads: "index".into(),
             clients: 64,
             per_request: 50,
             write_pct: 15,
@@ -150,7 +154,7 @@ impl Default for Params {
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 14] = [
+pub const CLUSTER_KEYS: [&str; 15] = [
     "service",
     "model",
     "shards",
@@ -165,6 +169,7 @@ pub const CLUSTER_KEYS: [&str; 14] = [
     "batch_delay_us",
     "pipeline",
     "insecure_peers",
+    "reads",
 ];
 
 /// Parameters of the load alone.
@@ -260,6 +265,10 @@ impl Params {
             "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
             "pipeline" => self.pipeline = num(&key, value, count)?,
             "insecure_peers" => self.insecure_peers = num(&key, value, "true or false")?,
+            "reads" => match value.trim() {
+                r @ ("index" | "log") => self.reads = r.to_string(),
+                _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "index or log".into() }),
+            },
             "clients" => self.clients = num(&key, value, count)?,
             "per_request" => self.per_request = num(&key, value, count)?,
             "write_pct" => self.write_pct = num(&key, value, "a percentage 0-100")?,
@@ -304,6 +313,7 @@ impl Params {
             "batch_delay_us" => self.batch_delay_us.to_string(),
             "pipeline" => self.pipeline.to_string(),
             "insecure_peers" => self.insecure_peers.to_string(),
+            "reads" => self.reads.clone(),
             "clients" => self.clients.to_string(),
             "per_request" => self.per_request.to_string(),
             "write_pct" => self.write_pct.to_string(),
@@ -460,6 +470,18 @@ pub fn scenarios() -> Vec<Scenario> {
             about: "raft log in memory against synced on disk, 8 and 64 clients",
             base: Params { scheduler: "sequential".into(), ..base.clone() },
             sweeps: vec![sweep("clients", &["8", "64"]), sweep("storage", &["memory", "disk"])],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "reads",
+            source: "reads without the log (raft's ReadIndex, Raft thesis §6.4)",
+            about: "read-only kv load, one read per request, 8 and 64 clients: reads through the log against the leader's ReadIndex, with the log on disk (synced) and in memory",
+            base: Params { per_request: 1, write_pct: 0, scheduler: "sequential".into(), ..base.clone() },
+            sweeps: vec![
+                sweep("clients", &["8", "64"]),
+                sweep("reads", &["log", "index"]),
+                sweep("storage", &["disk", "memory"]),
+            ],
         },
         Scenario {
             kind: ScenarioKind::Cluster,

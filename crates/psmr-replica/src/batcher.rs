@@ -48,6 +48,9 @@ pub struct Request {
     pub bytes: usize,
     /// When ClientIO queued it.
     pub at: Instant,
+    /// Every command only reads: the leader may serve it without a log
+    /// entry ([`crate::reads`]).
+    pub read: bool,
     /// The frame's share of ClientIO's memory budget, released once the
     /// request is in a proposed entry.
     pub held: Option<OwnedSemaphorePermit>,
@@ -58,7 +61,7 @@ pub struct Request {
 impl Request {
     /// A request of `client` with `count` commands encoded in `encoded`.
     pub fn new(client: u64, count: u32, encoded: Vec<u8>, bytes: usize, held: Option<OwnedSemaphorePermit>) -> Self {
-        Self { client, count, encoded, bytes, at: Instant::now(), held, slot: None }
+        Self { client, count, encoded, bytes, at: Instant::now(), read: false, held, slot: None }
     }
 }
 
@@ -182,6 +185,11 @@ impl Batcher {
             None => false,
             Some(deadline) => in_flight == 0 || !self.has_room() || now >= deadline,
         }
+    }
+
+    /// Whether a request of `client` waits in the entry.
+    pub fn holds(&self, client: u64) -> bool {
+        self.clients.contains(&client)
     }
 
     /// When the oldest request will have waited its longest.

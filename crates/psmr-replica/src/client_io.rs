@@ -56,6 +56,9 @@ pub const READ_BUFFER: usize = 2048;
 
 type Reader = BufReader<OwnedReadHalf>;
 
+/// Whether an operation only reads (the replica's application decides).
+pub(crate) type ReadsOnly = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// A connection idle at least this long may be closed to make room for a
 /// new one when `max_connections` are open.
 pub const EVICTABLE_IDLE: Duration = Duration::from_secs(1);
@@ -77,6 +80,8 @@ pub(crate) struct ClientIo {
     pub(crate) decisions: Sender<Decision>,
     /// Bytes of client frames in memory, one permit a byte.
     pub(crate) buffered: Arc<Semaphore>,
+    /// Whether an operation only reads.
+    reads_only: ReadsOnly,
     open: Mutex<HashMap<u64, Arc<Open>>>,
     next_conn: AtomicU64,
 }
@@ -87,9 +92,15 @@ fn timed_out(why: String) -> WireError {
 }
 
 impl ClientIo {
-    pub(crate) fn new(shared: Arc<Shared>, requests: RequestSender, decisions: Sender<Decision>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        requests: RequestSender,
+        decisions: Sender<Decision>,
+        reads_only: ReadsOnly,
+    ) -> Self {
         let buffered = Arc::new(Semaphore::new(shared.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
-        Self { shared, requests, decisions, buffered, open: Mutex::default(), next_conn: AtomicU64::new(0) }
+        let (open, next_conn) = (Mutex::default(), AtomicU64::new(0));
+        Self { shared, requests, decisions, buffered, reads_only, open, next_conn }
     }
 
     pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
@@ -290,6 +301,8 @@ impl ClientIo {
                     let count = commands.len() as u32;
                     let mut encoded = Vec::with_capacity(frame.body.len() + 8 * commands.len());
                     let (mut first, mut last) = (u64::MAX, 0);
+                    let read =
+                        !self.shared.config.reads_through_log && commands.iter().all(|c| (self.reads_only)(&c.op));
                     for c in commands {
                         bytes += c.op.len();
                         (first, last) = (first.min(c.seq), last.max(c.seq));
@@ -301,7 +314,8 @@ impl ClientIo {
                     // Waits while the protocol thread is behind:
                     // back-pressure. The frame's bytes stay counted until
                     // its commands are in a proposed entry.
-                    let request = Request::new(client, count, encoded, bytes, Some(permit));
+                    let mut request = Request::new(client, count, encoded, bytes, Some(permit));
+                    request.read = read;
                     if self.requests.send(request).await.is_err() {
                         return Ok(());
                     }

@@ -175,6 +175,12 @@ pub struct Config {
     /// Log entries the leader has proposed and not yet applied, at most
     /// (pipelining).
     pub pipeline: usize,
+    /// Serve reads through the log like writes. By default the leader
+    /// serves a request whose commands all only read without a log entry,
+    /// as linearizable as through the log (raft's ReadIndex, see
+    /// `crate::reads`): one heartbeat round for every read waiting, and
+    /// only the leader executes them.
+    pub reads_through_log: bool,
     /// Bound of every queue between stages, in items.
     pub queue_depth: usize,
     /// Longest frame accepted from a client, in bytes.
@@ -224,6 +230,7 @@ impl Default for Config {
             batch_max_bytes: 1 << 20,
             batch_delay_us: 200,
             pipeline: 8,
+            reads_through_log: false,
             queue_depth: 1_024,
             frame_max: FRAME_MAX_DEFAULT,
             peer_frame_max: 256 << 20,

@@ -40,9 +40,11 @@
 //!    transferred (`MsgPropose`, `MsgReadIndex`, `MsgReadIndexResp`,
 //!    `MsgTransferLeader`, `MsgTimeoutNow`).
 //! 5. [`Rule::Fields`]: a term (raft-rs takes term 0 for a local message and
-//!    skips its term checks); no context, priority or snapshot request
-//!    (psmr uses none of them; a `CampaignTransfer` context would let a
-//!    vote request break a leader's lease); entries only on `MsgAppend`, a
+//!    skips its term checks); no context but a read round's on heartbeats
+//!    and their responses (at most [`READ_CONTEXT_MAX`] bytes, see
+//!    [`crate::reads`]), no priority and no snapshot request (psmr uses
+//!    none; a `CampaignTransfer` context would let a vote request break a
+//!    leader's lease); entries only on `MsgAppend`, a
 //!    snapshot on `MsgSnapshot` and only there; numbers below 2^62 (no
 //!    honest log or term gets there: 146 years at a billion entries a
 //!    second; far from `u64::MAX`, raft-rs's `index + 1` cannot overflow).
@@ -374,6 +376,10 @@ fn kind(t: MessageType) -> Result<(), Refusal> {
     }
 }
 
+/// Longest context a heartbeat carries: a read round's (8 bytes, see
+/// [`crate::reads`]).
+pub const READ_CONTEXT_MAX: usize = 8;
+
 fn fields(m: &Message) -> Result<(), Refusal> {
     let t = m.get_msg_type();
     // raft-rs sets the sender's term on every message it sends to a peer
@@ -382,7 +388,8 @@ fn fields(m: &Message) -> Result<(), Refusal> {
     if m.term == 0 {
         return refuse(Rule::Fields, format!("{t:?} without a term"));
     }
-    if !m.context.is_empty() {
+    let heartbeat = matches!(t, MessageType::MsgHeartbeat | MessageType::MsgHeartbeatResponse);
+    if !m.context.is_empty() && (!heartbeat || m.context.len() > READ_CONTEXT_MAX) {
         return refuse(Rule::Fields, format!("{t:?} with a context of {} bytes", m.context.len()));
     }
     // Set only by `RawNode::request_snapshot`, which psmr never calls.
@@ -669,6 +676,8 @@ mod tests {
             self.restored.push(snapshot);
             Ok(())
         }
+
+        fn read_states(&mut self, _states: Vec<raft::ReadState>) {}
     }
 
     fn entry(index: u64, term: u64) -> Entry {
@@ -998,7 +1007,8 @@ mod tests {
         let context = prop_oneof![
             30 => Just(vec![]),
             1 => Just(b"CampaignTransfer".to_vec()),
-            1 => prop::collection::vec(any::<u8>(), 1..4)
+            1 => prop::collection::vec(any::<u8>(), 1..4),
+            1 => prop::collection::vec(any::<u8>(), READ_CONTEXT_MAX..=READ_CONTEXT_MAX)
         ];
         (
             (kind, peer, to, prop::option::weighted(0.03, 0..6u64), term_v(), term_v(), index_v(), index_v()),
@@ -1308,6 +1318,8 @@ mod tests {
         let (node, _log) = follower();
         for m in [
             heartbeat(2),
+            // A read round's heartbeat (`crate::reads`).
+            Message { context: 7u64.to_le_bytes().to_vec().into(), ..heartbeat(2) },
             append(4, 2, &[2, 2]),
             append(4, 2, &[]),
             append(2, 1, &[2, 2, 2]),
@@ -1361,6 +1373,8 @@ mod tests {
             (msg(MsgTimeoutNow, 2, 2), Rule::Unused),
             (Message { term: 0, ..heartbeat(2) }, Rule::Fields),
             (Message { context: b"CampaignTransfer".to_vec().into(), ..vote(MsgRequestVote, 2, 4) }, Rule::Fields),
+            (Message { context: vec![1; READ_CONTEXT_MAX + 1].into(), ..heartbeat(2) }, Rule::Fields),
+            (Message { context: vec![1; READ_CONTEXT_MAX].into(), ..append(4, 2, &[2]) }, Rule::Fields),
             (Message { request_snapshot: 3, ..heartbeat(2) }, Rule::Fields),
             (Message { priority: 5, ..vote(MsgRequestVote, 2, 4) }, Rule::Fields),
             (Message { entries: vec![entry(5, 2)].into(), ..heartbeat(2) }, Rule::Fields),

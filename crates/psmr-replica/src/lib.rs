@@ -51,6 +51,7 @@ pub mod manager;
 pub mod metrics;
 pub mod peer;
 pub mod protocol;
+mod reads;
 pub mod ratelog;
 pub mod redis;
 pub mod router;
@@ -214,6 +215,20 @@ impl Shared {
         self.failed.notify_all();
         drop(f);
         self.stop();
+    }
+
+    /// Whether the applied index satisfies `reached`. If not, asks the
+    /// service manager to nudge the protocol thread when it applies the
+    /// next entry ([`Shared::set_applied`]) and looks again: either the
+    /// manager sees the request, or this sees what it applied. The request
+    /// stays up even if the second look succeeds: a spare nudge costs one
+    /// wake-up, and another wait (pipeline room, reads) may share it.
+    pub(crate) fn applied_reaches(&self, reached: impl Fn(u64) -> bool) -> bool {
+        if reached(self.applied.load(Ordering::SeqCst)) {
+            return true;
+        }
+        self.protocol_waits.store(true, Ordering::SeqCst);
+        reached(self.applied.load(Ordering::SeqCst))
     }
 
     /// Records that log entry `index` is applied, and wakes the protocol
@@ -384,6 +399,8 @@ impl<A: App> ReplicaBuilder<A> {
                 max_bytes: config.batch_max_bytes,
                 delay: std::time::Duration::from_micros(config.batch_delay_us),
             }),
+            reads: reads::Reads::default(),
+            ticks: 0,
             decisions: decision_tx.clone(),
         };
         let mut manager = Manager::new(shared.clone(), app.clone(), cache, sink, scheduler, decision_rx, inbound_tx);
@@ -399,7 +416,7 @@ impl<A: App> ReplicaBuilder<A> {
             .thread_name("psmr-client-io")
             .enable_all()
             .build()?;
-        let io = Arc::new(client_io::ClientIo::new(shared.clone(), request_tx, decision_tx));
+        let io = Arc::new(client_io::ClientIo::new(shared.clone(), request_tx, decision_tx, reads_only(&app)));
         client_listener.set_nonblocking(true)?;
         let listener = {
             let _guard = runtime.enter();
@@ -455,6 +472,17 @@ fn mapping<A: App>(config: &Config, app: &A, model: &ClassModel) -> Result<Mappi
     Ok(solution.mapping)
 }
 
+/// ClientIO's test for a read request ([`reads`]): every operation decodes
+/// and writes no key. An operation that does not decode goes through the
+/// log, to be refused there like any other.
+fn reads_only<A: App>(app: &Arc<A>) -> client_io::ReadsOnly {
+    let (app, codec) = (app.clone(), A::Codec::default());
+    Arc::new(move |op: &[u8]| {
+        use psmr_model::wire::OpCodec;
+        codec.decode_op(op).ok().and_then(|op| app.access(&op).ok()).is_some_and(|a| a.writes.is_empty())
+    })
+}
+
 /// How long a starting replica lets the optimizer look for a mapping when
 /// neither the configuration nor the application gives one: the best found
 /// is used, optimal or not.
@@ -491,6 +519,14 @@ fn raft_node(
     applied: u64,
     store: store::Log,
 ) -> Result<raft::RawNode<store::Log>, ReplicaError> {
+    let raft_config = raft_config(config, id, applied)?;
+    let logger = slog::Logger::root(RaftLog, slog::o!("replica" => id));
+    Ok(raft::RawNode::new(&raft_config, store, &logger)?)
+}
+
+/// The raft-rs configuration of replica `id` (shared with `sim`, whose
+/// nodes must run exactly the configuration real replicas run).
+pub(crate) fn raft_config(config: &Config, id: u64, applied: u64) -> Result<raft::Config, ReplicaError> {
     let raft_config = raft::Config {
         id,
         applied,
@@ -509,8 +545,7 @@ fn raft_node(
         ..raft::Config::default()
     };
     raft_config.validate()?;
-    let logger = slog::Logger::root(RaftLog, slog::o!("replica" => id));
-    Ok(raft::RawNode::new(&raft_config, store, &logger)?)
+    Ok(raft_config)
 }
 
 impl Replica {

@@ -12,7 +12,7 @@
 use crate::cache::{Admit, ReplyCache};
 use crate::peer::Inbound;
 use crate::router::Router;
-use crate::store::entry_commands;
+use crate::store::{entry_commands, request_commands};
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -32,6 +32,9 @@ pub enum Decision {
     Entries(Vec<Entry>),
     /// A snapshot from the leader replaces the state.
     Snapshot(Box<Snapshot>),
+    /// Reads the leader serves without the log ([`crate::reads`]): every
+    /// entry they must see is applied; they execute after it.
+    Reads(Vec<crate::batcher::Request>),
     /// Report the applied index and the state digest once everything
     /// before this request has executed.
     Status(tokio::sync::oneshot::Sender<(u64, Digest)>),
@@ -197,6 +200,12 @@ impl<A: App> Manager<A> {
                         return;
                     }
                 }
+                Decision::Reads(reads) => {
+                    if let Err(why) = self.read(reads) {
+                        self.shared.fail(why);
+                        return;
+                    }
+                }
                 Decision::Status(reply) => {
                     // A failed replica has no state worth reporting: the
                     // request is dropped and ClientIO answers that it stops.
@@ -272,13 +281,40 @@ impl<A: App> Manager<A> {
                 ),
             }
         }
-        if !batch.is_empty() {
-            self.submitted += batch.len() as u64;
-            self.scheduler
-                .submit(Batch::new(batch, BITMAP_BITS_DEFAULT))
-                .map_err(|err| format!("execution failed, the state is no longer trusted: {err}"))?;
+        self.submit(batch)
+    }
+
+    /// Executes reads served without the log, as one batch after every
+    /// entry applied so far. They are not the log's: the reply cache never
+    /// sees them (a retry reads again), and nothing replicated changes.
+    fn read(&mut self, reads: Vec<crate::batcher::Request>) -> Result<(), String> {
+        let router = &self.shared.router;
+        let mut batch = Vec::new();
+        for r in &reads {
+            let commands = match request_commands(&r.encoded, r.count) {
+                Ok(c) => c,
+                Err(err) => return Err(format!("a read request ClientIO encoded does not decode: {err}")),
+            };
+            for c in commands {
+                match self.app.command(&self.codec, ClientId(c.client), c.seq, c.op) {
+                    Ok(cmd) => batch.push(cmd),
+                    Err(err) => router.reply(c.client, c.seq, Outcome::Rejected(format!("bad operation: {err}"))),
+                }
+            }
         }
-        Ok(())
+        drop(reads);
+        self.submit(batch)
+    }
+
+    /// Hands `batch` to the scheduler, if it holds anything.
+    fn submit(&mut self, batch: Vec<psmr_model::Command<A::Op>>) -> Result<(), String> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.submitted += batch.len() as u64;
+        self.scheduler
+            .submit(Batch::new(batch, BITMAP_BITS_DEFAULT))
+            .map_err(|err| format!("execution failed, the state is no longer trusted: {err}"))
     }
 
     fn snapshot(&mut self, index: u64, term: u64) {

@@ -50,6 +50,7 @@
 //! | `psmr_snapshot_seconds` | histogram | service manager: taking a snapshot, from waiting for execution to handing it to the protocol thread (`_count`: snapshots taken) |
 //! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
 //! | `psmr_snapshots_restored_total` | counter | snapshots restored (at start from disk, or from the leader) |
+//! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
 //! | `psmr_peer_refused_total{rule}` | counter | raft messages the [`crate::guard`] refused, by rule ([`Rule::label`]) |
 //!
@@ -363,6 +364,8 @@ pub struct Metrics {
     pub snapshot_time: Histogram,
     snapshot_bytes: Gauge,
     snapshots_restored: Counter,
+    /// `psmr_read_round_requests`.
+    pub read_round_requests: Histogram,
     /// `psmr_client_refused_total`.
     pub client_refused: CounterSet,
     /// `psmr_peer_refused_total`.
@@ -385,6 +388,7 @@ impl Metrics {
         let snapshot_time = Histogram::seconds(1_000_000, 100_000_000_000);
         let snapshot_bytes = Gauge::default();
         let snapshots_restored = Counter::default();
+        let read_round_requests = Histogram::powers(1, 2, 1 << 16);
         let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
         let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
         let mut r = Registry::default();
@@ -401,6 +405,11 @@ impl Metrics {
         r.register_with_unit("psmr_snapshot", "Snapshots taken", seconds(), snapshot_time.clone());
         r.register_with_unit("psmr_snapshot_last", "Size of the last snapshot", Unit::Bytes, snapshot_bytes.clone());
         r.register("psmr_snapshots_restored", "Snapshots restored", snapshots_restored.clone());
+        r.register(
+            "psmr_read_round_requests",
+            "Read requests per ReadIndex round (served without a log entry)",
+            read_round_requests.clone(),
+        );
         r.register("psmr_client_refused", "Client frames, requests and connections refused", client_refused.clone());
         r.register("psmr_peer_refused", "Raft messages the guard refused", peer_refused.clone());
         Self {
@@ -414,6 +423,7 @@ impl Metrics {
             snapshot_time,
             snapshot_bytes,
             snapshots_restored,
+            read_round_requests,
             client_refused,
             peer_refused,
         }

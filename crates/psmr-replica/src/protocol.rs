@@ -17,12 +17,13 @@ use crate::guard::{self, Guard};
 use crate::manager::Decision;
 use crate::peer::{Inbound, PeerSender};
 use crate::ratelog::RateLimit;
+use crate::reads::Reads;
 use crate::store::Log;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Select, Sender};
 use psmr_model::wire::ServerMsg;
 use raft::prelude::{Entry, Message, MessageType, Snapshot};
-use raft::{RawNode, SnapshotStatus, StateRole};
+use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -52,7 +53,10 @@ pub(crate) struct Protocol {
     pub(crate) inbound: Receiver<Inbound>,
     pub(crate) requests: RequestReceiver,
     pub(crate) batcher: Batcher,
+    pub(crate) reads: Reads,
     pub(crate) decisions: Sender<Decision>,
+    /// Ticks so far: the clock of read rounds.
+    pub(crate) ticks: u64,
 }
 
 /// The replica is stopping because raft-rs panicked or a ready could not
@@ -161,16 +165,18 @@ impl Protocol {
                 Err(_) => break,
             }
         }
+        self.take_released();
         for _ in 0..TURN_TAKES {
             if !self.batcher.has_room() {
                 break;
             }
             match self.requests.rx.try_recv() {
-                Ok(r) => self.batcher.push(r),
+                Ok(r) => self.take(r),
                 Err(_) => break,
             }
         }
         self.propose_due(Instant::now())?;
+        self.start_reads()?;
         if Instant::now() >= *next_tick {
             // A follower that is not ticked never starts an election: below
             // its vote floor, this replica must not campaign. It still
@@ -178,12 +184,19 @@ impl Protocol {
             if floor.is_none() {
                 contained(&self.shared, || "ticking".into(), || self.node.tick())?;
             }
+            self.ticks += 1;
             *next_tick += tick;
             if *next_tick < Instant::now() {
                 *next_tick = Instant::now() + tick;
             }
         }
-        self.on_ready(&stepped)?;
+        for state in self.on_ready(&stepped)? {
+            let reads = self.reads.answered(&state.request_ctx, state.index);
+            if reads > 0 {
+                self.shared.metrics.read_round_requests.observe(reads as u64);
+            }
+        }
+        self.serve_reads()?;
         self.publish();
         Ok(())
     }
@@ -198,7 +211,9 @@ impl Protocol {
         stepped: &mut Stepped,
     ) -> Result<(), Stopped> {
         let now = Instant::now();
-        let deadline = if self.batcher.is_empty() || !self.pipeline_room() {
+        let deadline = if !self.wait_for_applied() {
+            now
+        } else if self.batcher.is_empty() || !self.pipeline_room() {
             next_tick
         } else if self.batcher.due(self.in_flight(), now) {
             now
@@ -225,7 +240,7 @@ impl Protocol {
         match got {
             Got::Inbound(m) => self.inbound_msg(guard, floor, m, stepped),
             Got::Request(r) => {
-                self.batcher.push(r);
+                self.take(r);
                 Ok(())
             }
             Got::Nothing => Ok(()),
@@ -304,6 +319,74 @@ impl Protocol {
         })
     }
 
+    /// Takes a request: a read the leader serves without the log, a
+    /// request that waits for its client's reads, or into the next entry
+    /// (see [`crate::reads`] for the order of a client's requests). A
+    /// read of a client whose earlier request waits in the entry goes with
+    /// it, so that it sees that request's writes.
+    fn take(&mut self, r: Request) {
+        let read = self.may_skip_log(&r);
+        if let Some(r) = self.reads.take(r, read) {
+            self.batcher.push(r);
+        }
+    }
+
+    fn may_skip_log(&self, r: &Request) -> bool {
+        r.read && !self.shared.config.reads_through_log && !self.batcher.holds(r.client)
+    }
+
+    /// Takes back the requests that waited for their clients' reads, as
+    /// far as the entry has room; before any new request.
+    fn take_released(&mut self) {
+        while self.batcher.has_room() {
+            let Some(r) = self.reads.next_released() else { return };
+            let read = self.may_skip_log(&r);
+            if let Some(r) = self.reads.admit(r, read) {
+                self.batcher.push(r);
+            }
+        }
+    }
+
+    /// Starts a read round if reads wait (or the round in flight went
+    /// unanswered for an election timeout); a follower turns them away.
+    fn start_reads(&mut self) -> Result<(), Stopped> {
+        if self.node.raft.state != StateRole::Leader {
+            let clients = self.reads.drain().into_iter().map(|r| r.client).collect();
+            self.redirect(clients);
+            return Ok(());
+        }
+        let last = self.node.raft.raft_log.last_index();
+        let timeout = self.shared.config.election_ticks as u64;
+        let in_flight = self.shared.config.pipeline;
+        if let Some(ctx) = self.reads.start(last, self.ticks, timeout, in_flight) {
+            contained(&self.shared, || "starting a read round".into(), || self.node.read_index(ctx))?;
+        }
+        Ok(())
+    }
+
+    /// Hands the reads whose index is applied to the service manager.
+    fn serve_reads(&mut self) -> Result<(), Stopped> {
+        let due = self.reads.due(self.shared.applied.load(Ordering::SeqCst));
+        if due.is_empty() {
+            return Ok(());
+        }
+        if self.decisions.send(Decision::Reads(due)).is_err() {
+            self.shared.fail("the service manager stopped".into());
+            return Err(Stopped);
+        }
+        // Proposed after the reads are sent: their entries come after.
+        self.take_released();
+        Ok(())
+    }
+
+    /// Whether the reads held may keep waiting: none waits for an applied
+    /// index, or the one they wait for is not applied yet (and the service
+    /// manager nudges this thread when it applies the next entry). False:
+    /// serve them now.
+    fn wait_for_applied(&self) -> bool {
+        self.reads.next_due().map_or(true, |at| !self.shared.applied_reaches(|applied| applied >= at))
+    }
+
     /// Entries this replica appended and that are not committed yet: while
     /// there are any, the next entry grows.
     fn in_flight(&self) -> u64 {
@@ -312,9 +395,8 @@ impl Protocol {
     }
 
     /// Whether a leader may propose another entry: fewer than `pipeline`
-    /// proposed and not yet applied. If not, the service manager is asked
-    /// to nudge this thread when it applies one (see
-    /// [`Shared::nudge_protocol`]), so the wait for room is not a wait
+    /// proposed and not yet applied. If not, the service manager nudges
+    /// this thread when it applies one, so the wait for room is not a wait
     /// for the next tick.
     fn pipeline_room(&self) -> bool {
         if self.node.raft.state != StateRole::Leader {
@@ -322,18 +404,7 @@ impl Protocol {
         }
         let last = self.node.raft.raft_log.last_index();
         let pipeline = self.shared.config.pipeline as u64;
-        let room = || last.saturating_sub(self.shared.applied.load(Ordering::SeqCst)) < pipeline;
-        if room() {
-            return true;
-        }
-        self.shared.protocol_waits.store(true, Ordering::SeqCst);
-        // Read again after saying so: either the manager sees the flag, or
-        // this read sees what it applied.
-        if room() {
-            self.shared.protocol_waits.store(false, Ordering::SeqCst);
-            return true;
-        }
-        false
+        self.shared.applied_reaches(|applied| last.saturating_sub(applied) < pipeline)
     }
 
     /// Proposes the waiting entry if it is due; a follower turns the
@@ -397,8 +468,9 @@ impl Protocol {
         }
     }
 
-    fn on_ready(&mut self, stepped: &Stepped) -> Result<(), Stopped> {
-        let mut out = Wire { peers: &self.peers, decisions: &self.decisions };
+    /// Handles the ready, if any; returns its read states.
+    fn on_ready(&mut self, stepped: &Stepped) -> Result<Vec<ReadState>, Stopped> {
+        let mut out = Wire { peers: &self.peers, decisions: &self.decisions, read_states: Vec::new() };
         let what = || format!("handling a ready after {}", stepped.describe());
         let handle = || {
             fail::fail_point!("protocol-ready");
@@ -408,7 +480,8 @@ impl Protocol {
         handled.map_err(|why| {
             self.shared.fail(why);
             Stopped
-        })
+        })?;
+        Ok(out.read_states)
     }
 
     fn publish(&self) {
@@ -431,12 +504,18 @@ pub(crate) trait ReadyOut {
     /// Hands a snapshot from the leader, now in the log, to the service
     /// manager.
     fn restore(&mut self, snapshot: Snapshot) -> Result<(), String>;
+    /// Hands over the answers to read-index requests: each says which
+    /// commit index the reads with that context must wait for.
+    fn read_states(&mut self, states: Vec<ReadState>);
 }
 
 /// The protocol thread's [`ReadyOut`].
 struct Wire<'a> {
     peers: &'a HashMap<u64, PeerSender>,
     decisions: &'a Sender<Decision>,
+    /// Read states of this ready, for the protocol thread to match with
+    /// its waiting reads.
+    read_states: Vec<ReadState>,
 }
 
 impl ReadyOut for Wire<'_> {
@@ -464,6 +543,10 @@ impl ReadyOut for Wire<'_> {
     fn restore(&mut self, snapshot: Snapshot) -> Result<(), String> {
         self.decisions.send(Decision::Snapshot(Box::new(snapshot))).map_err(|_| "the service manager stopped".into())
     }
+
+    fn read_states(&mut self, states: Vec<ReadState>) {
+        self.read_states.extend(states);
+    }
 }
 
 /// Handles one ready of `node`, if it has one: stores what raft asks to
@@ -475,6 +558,9 @@ pub(crate) fn handle_ready(node: &mut RawNode<Log>, store: &Log, out: &mut impl 
     }
     let mut ready = node.ready();
     out.send(node, ready.take_messages());
+    if !ready.read_states().is_empty() {
+        out.read_states(ready.take_read_states());
+    }
     if *ready.snapshot() != Snapshot::default() {
         let snap = ready.snapshot().clone();
         let index = snap.get_metadata().index;

@@ -303,6 +303,23 @@ pub struct EntryRef<'a> {
 pub fn entry_commands(bytes: &[u8]) -> Result<Vec<EntryRef<'_>>, WireError> {
     let mut d = Decoder::new(bytes, "log entry");
     let n = d.count(REQUEST_COMMANDS_MAX * 100, 20)?;
+    commands(d, n)
+}
+
+/// Decodes the `count` commands of one request as [`encode_command`]
+/// wrote them (an entry's encoding without the count in front).
+pub fn request_commands(bytes: &[u8], count: u32) -> Result<Vec<EntryRef<'_>>, WireError> {
+    let n = count as usize;
+    if n > bytes.len() / 20 {
+        return Err(WireError::Malformed {
+            what: "request",
+            why: format!("{n} commands cannot fit in {} bytes", bytes.len()),
+        });
+    }
+    commands(Decoder::new(bytes, "request"), n)
+}
+
+fn commands(mut d: Decoder<'_>, n: usize) -> Result<Vec<EntryRef<'_>>, WireError> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(EntryRef { client: d.u64()?, seq: d.u64()?, op: d.bytes()? });

@@ -233,6 +233,8 @@ fn a_lone_request_goes_out_at_once_and_entries_grow_under_load() {
     // A short pipeline: the protocol thread also waits for the service
     // manager to apply an entry, and must be woken when it does.
     config.pipeline = 2;
+    // Every request an entry, reads too: this counts entries.
+    config.reads_through_log = true;
     config.validate().unwrap();
     let replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
     let l = leader(&config, &replicas);
@@ -255,6 +257,92 @@ fn a_lone_request_goes_out_at_once_and_entries_grow_under_load() {
         all_entries - entries
     );
     converged(&addrs(&config));
+}
+
+/// Reads without the log (`psmr_replica::reads`): a read-only request
+/// makes no log entry, yet sees every write acknowledged before it was
+/// sent, whichever client wrote it; with `reads_through_log` it is an
+/// entry again.
+#[test]
+fn reads_skip_the_log_and_see_every_write_acknowledged_before_them() {
+    for through_log in [false, true] {
+        let mut config = config(3, SchedulerKind::Early, 2);
+        config.reads_through_log = through_log;
+        let replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
+        let l = leader(&config, &replicas);
+        let (mut writer, mut reader) = (client(&config, 1), client(&config, 2));
+        let key = key_bytes(7);
+        let (mut read_entries, mut reads) = (0, 0);
+        for i in 0..50u32 {
+            let value = i.to_le_bytes().to_vec();
+            let put = KvOp::Put { key: key.clone(), value: value.clone() };
+            writer.call(&KvCodec, &[put]).unwrap();
+            let before = proposed(&replicas, l).0;
+            let got = reader.call(&KvCodec, &[KvOp::Read { key: key.clone() }]).unwrap();
+            assert_eq!(got, vec![Ok(KvReply::Value(Some(value)))], "read {i} (reads through the log: {through_log})");
+            read_entries += proposed(&replicas, l).0 - before;
+            reads += 1;
+        }
+        if through_log {
+            assert_eq!(read_entries, reads, "one entry per read through the log");
+        } else {
+            assert_eq!(read_entries, 0, "no entry for a read without the log");
+        }
+        converged(&addrs(&config));
+    }
+}
+
+/// A client that pipelines (sends requests without waiting for replies,
+/// as the wire protocol allows) sees each read after its earlier writes
+/// and before its later ones, whether the read skips the log or not. Each
+/// burst starts with a read while nothing of the client is pending, so
+/// that read skips the log and the writes behind it must wait for it.
+#[test]
+fn pipelined_reads_keep_their_place_among_their_clients_writes() {
+    use psmr_model::wire::{read_frame, ClientMsg, OpCodec, ServerMsg, WireCommand};
+    let config = config(3, SchedulerKind::Sequential, 1);
+    let replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
+    let l = leader(&config, &replicas);
+    let mut conn = TcpStream::connect(config.replicas[l].client).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let key = key_bytes(3);
+    let value = |i: u64| KvReply::Value((i > 0).then(|| i.to_le_bytes().to_vec()));
+    let (bursts, per_burst) = (20u64, 10u64);
+    // Command 2i+1 reads (and must see put i, none before the first);
+    // command 2i+2 puts i+1.
+    for burst in 0..bursts {
+        let mut frames = Vec::new();
+        for i in burst * per_burst..(burst + 1) * per_burst {
+            let put = KvOp::Put { key: key.clone(), value: (i + 1).to_le_bytes().to_vec() };
+            for (seq, op) in [(2 * i + 1, KvOp::Read { key: key.clone() }), (2 * i + 2, put)] {
+                let commands = vec![WireCommand { seq, op: KvCodec.encode_op(&op) }];
+                frames.extend(ClientMsg::Request { client: 9, commands }.to_frame());
+            }
+        }
+        conn.write_all(&frames).unwrap();
+        let mut answered = 0;
+        while answered < 2 * per_burst {
+            let frame = read_frame(&mut conn, 1 << 20).unwrap();
+            let ServerMsg::Replies { replies, .. } = ServerMsg::from_frame(&frame).unwrap() else {
+                panic!("the leader answers with replies");
+            };
+            for (seq, outcome) in replies {
+                answered += 1;
+                let Outcome::Ok(bytes) = outcome else { panic!("command {seq}: {outcome:?}") };
+                if seq % 2 == 1 {
+                    let i = seq / 2;
+                    assert_eq!(KvCodec.decode_reply(&bytes).unwrap(), value(i), "the read after put {i}");
+                }
+            }
+        }
+    }
+    let text = psmr_replica::metrics::exposition(replicas[l].as_ref().unwrap().shared());
+    let skipped = psmr_replica::metrics::Scrape::parse(&text).value("psmr_read_round_requests_sum").unwrap();
+    assert!(
+        skipped >= bursts as f64,
+        "every burst's first read skips the log: {skipped} of {} did",
+        bursts * per_burst
+    );
 }
 
 #[test]

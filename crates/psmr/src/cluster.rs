@@ -124,6 +124,11 @@ pub struct ClusterArgs {
     /// Log entries between snapshots.
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
+    /// Serve read-only requests through the log like writes, instead of
+    /// by the leader alone after a heartbeat round (raft's ReadIndex; as
+    /// linearizable, and without a log entry).
+    #[arg(long)]
+    reads_through_log: bool,
     /// Host the replicas listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -162,6 +167,7 @@ impl ClusterArgs {
             batch_delay_us: self.batch_delay_us,
             pipeline: self.pipeline,
             snapshot_every: self.snapshot_every,
+            reads_through_log: self.reads_through_log,
             ..Config::default()
         };
         base.scheduler.kind = self.scheduler.clone();
