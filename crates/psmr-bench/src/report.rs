@@ -38,6 +38,22 @@ pub struct StageRow {
     pub waiting_cpu: f64,
     /// Share blocked.
     pub blocked: f64,
+    /// Threads of the stage (the shares are their average).
+    pub threads: usize,
+}
+
+/// The machine a run measured on, as far as it bounds parallel execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Machine {
+    /// Cores this process may run on.
+    pub cores: usize,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn this() -> Self {
+        Self { cores: std::thread::available_parallelism().map_or(1, |n| n.get()) }
+    }
 }
 
 /// One execution worker of one replica over a point's window (000 §5.3).
@@ -170,6 +186,7 @@ struct Results<'a> {
     scenario: &'a str,
     source: &'a str,
     about: &'a str,
+    machine: Machine,
     sweeps: Vec<String>,
     points: &'a [PointResult],
 }
@@ -183,10 +200,12 @@ pub fn write_all(
     points: &[PointResult],
 ) -> std::io::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir)?;
+    let machine = Machine::this();
     let results = Results {
         scenario: scenario.name,
         source: scenario.source,
         about: scenario.about,
+        machine,
         sweeps: sweeps.iter().map(ToString::to_string).collect(),
         points,
     };
@@ -195,7 +214,7 @@ pub fn write_all(
         ("results.csv".to_string(), csv(points)),
         ("throughput.svg".to_string(), throughput_svg(scenario, sweeps, points)),
         ("latency.svg".to_string(), latency_svg(scenario, sweeps, points)),
-        ("report.md".to_string(), markdown(scenario, sweeps, points)),
+        ("report.md".to_string(), markdown(scenario, sweeps, points, machine)),
     ];
     for (i, p) in points.iter().enumerate() {
         if let Some(svg) = workers_svg(p) {
@@ -496,8 +515,70 @@ fn cpu_notes(s: &mut String, points: &[PointResult]) {
     }
 }
 
+/// A point's number parameter `key` (0 if absent).
+fn param(p: &PointResult, key: &str) -> usize {
+    p.params.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Execution threads per replica at `p`: its workers, or one for
+/// `sequential` (the service manager executes).
+fn execution_threads(p: &PointResult) -> usize {
+    if p.params.get("scheduler").is_some_and(|s| s == "sequential") {
+        1
+    } else {
+        param(p, "workers").max(1)
+    }
+}
+
+/// The point of the same run that differs from `p` only in running
+/// `sequential` (and its worker count), if there is one.
+fn sequential_twin<'a>(p: &PointResult, points: &'a [PointResult]) -> Option<&'a PointResult> {
+    let differs = |k: &str| k == "scheduler" || k == "workers" || k == "mapping";
+    points.iter().find(|q| {
+        q.params.get("scheduler").is_some_and(|s| s == "sequential")
+            && q.params.iter().all(|(k, v)| differs(k) || p.params.get(k) == Some(v))
+    })
+}
+
+/// Lines for each point whose execution threads outnumber the cores: the
+/// replicas' workers then share cores with each other, and a parallel
+/// scheduler may lose to `sequential` for lack of cores, not of merit.
+fn core_notes(s: &mut String, points: &[PointResult], machine: Machine) {
+    let _ = writeln!(s, "
+## Cores
+");
+    let _ = writeln!(
+        s,
+        "This machine: {} cores. Every replica, and the clients, run on them: a parallel scheduler gains only where its workers have cores of their own.\n",
+        machine.cores
+    );
+    let _ = writeln!(s, "| point | replicas | threads per replica | execution threads, all replicas | vs sequential | note |");
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | --- |");
+    for p in points {
+        let replicas = param(p, "replicas").max(1);
+        let threads = p.stages.iter().map(|r| r.threads).sum::<usize>() / replicas;
+        let threads = if threads == 0 { "n/a".to_string() } else { threads.to_string() };
+        let exec = replicas * execution_threads(p);
+        let twin = sequential_twin(p, points).filter(|q| q.name != p.name && q.commands_per_s > 0.0);
+        let ratio = twin.map(|q| p.commands_per_s / q.commands_per_s);
+        let vs = ratio.map_or("-".to_string(), |r| format!("{r:.2}x"));
+        let short = exec > machine.cores && execution_threads(p) > 1;
+        let waiting = p.stages.iter().map(|r| r.waiting_cpu).sum::<f64>() / p.stages.len().max(1) as f64;
+        let note = match (short, ratio) {
+            (true, Some(r)) if r < 1.0 => format!(
+                "loses to sequential for lack of cores: {exec} execution threads on {} cores, threads runnable without a CPU {:.0} % of the window",
+                machine.cores,
+                100.0 * waiting
+            ),
+            (true, _) => format!("{exec} execution threads on {} cores: workers wait for cores", machine.cores),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "| {} | {replicas} | {threads} | {exec} | {vs} | {note} |", p.name);
+    }
+}
+
 /// The report: what ran, a table of results, the plots, the stages.
-pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -> String {
+pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], machine: Machine) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# psmr bench: {}\n", scenario.name);
     let _ = writeln!(s, "{}.\n", scenario.about);
@@ -544,6 +625,7 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult]) -
         let _ = writeln!(s, "{row} {max} | {} | {leader} | {followers} |", p.failed_requests);
     }
     cpu_notes(&mut s, points);
+    core_notes(&mut s, points, machine);
     let mapped: Vec<&PointResult> = points.iter().filter(|p| p.mapping_spec.is_some()).collect();
     if !mapped.is_empty() {
         let _ = writeln!(s, "\nMappings the replicas ran:\n");
@@ -682,9 +764,40 @@ mod tests {
     }
 
     #[test]
+    fn the_report_says_where_parallel_schedulers_lack_cores() {
+        let (scenario, mut points) = results("schedulers");
+        // sequential at 1000/s; every other scheduler above it, but early
+        // (2 workers each on 3 replicas, 2 cores) below.
+        let early = points.iter().position(|p| p.name == "scheduler=early").unwrap();
+        points[early].commands_per_s = 500.0;
+        for p in &mut points {
+            p.stages = vec![StageRow {
+                replica: "r".into(),
+                stage: "psmr-protocol".into(),
+                busy: 0.5,
+                waiting_cpu: 0.25,
+                blocked: 0.25,
+                threads: 3,
+            }];
+        }
+        let md = markdown(&scenario, &scenario.sweeps, &points, Machine { cores: 2 });
+        assert!(md.contains("This machine: 2 cores."), "{md}");
+        let line = md.lines().find(|l| l.starts_with("| scheduler=early |") && l.contains("x |")).unwrap();
+        assert!(line.contains("| 3 | 1 | 6 | 0.50x | loses to sequential for lack of cores"), "{line}");
+        assert!(line.contains("without a CPU 25 %"), "{line}");
+        let bitmap = md.lines().find(|l| l.starts_with("| scheduler=late-batch-bitmap |") && l.contains("x |")).unwrap();
+        assert!(bitmap.contains("2.00x | 6 execution threads on 2 cores"), "{bitmap}");
+        let seq = md.lines().find(|l| l.starts_with("| scheduler=sequential |") && l.contains(" - |")).unwrap();
+        assert!(seq.ends_with("| 3 | - |  |"), "{seq}");
+        let md = markdown(&scenario, &scenario.sweeps, &points, Machine { cores: 64 });
+        let line = md.lines().find(|l| l.starts_with("| scheduler=early |") && l.contains("x |")).unwrap();
+        assert!(line.ends_with("0.50x |  |"), "enough cores: no excuse: {line}");
+    }
+
+    #[test]
     fn the_report_names_every_point() {
         let (scenario, points) = results("latency-throughput");
-        let md = markdown(&scenario, &scenario.sweeps, &points);
+        let md = markdown(&scenario, &scenario.sweeps, &points, Machine { cores: 2 });
         for p in &points {
             assert!(md.contains(&format!("| {} |", p.name)), "{}", p.name);
         }
@@ -706,7 +819,7 @@ mod tests {
             replica(3, cpu::Role::Follower, None),
         ];
         with_cpu[1].cpu_note = Some("n/a: not local".into());
-        let md = markdown(&scenario, &scenario.sweeps, &with_cpu);
+        let md = markdown(&scenario, &scenario.sweeps, &with_cpu, Machine { cores: 2 });
         assert!(md.contains("| 20.0 | 10.0 / 10.0 |"), "{md}");
         assert!(md.contains("replica 3: process 3 exited") && md.contains(": n/a: not local"), "{md}");
         let text = csv(&with_cpu);

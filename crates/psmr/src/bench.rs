@@ -157,12 +157,13 @@ fn run_points(
 ) -> Result<()> {
     let out = output_dir(args, scenario)?;
     eprintln!(
-        "scenario {} ({} point{}), seed {} (pass --seed to replay), results into {}",
+        "scenario {} ({} point{}), seed {} (pass --seed to replay), results into {}; this machine has {} cores",
         scenario.name,
         points.len(),
         if points.len() == 1 { "" } else { "s" },
         args.seed,
-        out.display()
+        out.display(),
+        report::Machine::this().cores
     );
     let names: Vec<String> = points.iter().map(Point::name).collect();
     let total_s = |i: usize| points[i].params.warmup_s + points[i].params.duration_s;

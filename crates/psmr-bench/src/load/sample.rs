@@ -163,7 +163,7 @@ fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> 
         for (stage, (busy, runq, n)) in groups {
             let (busy, waiting_cpu) = (busy / n as f64, runq / n as f64);
             let blocked = (1.0 - busy - waiting_cpu).max(0.0);
-            out.push(StageRow { replica: addr.to_string(), stage, busy, waiting_cpu, blocked });
+            out.push(StageRow { replica: addr.to_string(), stage, busy, waiting_cpu, blocked, threads: n });
         }
     }
     out
