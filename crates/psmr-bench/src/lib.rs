@@ -31,8 +31,13 @@
 //!
 //! [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
 //! network and the disk (`psmr fuzz`).
+//!
+//! [`dst`] runs the deterministic simulation of a whole cluster
+//! (`psmr_replica::sim`) over many seeds with faults and checks each run,
+//! its clients' history included (`psmr simulate`).
 
 pub mod cpu;
+pub mod dst;
 pub mod faults;
 pub mod fuzz;
 pub mod history;

@@ -544,15 +544,16 @@ fn sequential_twin<'a>(p: &PointResult, points: &'a [PointResult]) -> Option<&'a
 /// replicas' workers then share cores with each other, and a parallel
 /// scheduler may lose to `sequential` for lack of cores, not of merit.
 fn core_notes(s: &mut String, points: &[PointResult], machine: Machine) {
-    let _ = writeln!(s, "
-## Cores
-");
+    let _ = writeln!(s, "\n## Cores\n");
     let _ = writeln!(
         s,
         "This machine: {} cores. Every replica, and the clients, run on them: a parallel scheduler gains only where its workers have cores of their own.\n",
         machine.cores
     );
-    let _ = writeln!(s, "| point | replicas | threads per replica | execution threads, all replicas | vs sequential | note |");
+    let _ = writeln!(
+        s,
+        "| point | replicas | threads per replica | execution threads, all replicas | vs sequential | note |"
+    );
     let _ = writeln!(s, "| --- | ---: | ---: | ---: | ---: | --- |");
     for p in points {
         let replicas = param(p, "replicas").max(1);
@@ -785,7 +786,8 @@ mod tests {
         let line = md.lines().find(|l| l.starts_with("| scheduler=early |") && l.contains("x |")).unwrap();
         assert!(line.contains("| 3 | 1 | 6 | 0.50x | loses to sequential for lack of cores"), "{line}");
         assert!(line.contains("without a CPU 25 %"), "{line}");
-        let bitmap = md.lines().find(|l| l.starts_with("| scheduler=late-batch-bitmap |") && l.contains("x |")).unwrap();
+        let bitmap =
+            md.lines().find(|l| l.starts_with("| scheduler=late-batch-bitmap |") && l.contains("x |")).unwrap();
         assert!(bitmap.contains("2.00x | 6 execution threads on 2 cores"), "{bitmap}");
         let seq = md.lines().find(|l| l.starts_with("| scheduler=sequential |") && l.contains(" - |")).unwrap();
         assert!(seq.ends_with("| 3 | - |  |"), "{seq}");

@@ -1059,8 +1059,28 @@ impl DiskStore {
     }
 
     /// Keeps a snapshot taken here and drops the log before `keep_from`.
+    ///
+    /// The snapshot holds the state up to its index, so the commit index
+    /// that survives a crash must reach that index first: raft refuses to
+    /// start with a state ahead of its log's commit, and a light ready's
+    /// commit ([`DiskStore::set_commit`]) is written unsynced. (The cluster
+    /// simulation found this: a one-replica cluster commits through light
+    /// readies only, and after a machine crash could not restart.)
     pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
-        let _writer = self.record.lock();
+        let mut record = self.record.lock();
+        let hs = {
+            let mut st = self.state.lock();
+            st.hs.commit = st.hs.commit.max(snapshot.get_metadata().index);
+            st.hs.clone()
+        };
+        let mut batch = LogBatch::default();
+        batch.put_message(GROUP, HARD_STATE.to_vec(), &hs).map_err(raft_err)?;
+        self.write_synced(&mut batch)?;
+        let now = {
+            let st = self.state.lock();
+            record.state().after(st.last, st.hs.term, st.hs.vote, st.hs.commit)
+        };
+        self.write_record(&mut record, now, false)?;
         write_snapshot(&self.dir, &snapshot).map_err(raft_err)?;
         self.state.lock().snapshot = Some(snapshot);
         let last = self.engine.last_index(GROUP).unwrap_or(0);
@@ -1463,6 +1483,32 @@ mod tests {
         assert_eq!(s.first_index().unwrap(), 2);
         assert_eq!(s.term(2).unwrap(), 1);
         assert_eq!(s.vote_floor(), None, "never repaired");
+    }
+
+    /// A snapshot is kept only once the commit index covering it is
+    /// synced: the commit a light ready wrote unsynced must not be lost
+    /// behind a snapshot.
+    #[test]
+    fn a_snapshot_syncs_the_commit_it_covers_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        let s = DiskStore::open(&dir, vec![1]).unwrap();
+        let syncs = crate::metrics::Histogram::seconds(1, 1_000_000_000);
+        s.time_syncs(syncs.clone());
+        let hs = HardState { term: 1, vote: 1, commit: 1, ..Default::default() };
+        s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)], Some(&hs)).unwrap();
+        assert_eq!(syncs.count(), 1);
+        s.set_commit(3).unwrap();
+        assert_eq!(syncs.count(), 1, "a commit alone is not synced");
+        let mut snap = Snapshot { data: vec![5].into(), ..Default::default() };
+        snap.mut_metadata().index = 3;
+        snap.mut_metadata().term = 1;
+        s.install(snap, 2).unwrap();
+        assert_eq!(syncs.count(), 2, "the commit is synced before the snapshot is kept");
+        drop(s);
+        let s = DiskStore::open(&dir, vec![1]).unwrap();
+        assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
+        assert_eq!(s.snapshot(0, 1).unwrap().get_metadata().index, 3);
     }
 
     #[test]

@@ -29,6 +29,12 @@
 //!   protocol thread.
 //! * ServiceManager ([`manager`]): reply cache ([`cache`]: each client
 //!   command executes once), scheduler, snapshots and log compaction.
+//! * Reads without the log ([`reads`], on the protocol thread): a leader
+//!   serves read-only requests after a ReadIndex heartbeat round instead of
+//!   a log entry (`reads_through_log` turns it off).
+//!
+//! [`sim`] runs whole clusters of this code in one thread on a simulated
+//! clock, network and disk, from a seed, under faults (`psmr simulate`).
 //!
 //! Storage ([`store::Log`]) is on disk ([`disk`]: raft-engine, synced,
 //! recovered after a crash, damage refused with the help of the sync
@@ -51,10 +57,11 @@ pub mod manager;
 pub mod metrics;
 pub mod peer;
 pub mod protocol;
-mod reads;
 pub mod ratelog;
+pub mod reads;
 pub mod redis;
 pub mod router;
+pub mod sim;
 pub mod stages;
 pub mod store;
 pub mod synced;
@@ -524,7 +531,7 @@ fn raft_node(
     Ok(raft::RawNode::new(&raft_config, store, &logger)?)
 }
 
-/// The raft-rs configuration of replica `id` (shared with `sim`, whose
+/// The raft-rs configuration of replica `id` (shared with [`sim`], whose
 /// nodes must run exactly the configuration real replicas run).
 pub(crate) fn raft_config(config: &Config, id: u64, applied: u64) -> Result<raft::Config, ReplicaError> {
     let raft_config = raft::Config {

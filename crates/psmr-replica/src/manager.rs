@@ -122,7 +122,7 @@ impl<A: App> ReplySink<A::Reply> for ManagerSink<A> {
 /// reads followed by a write of the same client in the entry (executing
 /// such a read again on a retry would show it that later write). Other
 /// reads execute again when retried.
-fn must_remember<O>(commands: &[psmr_model::Command<O>]) -> Vec<bool> {
+pub(crate) fn must_remember<O>(commands: &[psmr_model::Command<O>]) -> Vec<bool> {
     let mut write_follows = std::collections::HashSet::new();
     let mut out: Vec<bool> = commands
         .iter()
@@ -138,6 +138,24 @@ fn must_remember<O>(commands: &[psmr_model::Command<O>]) -> Vec<bool> {
         .collect();
     out.reverse();
     out
+}
+
+/// The state a snapshot holds: the index and term of its last entry, the
+/// service's snapshot and the reply cache's.
+pub(crate) fn encode_state(index: u64, term: u64, service: &[u8], cache: &[u8]) -> Vec<u8> {
+    let mut enc = Encoder::new();
+    enc.u64(index).u64(term).bytes(service).bytes(cache);
+    enc.finish()
+}
+
+/// What [`encode_state`] wrote: the index, the service's snapshot and the
+/// reply cache's.
+pub(crate) fn decode_state(bytes: &[u8]) -> Result<(u64, &[u8], &[u8]), WireError> {
+    let mut d = Decoder::new(bytes, "state snapshot");
+    let (index, _term) = (d.u64()?, d.u64()?);
+    let (service, cache) = (d.bytes()?, d.bytes()?);
+    d.end()?;
+    Ok((index, service, cache))
 }
 
 pub(crate) struct Manager<A: App> {
@@ -322,9 +340,7 @@ impl<A: App> Manager<A> {
         if !self.sink.wait_for(self.submitted) {
             return;
         }
-        let mut enc = Encoder::new();
-        enc.u64(index).u64(term).bytes(&self.app.snapshot()).bytes(&self.cache.snapshot());
-        let data = enc.finish();
+        let data = encode_state(index, term, &self.app.snapshot(), &self.cache.snapshot());
         let bytes = data.len();
         // Never wait for the protocol thread here: it may be waiting for
         // this thread to take decisions. A snapshot that does not fit is
@@ -345,18 +361,10 @@ impl<A: App> Manager<A> {
         if !self.sink.wait_for(self.submitted) {
             return Err("execution failed before a snapshot could be restored".into());
         }
-        let parse = |bytes: &[u8]| -> Result<(u64, Vec<u8>, Vec<u8>), WireError> {
-            let mut d = Decoder::new(bytes, "state snapshot");
-            let (index, _term) = (d.u64()?, d.u64()?);
-            let service = d.bytes()?.to_vec();
-            let cache = d.bytes()?.to_vec();
-            d.end()?;
-            Ok((index, service, cache))
-        };
         let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {}: {e}", snap.get_metadata().index);
-        let (index, service, cache) = parse(&snap.data).map_err(|e| bad(&e))?;
-        self.app.restore(&service).map_err(|e| bad(&e))?;
-        self.cache.restore(&cache).map_err(|e| bad(&e))?;
+        let (index, service, cache) = decode_state(&snap.data).map_err(|e| bad(&e))?;
+        self.app.restore(service).map_err(|e| bad(&e))?;
+        self.cache.restore(cache).map_err(|e| bad(&e))?;
         self.shared.set_applied(index, &self.protocol);
         self.applied_term = snap.get_metadata().term;
         self.since_snapshot = 0;

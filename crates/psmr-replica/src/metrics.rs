@@ -143,7 +143,7 @@ impl Histogram {
 
     /// Seconds, observed in nanoseconds: the 1-2.5-5 steps from `from_ns`
     /// up to `to_ns`.
-    fn seconds(from_ns: u64, to_ns: u64) -> Self {
+    pub(crate) fn seconds(from_ns: u64, to_ns: u64) -> Self {
         let mut bounds = Vec::new();
         let mut decade = 1u64;
         while decade * 10 <= from_ns {

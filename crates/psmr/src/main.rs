@@ -8,6 +8,7 @@ mod bench;
 mod certs;
 mod cluster;
 mod mapping;
+mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -82,6 +83,12 @@ enum Command {
     /// seeded mutations of valid encodings; fails on any panic or any input
     /// allocating more than the bound.
     Fuzz(FuzzArgs),
+    /// Deterministic simulation testing: run whole simulated clusters (real
+    /// raft, guard, log store and reply cache; simulated clock, network,
+    /// disk and clients) under faults, one seed each, and check agreement,
+    /// equal states, exactly-once and linearizability; `--replay SEED`
+    /// prints one seed's trace. Exit code 0 only when every seed passes.
+    Simulate(simulate::SimulateArgs),
 }
 
 #[derive(Args, Debug)]
@@ -383,6 +390,7 @@ fn main() -> ExitCode {
         Command::Mapping(args) => mapping::mapping(args),
         Command::Certs(args) => certs::certs(args),
         Command::Fuzz(args) => fuzz(args),
+        Command::Simulate(args) => simulate::simulate(args),
         Command::CheckHistory(args) => match cluster::check_history(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

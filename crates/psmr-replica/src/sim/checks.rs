@@ -1,0 +1,146 @@
+//! The invariants checked while a simulation runs, and its trace.
+
+use super::{Violation, ViolationKind};
+use crate::guard::Refusal;
+use psmr_model::{Digest, StableHasher};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hasher;
+
+/// Violations kept per run: the first ones say what went wrong, the rest
+/// are mostly consequences.
+const VIOLATIONS_KEPT: usize = 16;
+
+/// What every replica applied, compared as it happens.
+#[derive(Default)]
+pub(crate) struct Checks {
+    /// Per log index, the (term, digest of data) of the entry the first
+    /// replica to apply it applied: every other replica must apply the
+    /// same (the applied entries of all replicas are prefixes of one
+    /// sequence).
+    entries: Vec<Option<(u64, u64)>>,
+    /// Per log index, the state digest after applying it.
+    digests: Vec<Option<Digest>>,
+    /// Per write (client, seq), the log index at which it executed: a
+    /// write executes at one index at most (exactly-once).
+    executed: HashMap<(u64, u64), u64>,
+    /// Raft messages the guard refused, by rule.
+    pub(crate) refused: BTreeMap<&'static str, u64>,
+    pub(crate) violations: Vec<Violation>,
+    /// Violations found, kept or not.
+    pub(crate) found: u64,
+    /// Commands answered from the reply cache (executed before).
+    pub(crate) cache_answers: u64,
+    /// Reads a leader served without the log.
+    pub(crate) reads_without_log: u64,
+}
+
+/// A digest of an entry's data.
+pub(crate) fn data_hash(data: &[u8]) -> u64 {
+    let mut h = StableHasher::new();
+    h.write(data);
+    h.finish()
+}
+
+fn slot<T: Clone>(v: &mut Vec<Option<T>>, index: u64) -> &mut Option<T> {
+    let i = index as usize;
+    if v.len() <= i {
+        v.resize(i + 1, None);
+    }
+    &mut v[i]
+}
+
+impl Checks {
+    pub(crate) fn violation(&mut self, kind: ViolationKind, description: String) {
+        self.found += 1;
+        if self.violations.len() < VIOLATIONS_KEPT {
+            self.violations.push(Violation { kind, description });
+        }
+    }
+
+    /// The highest index any replica applied.
+    pub(crate) fn highest_applied(&self) -> u64 {
+        self.entries.iter().rposition(Option::is_some).unwrap_or(0) as u64
+    }
+
+    /// Replica `replica` applies entry `index` of `term` with data digest
+    /// `hash`.
+    pub(crate) fn entry(&mut self, replica: u64, index: u64, term: u64, hash: u64) {
+        match *slot(&mut self.entries, index) {
+            Some((t, h)) if (t, h) != (term, hash) => self.violation(
+                ViolationKind::Divergence,
+                format!(
+                    "replica {replica} applied entry {index} of term {term} (data {hash:016x}), \
+                     another replica applied term {t} (data {h:016x}) there"
+                ),
+            ),
+            Some(_) => {}
+            ref mut empty => *empty = Some((term, hash)),
+        }
+    }
+
+    /// Replica `replica`'s state after applying `index` (or restoring a
+    /// snapshot taken there) has digest `digest`.
+    pub(crate) fn state(&mut self, replica: u64, index: u64, digest: Digest) {
+        match *slot(&mut self.digests, index) {
+            Some(d) if d != digest => self.violation(
+                ViolationKind::StateMismatch,
+                format!("replica {replica}'s state at index {index} is {digest}, another replica's was {d}"),
+            ),
+            Some(_) => {}
+            ref mut empty => *empty = Some(digest),
+        }
+    }
+
+    /// Replica `replica` executed write `seq` of `client` at log `index`.
+    pub(crate) fn executed(&mut self, replica: u64, client: u64, seq: u64, index: u64) {
+        let earlier = *self.executed.entry((client, seq)).or_insert(index);
+        if earlier != index {
+            self.violation(
+                ViolationKind::DoubleExecution,
+                format!(
+                    "write {seq} of client {client} executed at index {earlier} and again at {index} \
+                     (replica {replica})"
+                ),
+            );
+        }
+    }
+
+    /// The guard of replica `replica` refused a message.
+    pub(crate) fn refused(&mut self, replica: u64, why: &Refusal, what: impl FnOnce() -> String) {
+        *self.refused.entry(why.rule.label()).or_default() += 1;
+        self.violation(ViolationKind::GuardRefusal, format!("replica {replica} refused {}: {why}", what()));
+    }
+}
+
+/// The trace of a run: a hash of every event (always), and the events as
+/// text (when asked for, to replay a seed).
+pub(crate) struct Trace {
+    hasher: StableHasher,
+    lines: Option<Vec<String>>,
+}
+
+impl Trace {
+    pub(crate) fn new(keep_lines: bool) -> Self {
+        Self { hasher: StableHasher::new(), lines: keep_lines.then(Vec::new) }
+    }
+
+    /// Records an event at `now_us`: `words` go into the hash, `line` (made
+    /// only when lines are kept) into the text.
+    pub(crate) fn event(&mut self, now_us: u64, words: &[u64], line: impl FnOnce() -> String) {
+        self.hasher.write_u64(now_us);
+        for &w in words {
+            self.hasher.write_u64(w);
+        }
+        if let Some(lines) = &mut self.lines {
+            lines.push(format!("{:>10.3}ms {}", now_us as f64 / 1000.0, line()));
+        }
+    }
+
+    pub(crate) fn hash(&self) -> u64 {
+        self.hasher.finish()
+    }
+
+    pub(crate) fn take_lines(&mut self) -> Vec<String> {
+        self.lines.take().unwrap_or_default()
+    }
+}
