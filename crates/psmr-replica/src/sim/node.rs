@@ -12,7 +12,7 @@ use crate::guard::Guard;
 use crate::manager::{decode_state, encode_state, must_remember};
 use crate::protocol::{handle_ready, ReadyOut};
 use crate::reads::Reads;
-use crate::store::{encode_command, entry_commands, request_commands, EntryBuilder, Log, LogStore};
+use crate::store::{encode_command, entry_commands, request_commands, EntryBuilder, EntryRef, Log, LogStore};
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::{App, ClientId, Command, Service};
 use raft::prelude::{Entry, EntryType, Message, MessageType, Snapshot};
@@ -81,6 +81,62 @@ pub(crate) struct Live {
 }
 
 impl Live {
+    /// Executes the commands of entry `index` in log order through the
+    /// reply cache, as the service manager does, and answers the ones that
+    /// reached this replica.
+    fn execute(&mut self, id: u64, index: u64, commands: Vec<EntryRef<'_>>, env: &mut Env<'_>) {
+        let mut decoded = Vec::with_capacity(commands.len());
+        for c in commands {
+            match self.service.command(&self.codec, ClientId(c.client), c.seq, c.op) {
+                Ok(cmd) => decoded.push(cmd),
+                Err(err) => {
+                    if self.waiting.remove(&(c.client, c.seq)) {
+                        let answer = Answer::Rejected(format!("bad operation: {err}"));
+                        reply(env.out, id, c.client, c.seq, answer);
+                    }
+                }
+            }
+        }
+        let remember = must_remember(&decoded);
+        for (cmd, remember) in decoded.into_iter().zip(remember) {
+            let (client, seq) = (cmd.client.0, cmd.seq);
+            let admit = if env.bug == Some(Bug::NoReplyCache) {
+                Admit::New
+            } else {
+                self.cache.admit(client, seq, index, remember)
+            };
+            let answer = match admit {
+                Admit::New => {
+                    let value = self.service.execute(&cmd);
+                    let outcome = Outcome::Ok(self.codec.encode_reply(&value));
+                    self.cache.fill(client, seq, &outcome);
+                    if !cmd.is_read_only() {
+                        env.checks.executed(id, client, seq, index);
+                    }
+                    Some(outcome)
+                }
+                Admit::Done(outcome) => {
+                    env.checks.cache_answers += 1;
+                    Some(outcome)
+                }
+                // Execution is synchronous here: nothing is
+                // ever admitted and not yet executed.
+                Admit::Pending => None,
+                Admit::Stale => Some(Outcome::Rejected(format!("sequence number {seq} is stale"))),
+                Admit::Superseded => Some(Outcome::Rejected(format!("read {seq} superseded"))),
+            };
+            if let Some(outcome) = answer {
+                if self.waiting.remove(&(client, seq)) {
+                    let answer = match outcome {
+                        Outcome::Ok(bytes) => Answer::Ok(bytes),
+                        Outcome::Rejected(why) => Answer::Rejected(why),
+                    };
+                    reply(env.out, id, client, seq, answer);
+                }
+            }
+        }
+    }
+
     /// Puts a request in the next entry; the replica answers it when it
     /// applies it.
     fn enqueue(&mut self, client: u64, seq: u64, op: Vec<u8>, settings: &NodeSettings, env: &mut Env<'_>) {
@@ -590,58 +646,7 @@ impl Node {
         env.checks.entry(id, e.index, e.term, data_hash(&e.data));
         if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
             match entry_commands(&e.data) {
-                Ok(commands) => {
-                    let mut decoded = Vec::with_capacity(commands.len());
-                    for c in commands {
-                        match live.service.command(&live.codec, ClientId(c.client), c.seq, c.op) {
-                            Ok(cmd) => decoded.push(cmd),
-                            Err(err) => {
-                                if live.waiting.remove(&(c.client, c.seq)) {
-                                    let answer = Answer::Rejected(format!("bad operation: {err}"));
-                                    reply(env.out, id, c.client, c.seq, answer);
-                                }
-                            }
-                        }
-                    }
-                    let remember = must_remember(&decoded);
-                    for (cmd, remember) in decoded.into_iter().zip(remember) {
-                        let (client, seq) = (cmd.client.0, cmd.seq);
-                        let admit = if env.bug == Some(Bug::NoReplyCache) {
-                            Admit::New
-                        } else {
-                            live.cache.admit(client, seq, e.index, remember)
-                        };
-                        let answer = match admit {
-                            Admit::New => {
-                                let value = live.service.execute(&cmd);
-                                let outcome = Outcome::Ok(live.codec.encode_reply(&value));
-                                live.cache.fill(client, seq, &outcome);
-                                if !cmd.is_read_only() {
-                                    env.checks.executed(id, client, seq, e.index);
-                                }
-                                Some(outcome)
-                            }
-                            Admit::Done(outcome) => {
-                                env.checks.cache_answers += 1;
-                                Some(outcome)
-                            }
-                            // Execution is synchronous here: nothing is
-                            // ever admitted and not yet executed.
-                            Admit::Pending => None,
-                            Admit::Stale => Some(Outcome::Rejected(format!("sequence number {seq} is stale"))),
-                            Admit::Superseded => Some(Outcome::Rejected(format!("read {seq} superseded"))),
-                        };
-                        if let Some(outcome) = answer {
-                            if live.waiting.remove(&(client, seq)) {
-                                let answer = match outcome {
-                                    Outcome::Ok(bytes) => Answer::Ok(bytes),
-                                    Outcome::Rejected(why) => Answer::Rejected(why),
-                                };
-                                reply(env.out, id, client, seq, answer);
-                            }
-                        }
-                    }
-                }
+                Ok(commands) => live.execute(id, e.index, commands, env),
                 // Every replica skips the same undecodable bytes (see the
                 // service manager); an honest leader never proposes them.
                 Err(err) => env
