@@ -8,7 +8,7 @@
 //! diverge. [`ClassModel::check_commands`] runs first and names the two
 //! commands whose conflict the classes miss.
 
-use crate::{build, CollectSink, SchedConfig, SchedError, SchedulerKind};
+use crate::{CollectSink, SchedConfig, SchedError, Scheduler, SchedulerKind, Switchable};
 use psmr_model::{App, Batch, ClassModel, ClientId, Command, Mapping, Service, BITMAP_BITS_DEFAULT};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -172,10 +172,31 @@ pub fn run<S: Service>(
 where
     S::Op: Clone,
 {
+    run_switching(config, &[], service, model, batches)
+}
+
+/// Like [`run`], but switches to the scheduler `switches[i].1` describes
+/// right before batch `switches[i].0` (a [`Switchable`]); the switches in
+/// rising batch order.
+pub fn run_switching<S: Service>(
+    config: &SchedConfig,
+    switches: &[(usize, SchedConfig)],
+    service: S,
+    model: &ClassModel,
+    batches: &[Batch<S::Op>],
+) -> Result<Run<S::Reply>, SchedError>
+where
+    S::Op: Clone,
+{
     let service = Arc::new(service);
-    let sink = Arc::new(CollectSink::new(config.workers));
-    let mut scheduler = build(config, service.clone(), model, sink.clone())?;
-    for b in batches {
+    let workers = switches.iter().map(|(_, c)| c.workers).fold(config.workers, usize::max);
+    let sink = Arc::new(CollectSink::new(workers));
+    let mut scheduler = Box::new(Switchable::new(config.clone(), service.clone(), model, sink.clone())?);
+    let mut next = switches.iter().peekable();
+    for (i, b) in batches.iter().enumerate() {
+        while let Some((_, config)) = next.next_if(|(at, _)| *at <= i) {
+            scheduler.switch(config.clone())?;
+        }
         scheduler.submit(b.clone())?;
     }
     scheduler.finish()?;

@@ -44,6 +44,7 @@ mod metrics;
 pub mod optimizer;
 mod sequential;
 mod sink;
+mod switch;
 mod sync;
 mod ws;
 
@@ -52,6 +53,7 @@ pub use cycles::{CycleCounters, Role};
 pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
+pub use switch::Switchable;
 pub use ws::{Victims, WsQueue};
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};

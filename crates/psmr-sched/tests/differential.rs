@@ -1,7 +1,8 @@
 //! The central property of psmr: for random workloads over every service and
 //! class model, every scheduler with 1, 2, 3, 4 and 8 workers returns for
 //! every command the same reply as `sequential` and reaches the same final
-//! state, with the services' conflict sanitizer on.
+//! state, with the services' conflict sanitizer on; and so does a run that
+//! switches scheduler, workers and mapping at random batch boundaries.
 //!
 //! Every case derives its workload from one base seed, printed at the start
 //! and in every failure. Replay a failure with
@@ -42,8 +43,18 @@ fn base_seed() -> u64 {
     })
 }
 
-/// One run with the knobs these tests turn: a small graph bound, short
-/// queues, and every victim policy in turn across the worker counts.
+/// The knobs these tests turn: a small graph bound, short queues, and
+/// every victim policy in turn across the worker counts.
+fn sched_config(kind: SchedulerKind, workers: usize, mapping: Option<Mapping>, graph_max: usize) -> SchedConfig {
+    let mut config = SchedConfig::new(kind, workers);
+    config.mapping = mapping;
+    config.graph_max = graph_max;
+    config.queue_depth = 4;
+    config.victims = Some([Victims::First, Victims::Random, Victims::Next][workers % 3]);
+    config
+}
+
+/// One run of `batches` with [`sched_config`].
 fn execute<S: Service>(
     kind: SchedulerKind,
     workers: usize,
@@ -56,12 +67,19 @@ fn execute<S: Service>(
 where
     S::Op: Clone,
 {
-    let mut config = SchedConfig::new(kind, workers);
-    config.mapping = mapping;
-    config.graph_max = graph_max;
-    config.queue_depth = 4;
-    config.victims = Some([Victims::First, Victims::Random, Victims::Next][workers % 3]);
-    check::run(&config, service, model, batches)
+    check::run(&sched_config(kind, workers, mapping, graph_max), service, model, batches)
+}
+
+/// `got` replied to every command as `reference` did, once, and reached its
+/// state.
+fn assert_same<R: PartialEq + Debug>(what: &str, reference: &Run<R>, got: &Run<R>) {
+    assert_eq!(got.duplicates, 0, "{what}: a command replied twice");
+    assert_eq!(got.replies.len(), reference.replies.len(), "{what}: replies missing");
+    for (id, want) in &reference.replies {
+        let have = got.replies.get(id);
+        assert_eq!(have, Some(want), "{what}: reply to client {} seq {} differs", id.0, id.1);
+    }
+    assert_eq!(got.digest, reference.digest, "{what}: final state differs");
 }
 
 /// A random relabeling of the threads of a valid mapping is valid too; it
@@ -141,17 +159,31 @@ fn differential<S: Service>(
                 .unwrap_or_else(|e| panic!("{ctx}: {kind}/{workers} failed: {e}"));
             let what =
                 format!("{ctx}: {kind} with {workers} workers (mapping {:?})", mapping.map(|m| m.to_json(model)));
-            assert_eq!(got.duplicates, 0, "{what}: a command replied twice");
-            assert_eq!(got.replies.len(), n, "{what}: replies missing");
-            for (id, want) in &reference.replies {
-                let have = got.replies.get(id);
-                assert_eq!(have, Some(want), "{what}: reply to client {} seq {} differs", id.0, id.1);
-            }
-            assert_eq!(got.digest, reference.digest, "{what}: final state differs");
+            assert_same(&what, &reference, &got);
             EXECUTED[k].fetch_add(n as u64, Ordering::Relaxed);
         }
     }
+    // The scheduler, its workers and its mapping changed at random batch
+    // boundaries mid-stream (`psmr_sched::Switchable`).
+    let mut switches = Vec::new();
+    for _ in 0..rng.gen_range(2..=6) {
+        let at = rng.gen_range(0..=batches.len());
+        let (kind, i) =
+            (SchedulerKind::ALL[rng.gen_range(0..SchedulerKind::ALL.len())], rng.gen_range(0..WORKERS.len()));
+        let mapping = kind.needs_mapping().then(|| permuted(&base_mappings[i], rng));
+        switches.push((at, sched_config(kind, WORKERS[i], mapping, graph_max)));
+    }
+    switches.sort_by_key(|(at, _)| *at);
+    let first = sched_config(SchedulerKind::Sequential, 1, None, graph_max);
+    let got = check::run_switching(&first, &switches, make(), model, &batches)
+        .unwrap_or_else(|e| panic!("{ctx}: switching failed: {e}"));
+    let plan: Vec<String> = switches.iter().map(|(at, c)| format!("{} x{} at batch {at}", c.kind, c.workers)).collect();
+    assert_same(&format!("{ctx}: switching {}", plan.join(", ")), &reference, &got);
+    SWITCHED.fetch_add(switches.len() as u64, Ordering::Relaxed);
 }
+
+/// Scheduler switches checked over the whole test binary.
+static SWITCHED: AtomicU64 = AtomicU64::new(0);
 
 fn workload(rng: &mut ChaCha8Rng, seed: u64, commands: usize, shards: usize, mix: Mix) -> WorkloadConfig {
     WorkloadConfig {
@@ -240,6 +272,9 @@ fn every_scheduler_matches_sequential() {
         eprintln!("{kind}: {n} commands checked against sequential");
         assert!(n >= 100_000, "{kind}: only {n} commands checked");
     }
+    let switched = SWITCHED.load(Ordering::Relaxed);
+    eprintln!("{switched} scheduler switches mid-stream checked against sequential");
+    assert!(switched >= 22 * 2, "only {switched} switches");
 }
 
 /// The checks above can fail: a class model that hides conflicts (every

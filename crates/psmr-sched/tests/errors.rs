@@ -159,3 +159,31 @@ fn dropping_an_unfinished_scheduler_joins_its_workers() {
         assert_eq!(Arc::strong_count(&service), 1, "{kind}: a worker still holds the service");
     }
 }
+
+/// A switch to a scheduler that cannot be built leaves the running one in
+/// place, still executing; a later good switch drains it and goes on.
+#[test]
+fn a_switch_that_cannot_be_built_keeps_the_running_scheduler() {
+    use psmr_sched::{Scheduler, Switchable};
+    let service = Arc::new(Fragile { boom: u64::MAX, executed: AtomicU64::new(0) });
+    let sink = Arc::new(CollectSink::new(4));
+    let mut s = Switchable::new(config(SchedulerKind::Early, 2), service.clone(), &model(), sink.clone()).unwrap();
+    let mut all = batches(300, 10, |i| (i % 3 == 0) as u16).into_iter();
+    for b in all.by_ref().take(10) {
+        s.submit(b).unwrap();
+    }
+    let bad = SchedConfig::new(SchedulerKind::Early, 0);
+    assert!(matches!(s.switch(bad), Err(SchedError::Config(_))));
+    assert_eq!((s.kind(), s.config().workers), (SchedulerKind::Early, 2), "the running one stays");
+    for b in all.by_ref().take(10) {
+        s.submit(b).unwrap();
+    }
+    s.switch(config(SchedulerKind::LateBatchBitmap, 4)).unwrap();
+    assert_eq!(service.executed.load(Ordering::Relaxed), 200, "drained at the switch");
+    for b in all {
+        s.submit(b).unwrap();
+    }
+    let stats = Box::new(s).finish().unwrap();
+    assert_eq!(stats.executed(), 300);
+    assert_eq!(sink.take().0.len(), 300);
+}

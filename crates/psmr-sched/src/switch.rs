@@ -1,0 +1,97 @@
+//! Changing the scheduler between two batches (003 §6.8, lesson 3: both
+//! techniques need a reconfiguration protocol to adapt the number of
+//! workers on the fly).
+//!
+//! Every scheduler gives the replies and the final state of sequential
+//! execution, so which one runs, with how many workers and which mapping,
+//! is a local choice of each replica that nobody else can observe. A
+//! [`Switchable`] makes the choice changeable: [`Switchable::switch`] builds
+//! the next scheduler over the same service, class model and reply sink,
+//! drains the running one (every command it was given executed, its threads
+//! joined) and hands every later batch to the next. Between the last batch
+//! of the old one and the first of the new one nothing runs: the stall is
+//! the time the old one needs to finish what it holds, at most the batches
+//! in its queues.
+
+use crate::{build, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
+use psmr_model::{Batch, ClassModel, Service};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A scheduler that can be replaced between two batches (see the module
+/// documentation).
+pub struct Switchable<S: Service> {
+    current: Box<dyn Scheduler<S>>,
+    config: SchedConfig,
+    service: Arc<S>,
+    model: ClassModel,
+    sink: Arc<dyn ReplySink<S::Reply>>,
+    /// What the schedulers switched away from executed.
+    executed_before: Vec<u64>,
+}
+
+impl<S: Service> Switchable<S> {
+    /// Builds the scheduler `config` describes, as [`build`] does.
+    pub fn new(
+        config: SchedConfig,
+        service: Arc<S>,
+        model: &ClassModel,
+        sink: Arc<dyn ReplySink<S::Reply>>,
+    ) -> Result<Self, SchedError> {
+        let current = build(&config, service.clone(), model, sink.clone())?;
+        Ok(Self { current, config, service, model: model.clone(), sink, executed_before: Vec::new() })
+    }
+
+    /// The configuration of the scheduler running now.
+    pub fn config(&self) -> &SchedConfig {
+        &self.config
+    }
+
+    /// Replaces the running scheduler by the one `config` describes, after
+    /// every command given so far has executed. Returns how long the
+    /// switch stalled execution. If the next scheduler cannot be built the
+    /// running one stays, and the error says why; if the running one fails
+    /// while it drains, the error is its failure.
+    pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SchedError> {
+        // Built first: a configuration that cannot run leaves the running
+        // scheduler untouched.
+        let next = build(&config, self.service.clone(), &self.model, self.sink.clone())?;
+        let started = Instant::now();
+        let old = std::mem::replace(&mut self.current, next);
+        self.config = config;
+        let stats = old.finish()?;
+        merge(&mut self.executed_before, &stats.executed_per_worker);
+        Ok(started.elapsed())
+    }
+}
+
+fn merge(into: &mut Vec<u64>, counts: &[u64]) {
+    if into.len() < counts.len() {
+        into.resize(counts.len(), 0);
+    }
+    for (total, n) in into.iter_mut().zip(counts) {
+        *total += n;
+    }
+}
+
+impl<S: Service> Scheduler<S> for Switchable<S> {
+    fn kind(&self) -> SchedulerKind {
+        self.current.kind()
+    }
+
+    fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
+        self.current.submit(batch)
+    }
+
+    fn metrics(&self) -> Option<Arc<crate::Metrics>> {
+        self.current.metrics()
+    }
+
+    /// Finishes the running scheduler; the counts cover every scheduler
+    /// this one ran, per worker id.
+    fn finish(self: Box<Self>) -> Result<SchedStats, SchedError> {
+        let mut executed = self.executed_before;
+        merge(&mut executed, &self.current.finish()?.executed_per_worker);
+        Ok(SchedStats { executed_per_worker: executed })
+    }
+}
