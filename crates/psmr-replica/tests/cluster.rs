@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,16 +129,36 @@ fn random_op(rng: &mut ChaCha8Rng, base: u64) -> KvOp {
     }
 }
 
+/// Clients running together: told to stop, and counting their answers.
+#[derive(Default)]
+struct Load {
+    stopping: AtomicBool,
+    answered: AtomicU64,
+}
+
+impl Load {
+    /// Waits (bounded) until the clients have had `more` answers beyond
+    /// `from`: the load is under way, whatever the machine's speed.
+    fn under_way(&self, from: u64, more: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.answered.load(Ordering::Relaxed) < from + more {
+            assert!(Instant::now() < deadline, "the clients got no answers");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
 /// Runs `requests` requests of `per` random commands for client `id`,
-/// checking every reply against the model. Stops early if `stop` is set.
-fn run_client(config: &Config, id: u64, seed: u64, requests: usize, per: usize, stop: &AtomicBool) -> usize {
+/// checking every reply against the model. Stops early once `load` is
+/// stopping.
+fn run_client(config: &Config, id: u64, seed: u64, requests: usize, per: usize, load: &Load) -> usize {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ id);
     let mut c = client(config, id);
     let mut model = Model::default();
     let base = id * 1_000_000;
     let mut done = 0;
     for _ in 0..requests {
-        if stop.load(Ordering::Relaxed) {
+        if load.stopping.load(Ordering::Relaxed) {
             break;
         }
         let ops: Vec<KvOp> = (0..per).map(|_| random_op(&mut rng, base)).collect();
@@ -147,6 +167,7 @@ fn run_client(config: &Config, id: u64, seed: u64, requests: usize, per: usize, 
             let want = model.apply(op);
             assert_eq!(reply, Ok(want), "client {id}: {op:?}");
         }
+        load.answered.fetch_add(1, Ordering::Relaxed);
         done += 1;
     }
     // Every acknowledged write is in the state, once: read back every key
@@ -201,7 +222,7 @@ fn every_scheduler_replies_like_the_model_and_replicas_agree() {
     for kind in SchedulerKind::ALL {
         let config = config(3, kind, 2);
         let replicas: Vec<Replica> = (1..=3).map(|id| start(&config, id)).collect();
-        let stop = AtomicBool::new(false);
+        let stop = Load::default();
         std::thread::scope(|s| {
             for id in 1..=6u64 {
                 let (config, stop) = (&config, &stop);
@@ -238,7 +259,7 @@ fn a_lone_request_goes_out_at_once_and_entries_grow_under_load() {
     config.validate().unwrap();
     let replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
     let l = leader(&config, &replicas);
-    let stop = AtomicBool::new(false);
+    let stop = Load::default();
     // 20 single-command requests and the 8-command read-back, one by one.
     run_client(&config, 1, seed, 20, 1, &stop);
     let (entries, commands) = proposed(&replicas, l);
@@ -351,22 +372,23 @@ fn the_leader_dies_under_load_and_nothing_acknowledged_is_lost_or_doubled() {
     let config = config(3, SchedulerKind::Early, 2);
     let mut replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
     let first = leader(&config, &replicas);
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(Load::default());
     let handles: Vec<_> = (1..=8u64)
         .map(|id| {
             let (config, stop) = (config.clone(), stop.clone());
-            std::thread::spawn(move || run_client(&config, id, seed, 200, 10, &stop))
+            std::thread::spawn(move || run_client(&config, id, seed, 100_000, 10, &stop))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    stop.under_way(0, 20);
     let killed = Instant::now();
     replicas[first].take().expect("the leader runs").stop();
     let second = leader(&config, &replicas);
     let takeover = killed.elapsed();
     eprintln!("leader {} stopped; replica {} took over after {takeover:?}", first + 1, second + 1);
     assert_ne!(first, second);
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Relaxed);
+    // Clients go on with the new leader before they stop.
+    stop.under_way(stop.answered.load(Ordering::Relaxed), 20);
+    stop.stopping.store(true, Ordering::Relaxed);
     let done: usize = handles.into_iter().map(|h| h.join().expect("client failed")).sum();
     assert!(done > 0);
     let alive: Vec<SocketAddr> =
@@ -379,13 +401,13 @@ fn five_replicas_survive_two_failures() {
     let seed = seed();
     let config = config(5, SchedulerKind::EarlyWsOptimistic, 2);
     let mut replicas: Vec<Option<Replica>> = (1..=5).map(|id| Some(start(&config, id))).collect();
-    let stop = AtomicBool::new(false);
+    let stop = Load::default();
     std::thread::scope(|s| {
         for id in 1..=4u64 {
             let (config, stop) = (&config, &stop);
             s.spawn(move || run_client(config, id, seed, 30, 10, stop));
         }
-        std::thread::sleep(Duration::from_millis(200));
+        stop.under_way(0, 10);
         // The leader and one more.
         let first = leader(&config, &replicas);
         replicas[first].take().unwrap().stop();
@@ -404,7 +426,7 @@ fn a_late_replica_catches_up_through_a_snapshot() {
     let mut config = config(3, SchedulerKind::LateBatchBitmap, 2);
     config.snapshot_every = 20;
     let first_two: Vec<Replica> = (1..=2).map(|id| start(&config, id)).collect();
-    let stop = AtomicBool::new(false);
+    let stop = Load::default();
     std::thread::scope(|s| {
         for id in 1..=4u64 {
             let (config, stop) = (&config, &stop);
@@ -425,7 +447,7 @@ fn garbage_and_oversized_frames_close_one_connection_only() {
     config.frame_max = 1 << 12;
     config.batch_max_bytes = 1 << 10;
     let replicas: Vec<Replica> = (1..=3).map(|id| start(&config, id)).collect();
-    let stop = AtomicBool::new(false);
+    let stop = Load::default();
     let targets: Vec<SocketAddr> = config.replicas.iter().flat_map(|m| [m.client, m.peer]).collect();
     for addr in &targets {
         for junk in [

@@ -18,6 +18,26 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Waits (bounded) until process `pid` has exited (gone, or a zombie not
+/// yet reaped by its parent).
+fn gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = format!("/proc/{pid}/status");
+    while std::fs::read_to_string(&status).is_ok_and(|s| !s.contains("zombie")) {
+        assert!(Instant::now() < deadline, "process {pid} outlived its SIGKILL or the cluster");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (bounded) until something accepts connections at `addr`.
+fn serving(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens at {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A running `psmr cluster`, stopped with SIGTERM when dropped.
 struct Cluster {
     child: Child,
@@ -57,11 +77,7 @@ impl Cluster {
     fn kill_replica(&self, i: usize) {
         let pid = self.replicas[i].2;
         assert!(Command::new("kill").arg("-KILL").arg(pid.to_string()).status().unwrap().success());
-        while std::path::Path::new(&format!("/proc/{pid}/status")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default().contains("zombie")
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        gone(pid);
     }
 
     /// Waits until every listed replica reports the same applied index and
@@ -155,9 +171,7 @@ fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
     }
 
     // Kill replica 2 and start it again under the same id: refused.
-    let (_, _, pid) = cluster.replicas[1];
-    assert!(Command::new("kill").arg("-KILL").arg(pid.to_string()).status().unwrap().success());
-    std::thread::sleep(Duration::from_millis(300));
+    cluster.kill_replica(1);
     let config = cluster.dir.join("cluster.toml");
     let o = Command::new(env!("CARGO_BIN_EXE_psmr"))
         .args(["replica", "--config", config.to_str().unwrap(), "--id", "2"])
@@ -174,12 +188,8 @@ fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
     // SIGTERM to `psmr cluster` stops every replica process.
     let pids: Vec<u32> = cluster.replicas.iter().map(|r| r.2).collect();
     drop(cluster);
-    let deadline = Instant::now() + Duration::from_secs(10);
     for pid in pids {
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            assert!(Instant::now() < deadline, "replica process {pid} outlived the cluster");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        gone(pid);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -315,7 +325,7 @@ fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
     let put =
         |k: u32| psmr(&["client", "--cluster", &client, "--timeout", "3", "put", &k.to_string(), &"x".repeat(3000)]);
     let full = start(true);
-    std::thread::sleep(Duration::from_millis(500));
+    serving(&client);
     let mut acknowledged = 0;
     for k in 0..200 {
         if !put(k).status.success() {
@@ -328,7 +338,7 @@ fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
     assert!(text(&out.stderr).contains("cannot persist the log"), "{}", text(&out.stderr));
     assert!(acknowledged > 0 && acknowledged < 200, "{acknowledged} writes fit in 64 KiB?");
     let mut again = start(false);
-    std::thread::sleep(Duration::from_millis(500));
+    serving(&client);
     for k in 0..acknowledged {
         let o = psmr(&["client", "--cluster", &client, "get", &k.to_string()]);
         assert_eq!(text(&o.stdout).trim().len(), 3000, "key {k}: {}", text(&o.stderr));
