@@ -230,7 +230,10 @@ impl ClusterSpec {
         config.validate()?;
         checked_service(&config)?;
         if !self.base.insecure_peers {
-            let ids: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+            // Certificates for replicas that may join later too
+            // (`psmr replica --join`, then `psmr client add-replica`).
+            let last = config.replicas.iter().map(|m| m.id).max().unwrap_or(0);
+            let ids: Vec<u64> = (1..=last + psmr_replica::local::JOINERS_MAX).collect();
             let certs = dir.join("certs");
             let tls = psmr_replica::tls::generate(&certs, &ids)
                 .map_err(|source| LaunchError::Certificates { dir: certs, source })?;

@@ -18,10 +18,15 @@
 //! operations and replies are bytes, and [`AsyncClient::call`] puts a
 //! service's typed operations on the wire with its
 //! [`psmr_model::wire::OpCodec`].
+//!
+//! Membership: [`AsyncClient::members_of`] asks one replica for the
+//! cluster's members; [`AsyncClient::change_membership`] adds or removes a
+//! replica, finding the leader and retrying until the change is in effect
+//! or its deadline passes.
 
 use psmr_model::wire::{
-    read_frame_async, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand, WireError,
-    WorkerSample, FRAME_MAX_DEFAULT,
+    read_frame_async, ClientMsg, MemberChange, MemberInfo, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat,
+    WireCommand, WireError, WorkerSample, FRAME_MAX_DEFAULT, RETRY_LATER,
 };
 use psmr_model::App;
 use std::net::SocketAddr;
@@ -202,7 +207,11 @@ impl AsyncClient {
                         return Ok(());
                     }
                 }
-                ServerMsg::Replies { .. } | ServerMsg::Status(_) | ServerMsg::Stats { .. } | ServerMsg::Metrics(_) => {}
+                ServerMsg::Replies { .. }
+                | ServerMsg::Status(_)
+                | ServerMsg::Stats { .. }
+                | ServerMsg::Metrics(_)
+                | ServerMsg::Members(_) => {}
                 ServerMsg::Redirect { leader, addr } => {
                     self.leader = addr.parse().ok();
                     return Err(Attempt::Retry(if leader == 0 {
@@ -261,19 +270,121 @@ impl AsyncClient {
         }
     }
 
-    async fn ask(addr: SocketAddr, msg: ClientMsg, timeout: Duration) -> Result<ServerMsg, String> {
+    /// Asks one replica for the cluster's members as it knows them (its
+    /// latest membership, committed or not), by id. A replica that does
+    /// not answer this itself (e.g. one that redirects to the leader) is an
+    /// error naming what it answered.
+    pub async fn members_of(addr: SocketAddr, timeout: Duration) -> Result<Vec<MemberInfo>, String> {
+        match Self::ask(addr, ClientMsg::Members, timeout).await? {
+            ServerMsg::Members(members) => Ok(members),
+            ServerMsg::Redirect { leader: 0, .. } => Err("no answer here, and no leader known".into()),
+            ServerMsg::Redirect { leader, addr } => Err(format!("no answer here: ask leader {leader} at {addr}")),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Adds or removes a replica, and returns the members once the change
+    /// is in effect (for an addition: once the new replica has caught up
+    /// and votes), which can take tens of seconds.
+    ///
+    /// The change goes to the replicas of `cluster` in turn, following
+    /// redirects to the leader (a replica that knows no leader sends it on
+    /// to the next replica of the list). An answer that the change may
+    /// succeed later (an error starting with [`RETRY_LATER`]), a connection
+    /// that fails and an attempt that hears nothing are retried after a
+    /// backoff (50 ms, doubling up to 1 s); any other error is final and
+    /// returned as the replica sent it. Every attempt, and the whole call,
+    /// ends by `deadline`; the error then says what the last attempt got.
+    ///
+    /// An attempt cut short (connection lost, deadline) may still take
+    /// effect later: [`AsyncClient::members_of`] tells.
+    pub async fn change_membership(
+        cluster: &[SocketAddr],
+        change: MemberChange,
+        deadline: Duration,
+    ) -> Result<Vec<MemberInfo>, String> {
+        if cluster.is_empty() {
+            return Err(ClientError::NoAddresses.to_string());
+        }
+        let end = Instant::now() + deadline;
+        let msg = ClientMsg::ChangeMembership(change);
+        let mut next = 0;
+        let mut leader: Option<SocketAddr> = None;
+        let mut backoff = CHANGE_BACKOFF_MIN;
+        // Redirects followed since the last pause: past one per replica,
+        // the cluster is between leaders (or its answers disagree), so
+        // wait as after a failure instead of going round at once.
+        let mut hops = 0;
+        let mut last = String::from("no attempt");
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("membership change not in effect within {deadline:?} (last attempt: {last})"));
+            }
+            let addr = leader.take().unwrap_or_else(|| {
+                next += 1;
+                cluster[(next - 1) % cluster.len()]
+            });
+            let pause = match Self::exchange(addr, &msg, left).await {
+                Ok(ServerMsg::Members(members)) => return Ok(members),
+                Ok(ServerMsg::Redirect { leader: id, addr: to }) => {
+                    match to.parse::<SocketAddr>() {
+                        Ok(to_addr) if id != 0 => {
+                            last = format!("{addr}: redirected to leader {id} at {to}");
+                            leader = Some(to_addr);
+                        }
+                        _ if id != 0 => last = format!("{addr}: redirected to leader {id} at unusable address {to:?}"),
+                        _ => last = format!("{addr}: no leader known"),
+                    }
+                    hops += 1;
+                    hops > cluster.len()
+                }
+                Ok(ServerMsg::Error(m)) if m.starts_with(RETRY_LATER) => {
+                    last = format!("{addr}: {m}");
+                    // The replica that said so is worth asking again.
+                    leader = Some(addr);
+                    true
+                }
+                Ok(ServerMsg::Error(m)) => return Err(m),
+                Ok(other) => return Err(format!("{addr}: unexpected answer {other:?}")),
+                Err(e) => {
+                    last = format!("{addr}: {e}");
+                    true
+                }
+            };
+            debug!("membership change: {last}");
+            if pause {
+                hops = 0;
+                tokio::time::sleep(backoff.min(end.saturating_duration_since(Instant::now()))).await;
+                backoff = (backoff * 2).min(CHANGE_BACKOFF_MAX);
+            }
+        }
+    }
+
+    /// Sends `msg` to the replica at `addr` and reads its answer, all
+    /// within `timeout`; the replica's error is an answer, not an `Err`.
+    async fn exchange(addr: SocketAddr, msg: &ClientMsg, timeout: Duration) -> Result<ServerMsg, String> {
         let work = async {
             let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
-            s.write_all(&msg.to_frame()).await.map_err(|e| e.to_string())?;
-            let f = read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| e.to_string())?;
-            match ServerMsg::from_frame(&f).map_err(|e| e.to_string())? {
-                ServerMsg::Error(e) => Err(e),
-                other => Ok(other),
-            }
+            s.write_all(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
+            let f = read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| format!("receive failed: {e}"))?;
+            ServerMsg::from_frame(&f).map_err(|e| format!("bad answer: {e}"))
         };
         tokio::time::timeout(timeout, work).await.map_err(|_| format!("no answer within {timeout:?}"))?
     }
+
+    async fn ask(addr: SocketAddr, msg: ClientMsg, timeout: Duration) -> Result<ServerMsg, String> {
+        match Self::exchange(addr, &msg, timeout).await? {
+            ServerMsg::Error(e) => Err(e),
+            other => Ok(other),
+        }
+    }
 }
+
+/// First pause of [`AsyncClient::change_membership`] before it tries again.
+const CHANGE_BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// Longest such pause.
+const CHANGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 enum Attempt {
     Retry(String),
@@ -332,6 +443,21 @@ impl Client {
     /// See [`AsyncClient::metrics_of`].
     pub fn metrics_of(&self, addr: SocketAddr, timeout: Duration) -> Result<String, String> {
         self.rt.block_on(AsyncClient::metrics_of(addr, timeout))
+    }
+
+    /// See [`AsyncClient::members_of`].
+    pub fn members_of(&self, addr: SocketAddr, timeout: Duration) -> Result<Vec<MemberInfo>, String> {
+        self.rt.block_on(AsyncClient::members_of(addr, timeout))
+    }
+
+    /// See [`AsyncClient::change_membership`].
+    pub fn change_membership(
+        &self,
+        cluster: &[SocketAddr],
+        change: MemberChange,
+        deadline: Duration,
+    ) -> Result<Vec<MemberInfo>, String> {
+        self.rt.block_on(AsyncClient::change_membership(cluster, change, deadline))
     }
 }
 
@@ -406,5 +532,132 @@ mod tests {
         assert_ne!(c.id(), 0, "id 0 is reserved");
         let e = c.submit(vec![vec![1]]).unwrap_err().to_string();
         assert!(e.contains("not completed within") && e.contains("127.0.0.1:1"), "{e}");
+    }
+
+    /// A fake replica: answers the connections it accepts, one message
+    /// each, with `answers` in order, then stops listening; returns what
+    /// it was sent.
+    async fn fake_replica(answers: Vec<ServerMsg>) -> (SocketAddr, tokio::task::JoinHandle<Vec<ClientMsg>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let mut got = Vec::new();
+            for answer in answers {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let f = read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.unwrap();
+                got.push(ClientMsg::from_frame(&f).unwrap());
+                s.write_all(&answer.to_frame()).await.unwrap();
+            }
+            got
+        });
+        (addr, task)
+    }
+
+    fn members() -> Vec<MemberInfo> {
+        vec![
+            MemberInfo { id: 1, client: "127.0.0.1:7001".into(), peer: "127.0.0.1:8001".into(), voter: true },
+            MemberInfo { id: 4, client: "127.0.0.1:7004".into(), peer: "127.0.0.1:8004".into(), voter: true },
+        ]
+    }
+
+    fn add4() -> MemberChange {
+        MemberChange::Add { id: 4, client: "127.0.0.1:7004".into(), peer: "127.0.0.1:8004".into() }
+    }
+
+    #[tokio::test]
+    async fn change_membership_finds_the_leader_and_waits_out_retry_later() {
+        // The leader first says to come back, then answers.
+        let (leader, leader_got) = fake_replica(vec![
+            ServerMsg::Error(format!("{RETRY_LATER}replica 4 is catching up")),
+            ServerMsg::Members(members()),
+        ])
+        .await;
+        // The first replica of the list knows no leader; the second names it.
+        let (lost, lost_got) = fake_replica(vec![ServerMsg::Redirect { leader: 0, addr: String::new() }]).await;
+        let (follower, follower_got) =
+            fake_replica(vec![ServerMsg::Redirect { leader: 2, addr: leader.to_string() }]).await;
+        let start = Instant::now();
+        let got = AsyncClient::change_membership(&[lost, follower], add4(), Duration::from_secs(20)).await;
+        assert_eq!(got, Ok(members()));
+        assert!(start.elapsed() >= CHANGE_BACKOFF_MIN, "retried without a pause");
+        let sent = ClientMsg::ChangeMembership(add4());
+        assert_eq!(lost_got.await.unwrap(), vec![sent.clone()]);
+        assert_eq!(follower_got.await.unwrap(), vec![sent.clone()]);
+        assert_eq!(leader_got.await.unwrap(), vec![sent.clone(), sent]);
+    }
+
+    #[tokio::test]
+    async fn a_final_error_is_returned_at_once_as_sent() {
+        let refusal = "replica 4 is already a member";
+        let (addr, got) = fake_replica(vec![ServerMsg::Error(refusal.into())]).await;
+        let start = Instant::now();
+        let r = AsyncClient::change_membership(&[addr], MemberChange::Remove { id: 4 }, Duration::from_secs(20)).await;
+        assert_eq!(r, Err(refusal.to_string()));
+        assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+        assert_eq!(got.await.unwrap(), vec![ClientMsg::ChangeMembership(MemberChange::Remove { id: 4 })]);
+    }
+
+    #[tokio::test]
+    async fn the_deadline_bounds_each_attempt_and_names_the_last_problem() {
+        // A replica that accepts and never answers: one attempt would wait
+        // forever if the deadline did not bound it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent = listener.local_addr().unwrap();
+        let _keep = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            loop {
+                conns.push(listener.accept().await.unwrap());
+            }
+        });
+        let deadline = Duration::from_millis(300);
+        let start = Instant::now();
+        let e = AsyncClient::change_membership(&[silent], add4(), deadline).await.unwrap_err();
+        assert!(start.elapsed() >= deadline && start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(e.contains("not in effect within 300ms") && e.contains(&silent.to_string()), "{e}");
+        assert!(e.contains("no answer within"), "{e}");
+        // Nobody listening: retried with pauses, then the connection error.
+        let start = Instant::now();
+        let e = AsyncClient::change_membership(&["127.0.0.1:1".parse().unwrap()], add4(), deadline).await.unwrap_err();
+        assert!(start.elapsed() >= deadline && start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(e.contains("127.0.0.1:1: cannot connect"), "{e}");
+        assert!(AsyncClient::change_membership(&[], add4(), deadline).await.unwrap_err().contains("no replica"));
+    }
+
+    #[tokio::test]
+    async fn members_of_returns_the_members_or_says_why_not() {
+        let (addr, got) = fake_replica(vec![
+            ServerMsg::Members(members()),
+            ServerMsg::Redirect { leader: 3, addr: "127.0.0.1:7003".into() },
+            ServerMsg::Error("shutting down".into()),
+        ])
+        .await;
+        let t = Duration::from_secs(5);
+        assert_eq!(AsyncClient::members_of(addr, t).await, Ok(members()));
+        let e = AsyncClient::members_of(addr, t).await.unwrap_err();
+        assert!(e.contains("leader 3 at 127.0.0.1:7003"), "{e}");
+        assert_eq!(AsyncClient::members_of(addr, t).await, Err("shutting down".into()));
+        assert_eq!(got.await.unwrap(), vec![ClientMsg::Members; 3]);
+    }
+
+    #[test]
+    fn the_blocking_client_changes_membership_too() {
+        // A fake replica on a thread of its own, as the blocking client
+        // runs its own runtime.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for answer in [ServerMsg::Members(members()), ServerMsg::Members(members())] {
+                let (mut s, _) = listener.accept().unwrap();
+                let f = psmr_model::wire::read_frame(&mut s, FRAME_MAX_DEFAULT).unwrap();
+                got.push(ClientMsg::from_frame(&f).unwrap());
+                std::io::Write::write_all(&mut s, &answer.to_frame()).unwrap();
+            }
+            got
+        });
+        let c = Client::new(ClientConfig::new(vec![addr])).unwrap();
+        assert_eq!(c.change_membership(&[addr], add4(), Duration::from_secs(20)), Ok(members()));
+        assert_eq!(c.members_of(addr, Duration::from_secs(5)), Ok(members()));
+        assert_eq!(server.join().unwrap(), vec![ClientMsg::ChangeMembership(add4()), ClientMsg::Members]);
     }
 }

@@ -381,6 +381,57 @@ pub enum ClientMsg {
     /// A replica built before this message existed answers that the kind
     /// is unknown and closes the connection.
     Metrics,
+    /// Change the cluster's membership (the leader carries it out; other
+    /// replicas redirect). Answered with [`ServerMsg::Members`] once the
+    /// change is in effect.
+    ChangeMembership(MemberChange),
+    /// List the cluster's members as this replica knows them.
+    Members,
+}
+
+/// Most members a cluster has, voters and learners together: raft's
+/// quorum traffic grows with every voter, and clusters of more than a
+/// handful gain nothing in availability.
+pub const MEMBERS_MAX: usize = 64;
+
+/// How a [`ServerMsg::Error`] answering [`ClientMsg::ChangeMembership`]
+/// begins when the same request may succeed if sent again a little later
+/// (another change is under way, leadership moved mid-change); any other
+/// error is final.
+pub const RETRY_LATER: &str = "retry later: ";
+
+/// A change of the cluster's membership ([`ClientMsg::ChangeMembership`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberChange {
+    /// Add replica `id`, which clients reach at `client` and peers at
+    /// `peer`. It joins as a learner, catches up (from a snapshot if the
+    /// log is compacted) and then becomes a voter.
+    Add {
+        /// The new replica's id.
+        id: u64,
+        /// Its client address.
+        client: String,
+        /// Its peer address.
+        peer: String,
+    },
+    /// Remove replica `id`; once the removal is in effect it stops.
+    Remove {
+        /// The replica's id.
+        id: u64,
+    },
+}
+
+/// One member of the cluster, as [`ServerMsg::Members`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// Replica id.
+    pub id: u64,
+    /// Its client address.
+    pub client: String,
+    /// Its peer address.
+    pub peer: String,
+    /// A voter (true) or a learner still catching up (false).
+    pub voter: bool,
 }
 
 /// CPU use of one thread of a replica, cumulative since it started.
@@ -497,18 +548,28 @@ pub enum ServerMsg {
     /// Answer to [`ClientMsg::Metrics`]: the OpenMetrics text exposition,
     /// at most [`METRICS_TEXT_MAX`] bytes.
     Metrics(String),
+    /// Answer to [`ClientMsg::Members`] and [`ClientMsg::ChangeMembership`]:
+    /// the members, by id, at most [`MEMBERS_MAX`].
+    Members(Vec<MemberInfo>),
 }
 
 const K_REQUEST: u8 = 1;
 const K_STATUS: u8 = 2;
 const K_STATS: u8 = 3;
 const K_METRICS: u8 = 4;
+const K_CHANGE_MEMBERSHIP: u8 = 5;
+const K_MEMBERS: u8 = 6;
 const K_REPLIES: u8 = 16;
 const K_REDIRECT: u8 = 17;
 const K_ERROR: u8 = 18;
 const K_STATUS_REPLY: u8 = 19;
 const K_STATS_REPLY: u8 = 20;
 const K_METRICS_REPLY: u8 = 21;
+const K_MEMBERS_REPLY: u8 = 22;
+
+/// [`MemberChange`]'s tags.
+const CHANGE_ADD: u8 = 1;
+const CHANGE_REMOVE: u8 = 2;
 
 impl ClientMsg {
     /// Encodes into a frame.
@@ -525,6 +586,15 @@ impl ClientMsg {
             ClientMsg::Status => frame_bytes(K_STATUS, &[]),
             ClientMsg::Stats => frame_bytes(K_STATS, &[]),
             ClientMsg::Metrics => frame_bytes(K_METRICS, &[]),
+            ClientMsg::ChangeMembership(MemberChange::Add { id, client, peer }) => {
+                e.u8(CHANGE_ADD).u64(*id).str(client).str(peer);
+                frame_bytes(K_CHANGE_MEMBERSHIP, &e.finish())
+            }
+            ClientMsg::ChangeMembership(MemberChange::Remove { id }) => {
+                e.u8(CHANGE_REMOVE).u64(*id);
+                frame_bytes(K_CHANGE_MEMBERSHIP, &e.finish())
+            }
+            ClientMsg::Members => frame_bytes(K_MEMBERS, &[]),
         }
     }
 
@@ -545,6 +615,17 @@ impl ClientMsg {
             K_STATUS => Decoder::new(&f.body, "status request").end().map(|_| ClientMsg::Status),
             K_STATS => Decoder::new(&f.body, "stats request").end().map(|_| ClientMsg::Stats),
             K_METRICS => Decoder::new(&f.body, "metrics request").end().map(|_| ClientMsg::Metrics),
+            K_CHANGE_MEMBERSHIP => {
+                let mut d = Decoder::new(&f.body, "membership change");
+                let change = match d.u8()? {
+                    CHANGE_ADD => MemberChange::Add { id: d.u64()?, client: d.str()?, peer: d.str()? },
+                    CHANGE_REMOVE => MemberChange::Remove { id: d.u64()? },
+                    t => return Err(d.error(format!("unknown membership change {t}"))),
+                };
+                d.end()?;
+                Ok(ClientMsg::ChangeMembership(change))
+            }
+            K_MEMBERS => Decoder::new(&f.body, "members request").end().map(|_| ClientMsg::Members),
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -594,6 +675,13 @@ impl ServerMsg {
             ServerMsg::Metrics(text) => {
                 e.str(text);
                 K_METRICS_REPLY
+            }
+            ServerMsg::Members(members) => {
+                e.u32(members.len() as u32);
+                for m in members {
+                    e.u64(m.id).str(&m.client).str(&m.peer).u8(m.voter as u8);
+                }
+                K_MEMBERS_REPLY
             }
         };
         frame_bytes(kind, &e.finish())
@@ -672,6 +760,22 @@ impl ServerMsg {
                 }
                 ServerMsg::Metrics(text)
             }
+            K_MEMBERS_REPLY => {
+                let mut d = Decoder::new(&f.body, "members");
+                let n = d.count(MEMBERS_MAX, 17)?;
+                let mut members = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (id, client, peer) = (d.u64()?, d.str()?, d.str()?);
+                    let voter = match d.u8()? {
+                        0 => false,
+                        1 => true,
+                        v => return Err(d.error(format!("voter flag {v}"))),
+                    };
+                    members.push(MemberInfo { id, client, peer, voter });
+                }
+                d.end()?;
+                ServerMsg::Members(members)
+            }
             k => return Err(WireError::UnknownKind(k)),
         };
         Ok(msg)
@@ -722,6 +826,14 @@ mod tests {
         assert_eq!(roundtrip_client(&ClientMsg::Status), ClientMsg::Status);
         assert_eq!(roundtrip_client(&ClientMsg::Stats), ClientMsg::Stats);
         assert_eq!(roundtrip_client(&ClientMsg::Metrics), ClientMsg::Metrics);
+        assert_eq!(roundtrip_client(&ClientMsg::Members), ClientMsg::Members);
+        for change in [
+            MemberChange::Add { id: 4, client: "127.0.0.1:7004".into(), peer: "127.0.0.1:8004".into() },
+            MemberChange::Remove { id: 2 },
+        ] {
+            let m = ClientMsg::ChangeMembership(change);
+            assert_eq!(roundtrip_client(&m), m);
+        }
         for m in [
             ServerMsg::Replies {
                 client: 7,
@@ -731,6 +843,11 @@ mod tests {
             ServerMsg::Error("overloaded".into()),
             ServerMsg::Metrics("psmr_raft_term 3\n# EOF\n".into()),
             ServerMsg::Metrics(String::new()),
+            ServerMsg::Members(vec![
+                MemberInfo { id: 1, client: "c1".into(), peer: "p1".into(), voter: true },
+                MemberInfo { id: 4, client: "c4".into(), peer: "p4".into(), voter: false },
+            ]),
+            ServerMsg::Members(Vec::new()),
             ServerMsg::Stats {
                 at_ns: 9,
                 threads: vec![ThreadStat { name: "psmr-protocol".into(), tid: 7, cpu_ns: 1, runq_ns: 2 }],

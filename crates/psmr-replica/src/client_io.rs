@@ -78,6 +78,8 @@ pub(crate) struct ClientIo {
     pub(crate) shared: Arc<Shared>,
     pub(crate) requests: RequestSender,
     pub(crate) decisions: Sender<Decision>,
+    /// To the protocol thread: membership changes.
+    pub(crate) protocol: Sender<crate::peer::Inbound>,
     /// Bytes of client frames in memory, one permit a byte.
     pub(crate) buffered: Arc<Semaphore>,
     /// Whether an operation only reads.
@@ -96,11 +98,12 @@ impl ClientIo {
         shared: Arc<Shared>,
         requests: RequestSender,
         decisions: Sender<Decision>,
+        protocol: Sender<crate::peer::Inbound>,
         reads_only: ReadsOnly,
     ) -> Self {
         let buffered = Arc::new(Semaphore::new(shared.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
         let (open, next_conn) = (Mutex::default(), AtomicU64::new(0));
-        Self { shared, requests, decisions, buffered, reads_only, open, next_conn }
+        Self { shared, requests, decisions, protocol, buffered, reads_only, open, next_conn }
     }
 
     pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
@@ -262,6 +265,17 @@ impl ClientIo {
                         return Ok(());
                     }
                 }
+                ClientMsg::Members => {
+                    if outbox.send(Outgoing::Msg(ServerMsg::Members(self.shared.member_info()))).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                ClientMsg::ChangeMembership(change) => {
+                    let msg = self.change_membership(change).await;
+                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
+                        return Ok(());
+                    }
+                }
                 ClientMsg::Metrics => {
                     let text = crate::metrics::exposition(&self.shared);
                     let msg = if text.len() <= psmr_model::wire::METRICS_TEXT_MAX {
@@ -329,7 +343,7 @@ impl ClientIo {
         let config = &self.shared.config;
         if !self.shared.is_leader.load(Ordering::Acquire) {
             let leader = self.shared.leader.load(Ordering::Acquire);
-            let addr = config.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+            let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
             self.shared.metrics.client_refused(ClientRefusal::NotLeader);
             return Some(ServerMsg::Redirect { leader, addr });
         }
@@ -358,6 +372,23 @@ impl ClientIo {
             )));
         }
         None
+    }
+
+    /// Hands a membership change to the protocol thread (the leader's
+    /// carries it out, see [`crate::admin`]) and waits for its answer.
+    async fn change_membership(&self, change: psmr_model::wire::MemberChange) -> ServerMsg {
+        use psmr_model::wire::RETRY_LATER;
+        if !self.shared.is_leader.load(Ordering::Acquire) {
+            let leader = self.shared.leader.load(Ordering::Acquire);
+            let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+            return ServerMsg::Redirect { leader, addr };
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = crate::admin::Request { change, reply };
+        if self.protocol.try_send(crate::peer::Inbound::Admin(request)).is_err() {
+            return ServerMsg::Error(format!("{RETRY_LATER}the protocol thread is busy"));
+        }
+        answer.await.unwrap_or_else(|_| ServerMsg::Error("the replica is stopping".into()))
     }
 
     async fn status(&self) -> Result<ReplicaStatus, String> {

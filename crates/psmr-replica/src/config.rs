@@ -130,8 +130,18 @@ impl PeerTls {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// The cluster, every member including this one (2f+1 of them).
+    /// The cluster, every member including this one (2f+1 of them). A
+    /// cluster's first start makes them its members; later membership
+    /// changes (`psmr client add-replica` / `remove-replica`) live in the
+    /// log, and a replica learns the members' addresses from there.
     pub replicas: Vec<Member>,
+    /// This replica joins a running cluster instead of founding one: it
+    /// starts with an empty log and no members, and waits for the leader
+    /// (which adds it with `psmr client add-replica`) to send it the log or
+    /// a snapshot. `replicas` must list this replica and where to reach
+    /// the current members. Ignored when the data directory already holds
+    /// a log.
+    pub join: bool,
     /// The service's own section (`[service]`), read by the application
     /// that starts the replica ([`Config::service_section`]); the replica
     /// itself never looks inside.
@@ -215,6 +225,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             replicas: Vec::new(),
+            join: false,
             service: toml::Table::new(),
             scheduler: SchedulerConfig::default(),
             storage: Storage::Disk,

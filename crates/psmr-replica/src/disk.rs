@@ -1068,13 +1068,17 @@ impl DiskStore {
     /// readies only, and after a machine crash could not restart.)
     pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
         let mut record = self.record.lock();
-        let hs = {
+        // A restart applies the log from the snapshot on, so raft's
+        // membership then starts from the snapshot's (see `membership`).
+        let (hs, cs) = {
             let mut st = self.state.lock();
             st.hs.commit = st.hs.commit.max(snapshot.get_metadata().index);
-            st.hs.clone()
+            st.cs = snapshot.get_metadata().get_conf_state().clone();
+            (st.hs.clone(), st.cs.clone())
         };
         let mut batch = LogBatch::default();
         batch.put_message(GROUP, HARD_STATE.to_vec(), &hs).map_err(raft_err)?;
+        batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(raft_err)?;
         self.write_synced(&mut batch)?;
         let now = {
             let st = self.state.lock();

@@ -30,32 +30,37 @@
 //!
 //! Shape (the message alone):
 //!
-//! 1. [`Rule::Sender`]: `from` is the authenticated sender, a configured
-//!    member other than this replica.
+//! 1. [`Rule::Sender`]: `from` is the authenticated sender, a member
+//!    (as of the last committed conf change) other than this replica.
 //! 2. [`Rule::Recipient`]: `to` is this replica.
 //! 3. [`Rule::LocalOnly`]: not a type raft-rs only steps locally (`MsgHup`,
 //!    `MsgBeat`, `MsgUnreachable`, `MsgSnapStatus`, `MsgCheckQuorum`).
 //! 4. [`Rule::Unused`]: not one of the types psmr never sends: proposals and reads
-//!    are never forwarded to the leader and leadership is never
-//!    transferred (`MsgPropose`, `MsgReadIndex`, `MsgReadIndexResp`,
-//!    `MsgTransferLeader`, `MsgTimeoutNow`).
+//!    are never forwarded to the leader, nor requests to transfer
+//!    leadership (`MsgPropose`, `MsgReadIndex`, `MsgReadIndexResp`,
+//!    `MsgTransferLeader`). A leader asked to remove itself does transfer
+//!    leadership first (see [`crate::admin`]), with `MsgTimeoutNow`.
 //! 5. [`Rule::Fields`]: a term (raft-rs takes term 0 for a local message and
 //!    skips its term checks); no context but a read round's on heartbeats
 //!    and their responses (at most [`READ_CONTEXT_MAX`] bytes, see
-//!    [`crate::reads`]), no priority and no snapshot request (psmr uses
-//!    none; a `CampaignTransfer` context would let a vote request break a
-//!    leader's lease); entries only on `MsgAppend`, a
+//!    [`crate::reads`]) and `CampaignTransfer` on the vote requests of a
+//!    transfer's campaign (which only the leader's `MsgTimeoutNow`
+//!    starts), no priority and no snapshot request (psmr uses
+//!    none); entries only on `MsgAppend`, a
 //!    snapshot on `MsgSnapshot` and only there; numbers below 2^62 (no
 //!    honest log or term gets there: 146 years at a billion entries a
 //!    second; far from `u64::MAX`, raft-rs's `index + 1` cannot overflow).
 //! 6. [`Rule::Append`]: a `MsgAppend` is a piece of its leader's log: the
 //!    entries are contiguous from `index + 1`; their terms never decrease,
 //!    start at `log_term` or later and end at `term` or earlier; they are
-//!    normal entries (psmr never changes its membership); `log_term` is 0
-//!    exactly when `index` is 0 (the log's dummy entry).
+//!    normal entries or version 2 conf changes (psmr's membership changes,
+//!    see [`crate::membership`]); `log_term` is 0 exactly when `index` is 0
+//!    (the log's dummy entry).
 //! 7. [`Rule::Snapshot`]: a snapshot covers a real entry (index and term at
-//!    least 1), no later than the sender's term, and its membership is the
-//!    configured one (voters only, no joint state).
+//!    least 1), no later than the sender's term, and its membership is one
+//!    psmr makes: at least one voter, no replica both voter and learner,
+//!    no joint state, at most [`MEMBERS_MAX`] members, and this replica
+//!    among them (raft ignores a snapshot without it).
 //! 8. [`Rule::Vote`]: a candidate's log ends no later than its campaign
 //!    term, and its commit index and term are within its log; a vote
 //!    response's commit term is no later than its term.
@@ -65,7 +70,9 @@
 //!
 //! 9. [`Rule::OneLeader`]: at most one leader per term (Election Safety): no
 //!    append, heartbeat or snapshot for this replica's term from anyone but
-//!    the leader it knows, nor at all if this replica leads that term.
+//!    the leader it knows, nor at all if this replica leads that term; a
+//!    `MsgTimeoutNow` only from the leader this follower knows, in its
+//!    term.
 //! 10. [`Rule::Commit`]: a heartbeat's commit index is within this
 //!     replica's log (the leader sends `min(match, commit)`, and a log
 //!     never shrinks below what it acknowledged).
@@ -123,6 +130,7 @@
 //! the service manager skips entries it cannot decode, identically on
 //! every replica.
 
+use psmr_model::wire::MEMBERS_MAX;
 use raft::prelude::{EntryType, Message, MessageType, Snapshot};
 use raft::{Raft, StateRole, Storage};
 use std::fmt;
@@ -145,7 +153,7 @@ pub enum Rule {
     Fields,
     /// 6: a `MsgAppend` is a contiguous piece of its leader's log.
     Append,
-    /// 7: a snapshot covers a real entry and the configured membership.
+    /// 7: a snapshot covers a real entry and a membership psmr makes.
     Snapshot,
     /// 8: a vote request's log and commit are consistent.
     Vote,
@@ -292,6 +300,10 @@ impl Guard {
                 floor(m, raft, vote_floor)?;
             }
             MessageType::MsgRequestVoteResponse | MessageType::MsgRequestPreVoteResponse => vote_response(m)?,
+            // A transfer's campaign: never below the vote floor.
+            MessageType::MsgTimeoutNow if floor_holds(raft, vote_floor) => {
+                return refuse(Rule::VoteFloor, "MsgTimeoutNow below the vote floor".into());
+            }
             _ => {}
         }
         state(m, raft)
@@ -318,33 +330,40 @@ impl Guard {
         if meta.term > m.term {
             return refuse(Rule::Snapshot, format!("snapshot of term {} sent in term {}", meta.term, m.term));
         }
-        // psmr's membership never changes: every snapshot's conf state is
-        // the one every replica starts with. (raft-rs panics on some conf
-        // states, e.g. with a voter that is also a learner.)
+        // raft-rs panics on some conf states, e.g. with a voter that is
+        // also a learner; psmr never enters a joint state.
         let cs = meta.get_conf_state();
-        let mut voters = cs.get_voters().to_vec();
-        voters.sort_unstable();
-        if voters != self.members
-            || !cs.get_learners().is_empty()
-            || !cs.get_voters_outgoing().is_empty()
-            || !cs.get_learners_next().is_empty()
-            || cs.auto_leave
-        {
-            return refuse(
+        let (voters, learners) = (cs.get_voters(), cs.get_learners());
+        let ids = || voters.iter().chain(learners);
+        let mut all: Vec<u64> = ids().copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        let why = if voters.is_empty() {
+            Some("no voter")
+        } else if all.len() != voters.len() + learners.len() {
+            Some("a replica listed twice")
+        } else if all.len() > MEMBERS_MAX || all.iter().any(|&id| id == 0 || id >= NUMBER_MAX) {
+            Some("too many members, or an id no replica has")
+        } else if !cs.get_voters_outgoing().is_empty() || !cs.get_learners_next().is_empty() || cs.auto_leave {
+            Some("a joint state")
+        } else if !ids().any(|&id| id == self.id) {
+            Some("not this replica")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => refuse(
                 Rule::Snapshot,
                 format!(
-                    "membership {:?} / learners {:?} / outgoing {:?} / next learners {:?} / auto leave {} \
-                     is not the configured {:?}",
-                    cs.get_voters(),
-                    cs.get_learners(),
+                    "membership with {why}: voters {voters:?}, learners {learners:?}, outgoing {:?}, \
+                     next learners {:?}, auto leave {}",
                     cs.get_voters_outgoing(),
                     cs.get_learners_next(),
-                    cs.auto_leave,
-                    self.members
+                    cs.auto_leave
                 ),
-            );
+            ),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -358,10 +377,8 @@ fn kind(t: MessageType) -> Result<(), Refusal> {
         }
         // A follower forwards proposals, reads and transfer requests to the
         // leader only when asked to by its application; psmr's protocol
-        // thread proposes only as leader and never reads through raft nor
-        // transfers leadership (so no leader sends MsgTimeoutNow either,
-        // which would also let a replica below its vote floor campaign).
-        MsgPropose | MsgReadIndex | MsgReadIndexResp | MsgTransferLeader | MsgTimeoutNow => {
+        // thread proposes, reads and transfers leadership only as leader.
+        MsgPropose | MsgReadIndex | MsgReadIndexResp | MsgTransferLeader => {
             refuse(Rule::Unused, format!("psmr never sends {t:?}"))
         }
         MsgAppend
@@ -372,7 +389,8 @@ fn kind(t: MessageType) -> Result<(), Refusal> {
         | MsgHeartbeat
         | MsgHeartbeatResponse
         | MsgRequestPreVote
-        | MsgRequestPreVoteResponse => Ok(()),
+        | MsgRequestPreVoteResponse
+        | MsgTimeoutNow => Ok(()),
     }
 }
 
@@ -389,7 +407,8 @@ fn fields(m: &Message) -> Result<(), Refusal> {
         return refuse(Rule::Fields, format!("{t:?} without a term"));
     }
     let heartbeat = matches!(t, MessageType::MsgHeartbeat | MessageType::MsgHeartbeatResponse);
-    if !m.context.is_empty() && (!heartbeat || m.context.len() > READ_CONTEXT_MAX) {
+    let transfer = t == MessageType::MsgRequestVote && m.context == raft::CAMPAIGN_TRANSFER;
+    if !m.context.is_empty() && !transfer && (!heartbeat || m.context.len() > READ_CONTEXT_MAX) {
         return refuse(Rule::Fields, format!("{t:?} with a context of {} bytes", m.context.len()));
     }
     // Set only by `RawNode::request_snapshot`, which psmr never calls.
@@ -436,7 +455,7 @@ fn append(m: &Message) -> Result<(), Refusal> {
                 format!("entry {} of term {} after term {prev}, sent in term {}", e.index, e.term, m.term),
             );
         }
-        if e.get_entry_type() != EntryType::EntryNormal {
+        if !matches!(e.get_entry_type(), EntryType::EntryNormal | EntryType::EntryConfChangeV2) {
             return refuse(Rule::Append, format!("entry {} is a {:?}", e.index, e.get_entry_type()));
         }
         prev = e.term;
@@ -519,6 +538,15 @@ fn state<S: Storage>(m: &Message, raft: &Raft<S>) -> Result<(), Refusal> {
                 MsgAppend => anchor_vs_log(m, raft),
                 _ => Ok(()),
             }
+        }
+        MsgTimeoutNow if m.term != raft.term || raft.state != StateRole::Follower || raft.leader_id != m.from => {
+            refuse(
+                Rule::OneLeader,
+                format!(
+                    "MsgTimeoutNow from {} in term {}; the leader of term {} is {}",
+                    m.from, m.term, raft.term, raft.leader_id
+                ),
+            )
         }
         // A leader's own term: replies to what it sent in that term.
         MsgAppendResponse | MsgHeartbeatResponse if m.term == raft.term && raft.state == StateRole::Leader => {
@@ -1370,9 +1398,11 @@ mod tests {
             (msg(MsgReadIndex, 2, 2), Rule::Unused),
             (msg(MsgReadIndexResp, 2, 2), Rule::Unused),
             (msg(MsgTransferLeader, 2, 2), Rule::Unused),
-            (msg(MsgTimeoutNow, 2, 2), Rule::Unused),
+            // From the leader of this term (2, 2) it passes: see below.
+            (msg(MsgTimeoutNow, 3, 2), Rule::OneLeader),
+            (msg(MsgTimeoutNow, 2, 3), Rule::OneLeader),
             (Message { term: 0, ..heartbeat(2) }, Rule::Fields),
-            (Message { context: b"CampaignTransfer".to_vec().into(), ..vote(MsgRequestVote, 2, 4) }, Rule::Fields),
+            (Message { context: b"CampaignTransfer".to_vec().into(), ..vote(MsgRequestPreVote, 2, 4) }, Rule::Fields),
             (Message { context: vec![1; READ_CONTEXT_MAX + 1].into(), ..heartbeat(2) }, Rule::Fields),
             (Message { context: vec![1; READ_CONTEXT_MAX].into(), ..append(4, 2, &[2]) }, Rule::Fields),
             (Message { request_snapshot: 3, ..heartbeat(2) }, Rule::Fields),
@@ -1409,7 +1439,26 @@ mod tests {
             (
                 {
                     let mut m = snapshot_msg(6, 2);
-                    m.mut_snapshot().mut_metadata().mut_conf_state().set_voters(vec![1, 2]);
+                    // A membership without this replica (1).
+                    m.mut_snapshot().mut_metadata().mut_conf_state().set_voters(vec![2, 3]);
+                    m
+                },
+                Rule::Snapshot,
+            ),
+            (
+                {
+                    let mut m = snapshot_msg(6, 2);
+                    m.mut_snapshot().mut_metadata().mut_conf_state().set_voters_outgoing(vec![1, 2, 3]);
+                    m
+                },
+                Rule::Snapshot,
+            ),
+            (
+                {
+                    let mut m = snapshot_msg(6, 2);
+                    let cs = m.mut_snapshot().mut_metadata().mut_conf_state();
+                    cs.set_learners(cs.get_voters().to_vec());
+                    cs.set_voters(vec![]);
                     m
                 },
                 Rule::Snapshot,
@@ -1426,6 +1475,7 @@ mod tests {
         for (m, rule) in cases {
             assert_eq!(verdict(&node, &m), Some(rule), "{m:?}");
         }
+        assert_eq!(verdict(&node, &msg(MsgTimeoutNow, 2, 2)), None, "the leader's own transfer passes");
         // With everything committed, up to (2, 4): an append anchored later
         // must be anchored at term 2 or later.
         let (node, _log) = build(&Fixture { commit_frac: 255, ..follower_fixture() });

@@ -46,6 +46,7 @@
 //! an execution worker) stops the whole replica with the reason
 //! ([`Replica::wait`] returns it); it never runs on without that thread.
 
+pub mod admin;
 pub mod batcher;
 pub mod cache;
 pub mod client_io;
@@ -54,6 +55,7 @@ pub mod disk;
 pub mod guard;
 pub mod local;
 pub mod manager;
+pub mod membership;
 pub mod metrics;
 pub mod peer;
 pub mod protocol;
@@ -169,6 +171,14 @@ pub struct Shared {
     pub worker_metrics: std::sync::OnceLock<Arc<psmr_sched::Metrics>>,
     /// What the Prometheus endpoint serves (see [`metrics`]).
     pub metrics: metrics::Metrics,
+    /// The members as of the last committed conf change (written by the
+    /// protocol thread; see [`membership`]).
+    membership: parking_lot::RwLock<membership::Membership>,
+    /// Bumped at every membership change (peer links check it cheaply).
+    membership_epoch: AtomicU64,
+    /// Replicas removed since this one started, with the index of their
+    /// removal: their handshakes are told so.
+    removed: Mutex<HashMap<u64, u64>>,
     stopping: AtomicBool,
     stop_tx: tokio::sync::watch::Sender<bool>,
     failure: Mutex<Option<String>>,
@@ -176,6 +186,59 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Member `id`'s addresses. Until the log names any member (a joining
+    /// replica that has heard nothing yet), the configuration's list.
+    pub fn member(&self, id: u64) -> Option<Member> {
+        let m = self.membership.read();
+        match m.is_empty() {
+            true => self.config.member(id).ok().cloned(),
+            false => m.member(id).cloned(),
+        }
+    }
+
+    /// Every member (voters and learners), as [`Shared::member`] sees them.
+    pub fn members(&self) -> Vec<Member> {
+        let m = self.membership.read();
+        match m.is_empty() {
+            true => self.config.replicas.clone(),
+            false => m.members().cloned().collect(),
+        }
+    }
+
+    /// The members as a client sees them.
+    pub fn member_info(&self) -> Vec<psmr_model::wire::MemberInfo> {
+        self.membership.read().info()
+    }
+
+    /// Publishes the protocol thread's membership; `removed`: a replica
+    /// this change removed, at that index.
+    pub(crate) fn set_membership(&self, m: &membership::Membership, removed: Option<(u64, u64)>) {
+        *self.membership.write() = m.clone();
+        if let Some((id, index)) = removed {
+            self.removed.lock().insert(id, index);
+        }
+        self.membership_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Changes with every membership change.
+    pub(crate) fn membership_epoch(&self) -> u64 {
+        self.membership_epoch.load(Ordering::Acquire)
+    }
+
+    /// The index at which replica `id` was removed, if this replica saw it.
+    pub(crate) fn removed_at(&self, id: u64) -> Option<u64> {
+        self.removed.lock().get(&id).copied()
+    }
+
+    /// Stops this replica because it is no longer a member: a clean stop,
+    /// not a failure.
+    pub(crate) fn stop_removed(&self, why: &str) {
+        if !self.stopping() {
+            info!(id = self.id, "{why}: this replica is no longer a member of the cluster and stops");
+            self.stop();
+        }
+    }
+
     fn new(config: Config, id: u64, incarnation: u64, repaired: bool) -> Self {
         let (stop_tx, _) = tokio::sync::watch::channel(false);
         let router = Arc::new(Router::new(config.client_buffer_bytes_max));
@@ -194,6 +257,9 @@ impl Shared {
             stats: Stats::default(),
             worker_metrics: std::sync::OnceLock::new(),
             metrics: metrics::Metrics::new(),
+            membership: parking_lot::RwLock::new(membership::Membership::default()),
+            membership_epoch: AtomicU64::new(0),
+            removed: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             stop_tx,
             failure: Mutex::new(None),
@@ -383,22 +449,27 @@ impl<A: App> ReplicaBuilder<A> {
             Some(files) => Some(Arc::new(tls::PeerTlsContext::load(files, id)?)),
             None => None,
         };
-        let mut peers = HashMap::new();
-        for m in config.replicas.iter().filter(|m| m.id != id) {
-            peers.insert(m.id, peer::spawn_sender(&shared, m.id, m.peer, tls.clone())?);
-        }
-        let accept = peer::spawn_listener(&shared, peer_listener, tls, inbound_tx.clone())?;
+        let accept = peer::spawn_listener(&shared, peer_listener, tls.clone(), inbound_tx.clone())?;
         replica.threads.push(accept);
 
         // Raft, then the service manager, restored from the snapshot the
         // log was compacted to.
         let applied = recovered.as_ref().map_or(0, |s| s.get_metadata().index);
         let node = raft_node(&config, id, applied, log.clone())?;
+        // The members at the snapshot; the entries after it replay the
+        // changes since (a log without a snapshot replays them all).
+        let membership = match &recovered {
+            Some(snap) => manager::decode_state(&snap.data)
+                .and_then(|state| membership::Membership::decode(state.members))
+                .map_err(|e| ReplicaError::Failed(format!("the snapshot kept at {applied}: {e}")))?,
+            None => membership::Membership::default(),
+        };
         let protocol = protocol::Protocol {
             shared: shared.clone(),
             node,
             store: log,
-            peers,
+            // Senders start with the protocol thread, one per member.
+            peers: HashMap::new(),
             inbound: inbound_rx,
             requests: request_rx,
             batcher: batcher::Batcher::new(batcher::Limits {
@@ -409,8 +480,14 @@ impl<A: App> ReplicaBuilder<A> {
             reads: reads::Reads::default(),
             ticks: 0,
             decisions: decision_tx.clone(),
+            guard: guard::Guard::new(id, []),
+            membership,
+            tls,
+            admin: None,
+            removed_at: None,
         };
-        let mut manager = Manager::new(shared.clone(), app.clone(), cache, sink, scheduler, decision_rx, inbound_tx);
+        let mut manager =
+            Manager::new(shared.clone(), app.clone(), cache, sink, scheduler, decision_rx, inbound_tx.clone());
         if let Some(snapshot) = &recovered {
             manager.restore(snapshot).map_err(ReplicaError::Failed)?;
         }
@@ -423,7 +500,8 @@ impl<A: App> ReplicaBuilder<A> {
             .thread_name("psmr-client-io")
             .enable_all()
             .build()?;
-        let io = Arc::new(client_io::ClientIo::new(shared.clone(), request_tx, decision_tx, reads_only(&app)));
+        let io =
+            Arc::new(client_io::ClientIo::new(shared.clone(), request_tx, decision_tx, inbound_tx, reads_only(&app)));
         client_listener.set_nonblocking(true)?;
         let listener = {
             let _guard = runtime.enter();
@@ -499,8 +577,12 @@ pub const MAPPING_TIME_LIMIT: std::time::Duration = std::time::Duration::from_se
 /// (with the snapshot to restore before replaying it). Also the
 /// incarnation this replica announces to its peers.
 fn open_log(config: &Config, id: u64) -> Result<(store::Log, u64, Option<raft::eraftpb::Snapshot>), ReplicaError> {
-    let voters: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
-    Ok(match config.storage {
+    // Raft starts with no members: the founding entries (or, joining, the
+    // leader's log or snapshot) say who they are, so that raft's
+    // membership at every index is the one the log's entries make (see
+    // `membership`).
+    let voters: Vec<u64> = Vec::new();
+    let opened = match config.storage {
         Storage::Memory => (store::Log::Memory(store::LogStore::new(voters)), fresh_incarnation(), None),
         Storage::Disk => {
             let disk = disk::DiskStore::open(&config.replica_dir(id), voters)?;
@@ -510,7 +592,11 @@ fn open_log(config: &Config, id: u64) -> Result<(store::Log, u64, Option<raft::e
             let snapshot = disk.snapshot_kept();
             (store::Log::Disk(disk), incarnation, snapshot)
         }
-    })
+    };
+    if !config.join {
+        opened.0.found(&config.replicas).map_err(|e| ReplicaError::Failed(format!("cannot found the log: {e}")))?;
+    }
+    Ok(opened)
 }
 
 fn fresh_incarnation() -> u64 {

@@ -101,7 +101,9 @@ impl LocalClusterBuilder {
             ids.iter().map(|&id| Bound::new(id, self.redis, self.metrics)).collect::<std::io::Result<Vec<_>>>()?;
         let mut config = self.config;
         config.replicas = bound.iter().map(Bound::member).collect::<std::io::Result<_>>()?;
-        config.peer_tls = Some(crate::tls::generate(&dir.path().join("certs"), &ids)?);
+        // Certificates for the replicas that may join later too.
+        let certified: Vec<u64> = (1..=self.replicas + JOINERS_MAX).collect();
+        config.peer_tls = Some(crate::tls::generate(&dir.path().join("certs"), &certified)?);
         config.insecure_peers = false;
         config.data_dir = dir.path().join("data");
         let mut replicas = Vec::new();
@@ -112,7 +114,7 @@ impl LocalClusterBuilder {
             }
             replicas.push(Some(extra(builder, id, redis).start()?));
         }
-        Ok(LocalCluster { replicas, config, _dir: dir })
+        Ok(LocalCluster { replicas, config, metrics: self.metrics, _dir: dir })
     }
 }
 
@@ -140,10 +142,15 @@ impl Bound {
     }
 }
 
+/// Replicas that may join a [`LocalCluster`] after it started (each needs
+/// a certificate of the cluster's CA, made at the start).
+pub const JOINERS_MAX: u64 = 8;
+
 /// Replicas running in this process; stopped when dropped.
 pub struct LocalCluster {
     replicas: Vec<Option<Replica>>,
     config: Config,
+    metrics: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -188,12 +195,40 @@ impl LocalCluster {
         slot.and_then(Option::take).map(Replica::stop).is_some()
     }
 
+    /// Starts the next replica (id one more than the last) as a joining
+    /// replica running `app` (see [`Config::join`]); it becomes a member
+    /// once a client asks the leader to add it (`add-replica`, with the
+    /// addresses in [`LocalCluster::config`]). It serves no Redis
+    /// clients. Returns its id.
+    pub fn join<A: App>(&mut self, app: A) -> Result<u64, ReplicaError> {
+        let id = self.replicas.len() as u64 + 1;
+        let founders = self.config.replicas.iter().filter(|m| m.id <= self.replicas.len() as u64).count() as u64;
+        if id > founders + JOINERS_MAX {
+            return Err(ReplicaError::Failed(format!("at most {JOINERS_MAX} replicas join a local cluster")));
+        }
+        let Bound { client, peer, metrics, .. } = Bound::new(id, false, self.metrics)?;
+        let mut member = Member::new(id, client.local_addr()?, peer.local_addr()?);
+        member.metrics = metrics.as_ref().map(TcpListener::local_addr).transpose()?;
+        let mut config = self.config.clone();
+        config.replicas.push(member);
+        config.join = true;
+        let mut builder = ReplicaBuilder::new(app, config.clone(), id).listeners(client, peer);
+        if let Some(l) = metrics {
+            builder = builder.metrics_listener(l);
+        }
+        self.replicas.push(Some(builder.start()?));
+        config.join = false;
+        self.config = config;
+        Ok(id)
+    }
+
     /// Waits until every running replica names the same leader, and
     /// returns it; an error after `timeout`.
     pub fn wait_for_leader(&self, timeout: Duration) -> Result<u64, ReplicaError> {
         let start = Instant::now();
         loop {
-            let mut seen = self.replicas.iter().flatten().map(|r| r.shared().leader.load(Ordering::Acquire));
+            let running = self.replicas.iter().flatten().filter(|r| !r.shared().stopping());
+            let mut seen = running.map(|r| r.shared().leader.load(Ordering::Acquire));
             let first = seen.next().unwrap_or(0);
             if first != 0 && seen.all(|l| l == first) {
                 return Ok(first);

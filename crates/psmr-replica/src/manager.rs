@@ -10,6 +10,7 @@
 //! snapshot from the leader replaces the state the same way.
 
 use crate::cache::{Admit, ReplyCache};
+use crate::membership::{Change, Membership};
 use crate::peer::Inbound;
 use crate::router::Router;
 use crate::store::{entry_commands, request_commands};
@@ -141,21 +142,33 @@ pub(crate) fn must_remember<O>(commands: &[psmr_model::Command<O>]) -> Vec<bool>
 }
 
 /// The state a snapshot holds: the index and term of its last entry, the
-/// service's snapshot and the reply cache's.
-pub(crate) fn encode_state(index: u64, term: u64, service: &[u8], cache: &[u8]) -> Vec<u8> {
+/// membership at that index ([`Membership::encode`]), the service's
+/// snapshot and the reply cache's.
+pub(crate) fn encode_state(index: u64, term: u64, members: &[u8], service: &[u8], cache: &[u8]) -> Vec<u8> {
     let mut enc = Encoder::new();
-    enc.u64(index).u64(term).bytes(service).bytes(cache);
+    enc.u64(index).u64(term).bytes(members).bytes(service).bytes(cache);
     enc.finish()
 }
 
-/// What [`encode_state`] wrote: the index, the service's snapshot and the
-/// reply cache's.
-pub(crate) fn decode_state(bytes: &[u8]) -> Result<(u64, &[u8], &[u8]), WireError> {
+/// What [`encode_state`] wrote, borrowed from the snapshot.
+pub(crate) struct State<'a> {
+    /// The index of the last entry the snapshot covers.
+    pub(crate) index: u64,
+    /// The membership at that index.
+    pub(crate) members: &'a [u8],
+    /// The service's snapshot.
+    pub(crate) service: &'a [u8],
+    /// The reply cache's.
+    pub(crate) cache: &'a [u8],
+}
+
+/// Reads what [`encode_state`] wrote.
+pub(crate) fn decode_state(bytes: &[u8]) -> Result<State<'_>, WireError> {
     let mut d = Decoder::new(bytes, "state snapshot");
     let (index, _term) = (d.u64()?, d.u64()?);
-    let (service, cache) = (d.bytes()?, d.bytes()?);
+    let (members, service, cache) = (d.bytes()?, d.bytes()?, d.bytes()?);
     d.end()?;
-    Ok((index, service, cache))
+    Ok(State { index, members, service, cache })
 }
 
 pub(crate) struct Manager<A: App> {
@@ -171,6 +184,8 @@ pub(crate) struct Manager<A: App> {
     submitted: u64,
     applied_term: u64,
     since_snapshot: u64,
+    /// The members as of the last applied entry: what a snapshot holds.
+    membership: Membership,
 }
 
 impl<A: App> Manager<A> {
@@ -198,6 +213,7 @@ impl<A: App> Manager<A> {
             submitted,
             applied_term,
             since_snapshot,
+            membership: Membership::default(),
         }
     }
 
@@ -242,6 +258,8 @@ impl<A: App> Manager<A> {
         fail::fail_point!("manager-apply");
         if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
             self.execute(e)?;
+        } else if e.get_entry_type() != EntryType::EntryNormal {
+            self.change_membership(e);
         }
         self.shared.set_applied(e.index, &self.protocol);
         self.applied_term = e.term;
@@ -251,6 +269,16 @@ impl<A: App> Manager<A> {
             self.snapshot(e.index, e.term);
         }
         Ok(())
+    }
+
+    /// Follows the protocol thread's membership (which refuses and ignores
+    /// exactly the same changes). A new learner gets a snapshot at once:
+    /// the leader sends it the newest snapshot that counts it as a member.
+    fn change_membership(&mut self, e: &Entry) {
+        let Ok(change) = Change::from_entry(e) else { return };
+        if self.membership.apply(&change).is_ok() && matches!(change, Change::Add { voter: false, .. }) {
+            self.since_snapshot = self.shared.config.snapshot_every;
+        }
     }
 
     fn execute(&mut self, e: &Entry) -> Result<(), String> {
@@ -340,12 +368,14 @@ impl<A: App> Manager<A> {
         if !self.sink.wait_for(self.submitted) {
             return;
         }
-        let data = encode_state(index, term, &self.app.snapshot(), &self.cache.snapshot());
+        let members = self.membership.encode();
+        let data = encode_state(index, term, &members, &self.app.snapshot(), &self.cache.snapshot());
         let bytes = data.len();
         // Never wait for the protocol thread here: it may be waiting for
         // this thread to take decisions. A snapshot that does not fit is
         // taken again a little later.
-        match self.protocol.try_send(Inbound::Snapshot { index, term, data }) {
+        let conf = self.membership.conf_state();
+        match self.protocol.try_send(Inbound::Snapshot { index, term, data, conf }) {
             Ok(()) => {
                 self.shared.metrics.snapshot_taken(start, bytes);
                 debug!(index, "snapshot taken");
@@ -362,7 +392,8 @@ impl<A: App> Manager<A> {
             return Err("execution failed before a snapshot could be restored".into());
         }
         let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {}: {e}", snap.get_metadata().index);
-        let (index, service, cache) = decode_state(&snap.data).map_err(|e| bad(&e))?;
+        let State { index, members, service, cache } = decode_state(&snap.data).map_err(|e| bad(&e))?;
+        self.membership = Membership::decode(members).map_err(|e| bad(&e))?;
         self.app.restore(service).map_err(|e| bad(&e))?;
         self.cache.restore(cache).map_err(|e| bad(&e))?;
         self.shared.set_applied(index, &self.protocol);

@@ -107,6 +107,11 @@ use tracing::{debug, info};
 const K_HELLO: u8 = 64;
 const K_ACK: u8 = 65;
 const K_REFUSED: u8 = 66;
+/// The peer does not count this replica as a member (yet): a joining
+/// replica hears this until the leader's `add-replica` reaches the peer.
+const K_NOT_MEMBER: u8 = 67;
+/// The peer applied this replica's removal from the cluster.
+const K_REMOVED: u8 = 68;
 const K_RAFT: u8 = 67;
 
 /// Most peer connections between accept and a verified `Hello` at once.
@@ -141,6 +146,8 @@ static BUSY: RateLimit = RateLimit::new(1, Duration::from_secs(10));
 static ACCEPT: RateLimit = RateLimit::new(1, Duration::from_secs(10));
 /// Warnings of senders that cannot authenticate a peer.
 static SEND_AUTH: RateLimit = RateLimit::new(3, Duration::from_secs(10));
+/// Warnings of senders whose peer does not count this replica a member.
+static NOT_MEMBER: RateLimit = RateLimit::new(1, Duration::from_secs(10));
 
 /// How long an established peer connection may stay silent: ten election
 /// timeouts, at least [`IDLE_MIN`]. A leader sends heartbeats every
@@ -199,7 +206,11 @@ pub enum Inbound {
         term: u64,
         /// The snapshot.
         data: Vec<u8>,
+        /// The membership at `index`.
+        conf: raft::prelude::ConfState,
     },
+    /// A membership change a client asks for (see [`crate::admin`]).
+    Admin(crate::admin::Request),
     /// Peer `peer` (authenticated, with the incarnation this replica knows)
     /// connected saying it was repaired and has not caught up yet: what it
     /// acknowledged before is gone (see "Repaired replicas" above).
@@ -415,8 +426,15 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContex
                     e => debug!(peer = to, "cannot reach peer: {e}"),
                 }
                 // Messages for an unreachable peer are stale by the time it
-                // is back; raft sends fresh ones.
-                while rx.try_recv().is_ok() {}
+                // is back; raft sends fresh ones. No sender left: the peer
+                // was removed.
+                loop {
+                    match rx.try_recv() {
+                        Ok(_) => {}
+                        Err(crossbeam::channel::TryRecvError::Empty) => break,
+                        Err(crossbeam::channel::TryRecvError::Disconnected) => return,
+                    }
+                }
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_millis(500));
                 continue;
@@ -478,9 +496,13 @@ fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsConte
             stream.sock().tcp.set_write_timeout(Some(idle_timeout(&shared.config)))?;
             Ok(stream)
         }
-        K_REFUSED => {
+        K_REFUSED | K_NOT_MEMBER | K_REMOVED => {
             let why = Decoder::new(&answer.body, "refusal").str().unwrap_or_else(|e| e.to_string());
-            shared.fail(format!("replica {to} refused this replica: {why}"));
+            match answer.kind {
+                K_REFUSED => shared.fail(format!("replica {to} refused this replica: {why}")),
+                K_REMOVED => shared.stop_removed(&format!("replica {to} says {why}")),
+                _ => crate::warn_limited!(NOT_MEMBER, peer = to, "{why} (a joining replica waits for `add-replica`)"),
+            }
             Err(PeerError::Refused(why))
         }
         k => Err(WireError::UnknownKind(k).into()),
@@ -663,14 +685,19 @@ fn receive(
     if let PeerStream::Tls(t) = &stream {
         t.verify_peer_is(peer)?;
     }
-    let refusal = if peer == shared.id || shared.config.member(peer).is_err() {
-        Some(format!("id {peer} is not another member of this cluster"))
+    let refusal = if let Some(index) = shared.removed_at(peer) {
+        Some((K_REMOVED, format!("replica {peer} was removed from the cluster at index {index}")))
+    } else if peer == shared.id || shared.member(peer).is_none() {
+        Some((K_NOT_MEMBER, format!("replica {} does not count replica {peer} as a member", shared.id)))
     } else {
         let mut known = shared.incarnations.lock();
         match known.get(&peer) {
-            Some(&seen) if seen != incarnation => Some(format!(
-                "replica {peer} ran here before and lost its state (in-memory storage or a wiped \
+            Some(&seen) if seen != incarnation => Some((
+                K_REFUSED,
+                format!(
+                    "replica {peer} ran here before and lost its state (in-memory storage or a wiped \
                  data directory); it must not rejoin under the same id: Raft could lose acknowledged commands"
+                ),
             )),
             _ => {
                 known.insert(peer, incarnation);
@@ -678,10 +705,10 @@ fn receive(
             }
         }
     };
-    if let Some(why) = refusal {
+    if let Some((kind, why)) = refusal {
         let mut e = Encoder::new();
         e.str(&why);
-        let _ = stream.write_all(&frame_bytes(K_REFUSED, &e.finish())).and_then(|()| stream.flush());
+        let _ = stream.write_all(&frame_bytes(kind, &e.finish())).and_then(|()| stream.flush());
         return Err(PeerError::Refused(why));
     }
     stream.write_all(&frame_bytes(K_ACK, &[]))?;
@@ -696,8 +723,17 @@ fn receive(
         return Ok(());
     }
     let (idle, whole) = (idle_timeout(&shared.config), Duration::from_millis(shared.config.frame_timeout_ms));
+    let mut epoch = shared.membership_epoch();
     loop {
         let frame = read_frame_timed(&mut stream, shared.config.peer_frame_max, idle, whole)?;
+        // A removed peer's link closes; its next handshake tells it why.
+        if shared.membership_epoch() != epoch {
+            epoch = shared.membership_epoch();
+            if shared.member(peer).is_none() {
+                info!(peer, "closing the link of a replica that is no longer a member");
+                return Ok(());
+            }
+        }
         if frame.kind != K_RAFT {
             return Err(WireError::UnknownKind(frame.kind).into());
         }

@@ -15,6 +15,7 @@
 use crate::batcher::{Batcher, Request, RequestReceiver};
 use crate::guard::{self, Guard};
 use crate::manager::Decision;
+use crate::membership::{Change, Membership};
 use crate::peer::{Inbound, PeerSender};
 use crate::ratelog::RateLimit;
 use crate::reads::Reads;
@@ -22,7 +23,7 @@ use crate::store::Log;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Select, Sender};
 use psmr_model::wire::ServerMsg;
-use raft::prelude::{Entry, Message, MessageType, Snapshot};
+use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -57,11 +58,21 @@ pub(crate) struct Protocol {
     pub(crate) decisions: Sender<Decision>,
     /// Ticks so far: the clock of read rounds.
     pub(crate) ticks: u64,
+    /// The rules every peer message passes.
+    pub(crate) guard: Guard,
+    /// The members as of the last committed conf change.
+    pub(crate) membership: Membership,
+    /// Peer TLS, for senders to replicas added later.
+    pub(crate) tls: Option<Arc<crate::tls::PeerTlsContext>>,
+    /// The membership change under way (leader only).
+    pub(crate) admin: Option<crate::admin::Pending>,
+    /// The tick at which this replica applied its own removal.
+    pub(crate) removed_at: Option<u64>,
 }
 
 /// The replica is stopping because raft-rs panicked or a ready could not
 /// be handled: the raft node must not be touched again.
-struct Stopped;
+pub(crate) struct Stopped;
 
 /// What one turn of the loop has stepped, for the failure report.
 #[derive(Default)]
@@ -109,7 +120,11 @@ fn precise_timers() {
 ///
 /// `AssertUnwindSafe` is sound here because nothing that `f` may have left
 /// half-updated is used after a panic: the protocol thread returns at once.
-fn contained<R>(shared: &Shared, what: impl FnOnce() -> String, f: impl FnOnce() -> R) -> Result<R, Stopped> {
+pub(crate) fn contained<R>(
+    shared: &Shared,
+    what: impl FnOnce() -> String,
+    f: impl FnOnce() -> R,
+) -> Result<R, Stopped> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
         shared.fail(format!(
             "raft panicked {}: {}; its state can no longer be trusted, the replica stops",
@@ -126,7 +141,7 @@ impl Protocol {
         if let Log::Disk(disk) = &self.store {
             disk.time_syncs(self.shared.metrics.log_sync.clone());
         }
-        let guard = Guard::new(self.shared.id, self.shared.config.replicas.iter().map(|m| m.id));
+        self.membership_changed(&[]);
         // Read once: the floor only ever goes away, and it does once this
         // replica's log reaches it (then Raft's own up-to-date check covers
         // everything this replica ever acknowledged).
@@ -142,26 +157,20 @@ impl Protocol {
                 floor = None;
                 self.shared.repaired.store(false, Ordering::Release);
             }
-            if self.turn(&guard, floor, tick, &mut next_tick).is_err() {
+            if self.turn(floor, tick, &mut next_tick).is_err() {
                 return;
             }
         }
     }
 
-    fn turn(
-        &mut self,
-        guard: &Guard,
-        floor: Option<(u64, u64)>,
-        tick: Duration,
-        next_tick: &mut Instant,
-    ) -> Result<(), Stopped> {
+    fn turn(&mut self, floor: Option<(u64, u64)>, tick: Duration, next_tick: &mut Instant) -> Result<(), Stopped> {
         let mut stepped = Stepped::default();
-        self.wait(guard, floor, *next_tick, &mut stepped)?;
+        self.wait(floor, *next_tick, &mut stepped)?;
         // Take whatever else is waiting before handling the ready: one
         // ready (one sync) for a burst of messages and requests.
         for _ in 0..TURN_TAKES {
             match self.inbound.try_recv() {
-                Ok(m) => self.inbound_msg(guard, floor, m, &mut stepped)?,
+                Ok(m) => self.inbound_msg(floor, m, &mut stepped)?,
                 Err(_) => break,
             }
         }
@@ -197,19 +206,15 @@ impl Protocol {
             }
         }
         self.serve_reads()?;
+        self.drive_admin()?;
+        self.leave_if_removed();
         self.publish();
         Ok(())
     }
 
     /// Waits for a peer message or a request, until the next tick or until
     /// the waiting entry is due; handles what came.
-    fn wait(
-        &mut self,
-        guard: &Guard,
-        floor: Option<(u64, u64)>,
-        next_tick: Instant,
-        stepped: &mut Stepped,
-    ) -> Result<(), Stopped> {
+    fn wait(&mut self, floor: Option<(u64, u64)>, next_tick: Instant, stepped: &mut Stepped) -> Result<(), Stopped> {
         let now = Instant::now();
         let deadline = if !self.wait_for_applied() {
             now
@@ -238,7 +243,7 @@ impl Protocol {
             }
         };
         match got {
-            Got::Inbound(m) => self.inbound_msg(guard, floor, m, stepped),
+            Got::Inbound(m) => self.inbound_msg(floor, m, stepped),
             Got::Request(r) => {
                 self.take(r);
                 Ok(())
@@ -248,13 +253,7 @@ impl Protocol {
         }
     }
 
-    fn inbound_msg(
-        &mut self,
-        guard: &Guard,
-        floor: Option<(u64, u64)>,
-        m: Inbound,
-        stepped: &mut Stepped,
-    ) -> Result<(), Stopped> {
+    fn inbound_msg(&mut self, floor: Option<(u64, u64)>, m: Inbound, stepped: &mut Stepped) -> Result<(), Stopped> {
         match m {
             Inbound::Raft(msg) => {
                 let (kind, from) = (msg.get_msg_type(), msg.from);
@@ -262,7 +261,7 @@ impl Protocol {
                 // `from` is the peer authenticated on the link.
                 let sender = from;
                 let what = || format!("checking {kind:?} from replica {from}");
-                let verdict = contained(&self.shared, what, || guard.check(&msg, sender, &self.node.raft, floor))?;
+                let verdict = contained(&self.shared, what, || self.guard.check(&msg, sender, &self.node.raft, floor))?;
                 if let Err(why) = verdict {
                     self.shared.stats.peer_refused.fetch_add(1, Ordering::Relaxed);
                     self.shared.metrics.peer_refused(why.rule);
@@ -280,7 +279,8 @@ impl Protocol {
                     debug!("raft refused a message: {e}");
                 }
             }
-            Inbound::Snapshot { index, term, data } => self.install_own_snapshot(index, term, data),
+            Inbound::Snapshot { index, term, data, conf } => self.install_own_snapshot(index, term, data, conf),
+            Inbound::Admin(request) => self.admin_request(request)?,
             Inbound::PeerRepaired { peer } => self.forget_progress(peer)?,
             // The turn this ends looks at the pipeline again.
             Inbound::Applied => {}
@@ -444,7 +444,7 @@ impl Protocol {
     /// sequence numbers.
     fn redirect(&self, clients: Vec<u64>) {
         let leader = self.node.raft.leader_id;
-        let addr = self.shared.config.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+        let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
         let mut told = std::collections::HashSet::new();
         for client in clients {
             if told.insert(client) {
@@ -454,12 +454,14 @@ impl Protocol {
         }
     }
 
-    fn install_own_snapshot(&mut self, index: u64, term: u64, data: Vec<u8>) {
+    /// Keeps the service manager's snapshot; `conf` is the membership at
+    /// its index (the service manager's, which may lag this thread's).
+    fn install_own_snapshot(&mut self, index: u64, term: u64, data: Vec<u8>, conf: ConfState) {
         let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
-        meta.set_conf_state(self.node.raft.prs().conf().to_conf_state());
+        meta.set_conf_state(conf);
         let slack = LOG_SLACK.min(self.shared.config.snapshot_every);
         if let Err(e) = self.store.install(snap, index.saturating_sub(slack)) {
             warn!(index, "cannot compact the log: {e}");
@@ -470,7 +472,14 @@ impl Protocol {
 
     /// Handles the ready, if any; returns its read states.
     fn on_ready(&mut self, stepped: &Stepped) -> Result<Vec<ReadState>, Stopped> {
-        let mut out = Wire { peers: &self.peers, decisions: &self.decisions, read_states: Vec::new() };
+        let mut out = Wire {
+            peers: &self.peers,
+            decisions: &self.decisions,
+            read_states: Vec::new(),
+            membership: &mut self.membership,
+            changes: Vec::new(),
+            replaced: false,
+        };
         let what = || format!("handling a ready after {}", stepped.describe());
         let handle = || {
             fail::fail_point!("protocol-ready");
@@ -481,7 +490,54 @@ impl Protocol {
             self.shared.fail(why);
             Stopped
         })?;
-        Ok(out.read_states)
+        let (read_states, changes, replaced) = (out.read_states, out.changes, out.replaced);
+        if replaced || !changes.is_empty() {
+            self.membership_changed(&changes);
+        }
+        Ok(read_states)
+    }
+
+    /// After the membership changed (`changes`, at their indexes, or a
+    /// snapshot): a sender for every other member and none for anyone
+    /// else, the guard's members, the published view; notes this
+    /// replica's own removal.
+    fn membership_changed(&mut self, changes: &[(u64, Change)]) {
+        let id = self.shared.id;
+        let mut removed = None;
+        for (index, change) in changes {
+            if let Change::Remove(gone) = change {
+                removed = Some((*gone, *index));
+                if *gone == id && self.removed_at.is_none() {
+                    info!(index, "this replica's removal from the cluster is committed");
+                    self.removed_at = Some(self.ticks);
+                }
+            }
+        }
+        self.shared.set_membership(&self.membership, removed);
+        let members = self.shared.members();
+        self.peers.retain(|peer, _| members.iter().any(|m| m.id == *peer));
+        for m in &members {
+            if m.id == id || self.peers.contains_key(&m.id) {
+                continue;
+            }
+            match crate::peer::spawn_sender(&self.shared, m.id, m.peer, self.tls.clone()) {
+                Ok(sender) => {
+                    self.peers.insert(m.id, sender);
+                }
+                Err(e) => warn!(peer = m.id, "cannot start a sender: {e}"),
+            }
+        }
+        self.guard = Guard::new(id, members.iter().map(|m| m.id));
+    }
+
+    /// A replica whose removal is committed stops an election timeout
+    /// later: time for its last answers and for the others to learn the
+    /// commit from it if it led.
+    fn leave_if_removed(&self) {
+        let Some(at) = self.removed_at else { return };
+        if self.ticks >= at + self.shared.config.election_ticks as u64 {
+            self.shared.stop_removed("its removal was applied");
+        }
     }
 
     fn publish(&self) {
@@ -507,6 +563,13 @@ pub(crate) trait ReadyOut {
     /// Hands over the answers to read-index requests: each says which
     /// commit index the reads with that context must wait for.
     fn read_states(&mut self, states: Vec<ReadState>);
+    /// Applies the committed conf-change entry `e` to `node` (before the
+    /// entry reaches the service manager). A caller whose membership
+    /// never changes after its start may ignore them.
+    fn conf_change(&mut self, node: &mut RawNode<Log>, e: &Entry) -> Result<(), String> {
+        let _ = (node, e);
+        Ok(())
+    }
 }
 
 /// The protocol thread's [`ReadyOut`].
@@ -516,6 +579,11 @@ struct Wire<'a> {
     /// Read states of this ready, for the protocol thread to match with
     /// its waiting reads.
     read_states: Vec<ReadState>,
+    membership: &'a mut Membership,
+    /// Conf changes applied in this ready, at their indexes.
+    changes: Vec<(u64, Change)>,
+    /// A snapshot replaced the membership.
+    replaced: bool,
 }
 
 impl ReadyOut for Wire<'_> {
@@ -541,12 +609,52 @@ impl ReadyOut for Wire<'_> {
     }
 
     fn restore(&mut self, snapshot: Snapshot) -> Result<(), String> {
+        let index = snapshot.get_metadata().index;
+        let state = crate::manager::decode_state(&snapshot.data)
+            .map_err(|e| format!("the snapshot at {index} from the leader: {e}"))?;
+        *self.membership = Membership::decode(state.members).map_err(|e| format!("the snapshot at {index}: {e}"))?;
+        self.replaced = true;
         self.decisions.send(Decision::Snapshot(Box::new(snapshot))).map_err(|_| "the service manager stopped".into())
     }
 
     fn read_states(&mut self, states: Vec<ReadState>) {
         self.read_states.extend(states);
     }
+
+    fn conf_change(&mut self, node: &mut RawNode<Log>, e: &Entry) -> Result<(), String> {
+        let index = e.index;
+        let change = match Change::from_entry(e) {
+            Ok(c) => c,
+            Err(why) => {
+                warn!(index, "a conf-change entry that changes nothing: {why}");
+                return Ok(());
+            }
+        };
+        let mut next = self.membership.clone();
+        if let Err(why) = next.apply(&change) {
+            warn!(index, ?change, "a conf change that changes nothing: {why}");
+            return Ok(());
+        }
+        let conf = node
+            .apply_conf_change(&change.to_conf_change())
+            .map_err(|err| format!("raft refused the conf change at {index} ({change:?}): {err}"))?;
+        if !next.matches(&conf) {
+            return Err(format!("raft's membership {conf:?} after entry {index} is not psmr's {:?}", next.info()));
+        }
+        info!(index, ?change, "membership changed");
+        *self.membership = next;
+        self.changes.push((index, change));
+        Ok(())
+    }
+}
+
+/// Applies the conf changes among `entries` to `node`, then hands them
+/// all to the service manager.
+fn deliver_committed(node: &mut RawNode<Log>, out: &mut impl ReadyOut, entries: Vec<Entry>) -> Result<(), String> {
+    for e in entries.iter().filter(|e| e.get_entry_type() != EntryType::EntryNormal) {
+        out.conf_change(node, e)?;
+    }
+    out.deliver(entries)
 }
 
 /// Handles one ready of `node`, if it has one: stores what raft asks to
@@ -570,7 +678,7 @@ pub(crate) fn handle_ready(node: &mut RawNode<Log>, store: &Log, out: &mut impl 
         info!(index, "installing a snapshot from the leader");
         out.restore(snap)?;
     }
-    out.deliver(ready.take_committed_entries())?;
+    deliver_committed(node, out, ready.take_committed_entries())?;
     // Nothing that depends on these entries or this vote leaves before
     // they are stored (synced, on disk).
     store.append(ready.entries(), ready.hs()).map_err(|e| format!("cannot persist the log: {e}"))?;
@@ -580,7 +688,7 @@ pub(crate) fn handle_ready(node: &mut RawNode<Log>, store: &Log, out: &mut impl 
         store.set_commit(commit).map_err(|e| format!("cannot persist the log: {e}"))?;
     }
     out.send(node, light.take_messages());
-    out.deliver(light.take_committed_entries())?;
+    deliver_committed(node, out, light.take_committed_entries())?;
     node.advance_apply();
     Ok(())
 }

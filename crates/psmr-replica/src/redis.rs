@@ -181,7 +181,7 @@ where
         // follower redirects the client to the leader at once.
         let me = config.member(gateway.shared.id).map_err(|e| e.to_string())?.client;
         let mut cluster = vec![me];
-        cluster.extend(config.replicas.iter().map(|m| m.client).filter(|&a| a != me));
+        cluster.extend(gateway.shared.members().iter().map(|m| m.client).filter(|&a| a != me));
         let mut cc = ClientConfig::new(cluster);
         cc.frame_max = config.frame_max.max(psmr_model::wire::FRAME_MAX_DEFAULT);
         let client = AsyncClient::new(cc).map_err(|e| e.to_string())?;

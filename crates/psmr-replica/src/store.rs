@@ -138,6 +138,23 @@ impl Log {
         }
     }
 
+    /// Writes a founding replica's first entries (see
+    /// [`crate::membership`]) into a log that has never held anything:
+    /// one conf-change entry per replica in `replicas`, committed in term
+    /// 1. Does nothing to any other log (a restart, a repaired replica).
+    pub fn found(&self, replicas: &[crate::config::Member]) -> raft::Result<()> {
+        let state = self.initial_state()?;
+        let pristine = state.hard_state == raft::prelude::HardState::default()
+            && self.last_index()? == 0
+            && self.first_index()? == 1;
+        if !pristine {
+            return Ok(());
+        }
+        let entries = crate::membership::founding_entries(replicas);
+        let hs = raft::prelude::HardState { term: 1, commit: entries.len() as u64, ..Default::default() };
+        self.append(&entries, Some(&hs))
+    }
+
     /// Replaces the log with a snapshot from the leader.
     pub fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
         match self {
@@ -194,11 +211,19 @@ impl Storage for Log {
         }
     }
 
+    /// The snapshot kept, if it counts `to` as a member: a replica that is
+    /// not in a snapshot's membership ignores it, and is sent a newer one
+    /// (the service manager takes one when a replica joins).
     fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        match self {
+        let snap = match self {
             Log::Memory(m) => m.snapshot(request_index, to),
             Log::Disk(d) => d.snapshot(request_index, to),
+        }?;
+        let cs = snap.get_metadata().get_conf_state();
+        if !cs.voters.contains(&to) && !cs.learners.contains(&to) {
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
+        Ok(snap)
     }
 }
 

@@ -9,6 +9,7 @@ use psmr_bench::launch::{self, describe_exit, ClusterDir, ClusterSpec, ProcessCl
 use psmr_bench::load::{LoadSpec, Ops};
 use psmr_bench::probe::{self, Probe};
 use psmr_client::{Client, ClientConfig};
+use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_replica::{Config, Storage};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use psmr_services::ServiceConfig;
@@ -38,6 +39,13 @@ pub struct ReplicaArgs {
     /// it catches up from the leader. Never done automatically.
     #[arg(long)]
     repair: bool,
+    /// Join a running cluster instead of founding one: start with an empty
+    /// log and wait for the leader, which adds this replica with `psmr
+    /// client add-replica`; the configuration must list this replica and
+    /// the current members. Ignored when the data directory already holds
+    /// a log.
+    #[arg(long)]
+    join: bool,
 }
 
 /// Set while this process runs a replica: a panic in any thread then ends
@@ -50,6 +58,9 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
     let mut config = Config::from_file(&args.config)?;
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
+    }
+    if args.join {
+        config.join = true;
     }
     if args.repair {
         if config.storage != Storage::Disk {
@@ -318,7 +329,59 @@ enum ClientOp {
     /// Closed-loop load: throughput and latency, and how busy each replica
     /// thread was.
     Load(LoadArgs),
+    /// Add replica ID (started beforehand with `psmr replica --join`) to the
+    /// cluster: as a learner first, then, once it has caught up with the
+    /// log, as a voter. Prints the members (id, client and peer address,
+    /// voter or learner). Waits up to the larger of --timeout and 120 s.
+    AddReplica {
+        /// The new replica's id (1 or more, unused in the cluster).
+        #[arg(value_parser = replica_id)]
+        id: u64,
+        /// Where the new replica serves clients: IP:PORT.
+        #[arg(value_parser = socket_addr)]
+        client_addr: SocketAddr,
+        /// Where the new replica listens to its peers: IP:PORT.
+        #[arg(value_parser = socket_addr)]
+        peer_addr: SocketAddr,
+    },
+    /// Remove replica ID from the cluster; once the removal is in effect
+    /// the removed replica stops. Prints the members. Waits up to the
+    /// larger of --timeout and 120 s.
+    RemoveReplica {
+        /// The replica's id.
+        #[arg(value_parser = replica_id)]
+        id: u64,
+    },
+    /// The cluster's members (id, client and peer address, voter or
+    /// learner), as the first replica of --cluster that answers knows them.
+    Members {
+        /// A JSON array of {id, client, peer, voter} objects instead of a
+        /// table.
+        #[arg(long)]
+        json: bool,
+    },
 }
+
+/// Parses a replica id (ids start at 1).
+fn replica_id(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("replica ids start at 1".into()),
+        Ok(id) => Ok(id),
+        Err(e) => Err(format!("not a replica id: {e}")),
+    }
+}
+
+/// Parses an `IP:PORT` argument (what replicas store and dial).
+fn socket_addr(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| "not a socket address (expected IP:PORT, such as 127.0.0.1:7004)".to_string())
+}
+
+/// Shortest wait for a membership change: an added replica must catch up
+/// with the log before it votes.
+const MEMBERSHIP_DEADLINE_MIN: Duration = Duration::from_secs(120);
+
+/// Longest wait for one replica's answer to `members`.
+const MEMBERS_ATTEMPT_MAX: Duration = Duration::from_secs(3);
 
 #[derive(Args, Debug)]
 struct LoadArgs {
@@ -386,8 +449,82 @@ pub fn client(args: ClientArgs) -> Result<()> {
         },
         ClientOp::Status { json } => status(&addrs, json)?,
         ClientOp::Load(l) => load(&addrs, config, l)?,
+        ClientOp::AddReplica { id, client_addr, peer_addr } => {
+            let change = MemberChange::Add { id, client: client_addr.to_string(), peer: peer_addr.to_string() };
+            let members = change_membership(&addrs, change, timeout).with_context(|| format!("add replica {id}"))?;
+            print!("{}", members_table(&members));
+        }
+        ClientOp::RemoveReplica { id } => {
+            let members = change_membership(&addrs, MemberChange::Remove { id }, timeout)
+                .with_context(|| format!("remove replica {id}"))?;
+            print!("{}", members_table(&members));
+        }
+        ClientOp::Members { json } => {
+            let members = members(&addrs, timeout)?;
+            if json {
+                println!("{}", members_json(&members));
+            } else {
+                print!("{}", members_table(&members));
+            }
+        }
     }
     Ok(())
+}
+
+fn change_membership(addrs: &[SocketAddr], change: MemberChange, timeout: Duration) -> Result<Vec<MemberInfo>> {
+    let client = Client::new(ClientConfig::new(addrs.to_vec()))?;
+    client.change_membership(addrs, change, timeout.max(MEMBERSHIP_DEADLINE_MIN)).map_err(|e| anyhow!(e))
+}
+
+/// The members as the first replica of `addrs` to answer knows them, all
+/// within `timeout`; the error says why each replica did not answer.
+fn members(addrs: &[SocketAddr], timeout: Duration) -> Result<Vec<MemberInfo>> {
+    let client = Client::new(ClientConfig::new(addrs.to_vec()))?;
+    let end = std::time::Instant::now() + timeout;
+    let mut why = Vec::new();
+    for &addr in addrs {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            why.push(format!("{addr}: not asked, --timeout passed"));
+            continue;
+        }
+        match client.members_of(addr, left.min(MEMBERS_ATTEMPT_MAX)) {
+            Ok(members) => return Ok(members),
+            Err(e) => why.push(format!("{addr}: {e}")),
+        }
+    }
+    bail!("no replica answered ({})", why.join("; "))
+}
+
+fn members_table(members: &[MemberInfo]) -> String {
+    let rows: Vec<[String; 4]> = members
+        .iter()
+        .map(|m| {
+            let role = if m.voter { "voter" } else { "learner" };
+            [m.id.to_string(), m.client.clone(), m.peer.clone(), role.to_string()]
+        })
+        .collect();
+    let header = ["id", "client", "peer", "role"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = row.iter().zip(widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn members_json(members: &[MemberInfo]) -> serde_json::Value {
+    members
+        .iter()
+        .map(|m| serde_json::json!({"id": m.id, "client": m.client, "peer": m.peer, "voter": m.voter}))
+        .collect()
 }
 
 fn status(addrs: &[SocketAddr], json: bool) -> Result<()> {
@@ -420,4 +557,35 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         print!("{}", r.format_summary(&spec));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_print_as_an_aligned_table_and_as_json() {
+        let members = vec![
+            MemberInfo { id: 1, client: "127.0.0.1:7001".into(), peer: "127.0.0.1:8001".into(), voter: true },
+            MemberInfo { id: 12, client: "10.0.0.12:7012".into(), peer: "10.0.0.12:8012".into(), voter: false },
+        ];
+        assert_eq!(
+            members_table(&members),
+            "id  client          peer            role\n\
+             1   127.0.0.1:7001  127.0.0.1:8001  voter\n\
+             12  10.0.0.12:7012  10.0.0.12:8012  learner\n"
+        );
+        assert_eq!(
+            members_json(&members),
+            serde_json::json!([
+                {"id": 1, "client": "127.0.0.1:7001", "peer": "127.0.0.1:8001", "voter": true},
+                {"id": 12, "client": "10.0.0.12:7012", "peer": "10.0.0.12:8012", "voter": false},
+            ])
+        );
+        assert_eq!(replica_id("4"), Ok(4));
+        assert!(replica_id("0").unwrap_err().contains("start at 1"));
+        assert!(replica_id("-1").is_err() && replica_id("four").is_err());
+        assert!(socket_addr("notanaddr").unwrap_err().contains("IP:PORT"));
+        assert_eq!(socket_addr("127.0.0.1:7004"), Ok("127.0.0.1:7004".parse().unwrap()));
+    }
 }

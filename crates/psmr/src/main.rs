@@ -64,7 +64,8 @@ enum Command {
     /// Run a local cluster of replica processes on this machine (loopback,
     /// free ports) until Ctrl-C or SIGTERM.
     Cluster(cluster::ClusterArgs),
-    /// Talk to a cluster: put, get, delete, status, load.
+    /// Talk to a cluster: put, get, delete, status, load, members,
+    /// add-replica, remove-replica.
     Client(cluster::ClientArgs),
     /// Check a key-value history (one JSON operation per line) for
     /// linearizability; exit code 0 only when it is linearizable.

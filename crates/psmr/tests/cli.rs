@@ -255,3 +255,34 @@ fn fuzz_runs_a_target_and_prints_the_totals() {
 fn fuzz_refuses_an_unknown_target() {
     fails_with(&["fuzz", "--inputs", "10", "--target", "kv-nope"], "unknown fuzz target \"kv-nope\"");
 }
+
+fn stdout_of(args: &[&str]) -> String {
+    let o = psmr(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    String::from_utf8(o.stdout).expect("UTF-8 output")
+}
+
+#[test]
+fn membership_commands_are_listed_and_documented() {
+    let help = stdout_of(&["client", "--help"]);
+    for cmd in ["add-replica", "remove-replica", "members"] {
+        assert!(help.lines().any(|l| l.trim_start().starts_with(&format!("{cmd} "))), "{cmd} missing:\n{help}");
+    }
+    let help = stdout_of(&["client", "add-replica", "--help"]);
+    assert!(help.contains("<ID> <CLIENT_ADDR> <PEER_ADDR>") && help.contains("psmr replica --join"), "{help}");
+    let help = stdout_of(&["replica", "--help"]);
+    assert!(help.contains("--join") && help.contains("add-replica"), "{help}");
+}
+
+#[test]
+fn membership_commands_refuse_bad_arguments() {
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "add-replica", "4", "notanaddr", "127.0.0.1:2"], "notanaddr");
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "add-replica", "4", "127.0.0.1:2", "host:port"], "host:port");
+    fails_with(
+        &["client", "--cluster", "127.0.0.1:1", "add-replica", "0", "127.0.0.1:2", "127.0.0.1:3"],
+        "replica ids start at 1",
+    );
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "remove-replica", "0"], "replica ids start at 1");
+    // Nobody listens on port 1: the error names the replica and why.
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "members"], "no replica answered (127.0.0.1:1: cannot connect");
+}

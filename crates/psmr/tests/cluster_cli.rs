@@ -649,3 +649,65 @@ fn status_prints_the_numbers_every_endpoint_serves() {
     drop(cluster);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A free loopback address (bound, then released).
+fn free_addr() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+}
+
+#[test]
+fn a_replica_joins_a_running_cluster_catches_up_and_leaves_it() {
+    let dir = test_dir("join");
+    let mut cluster = Cluster::start(3, "disk", &dir);
+    for k in 0..20 {
+        assert!(cluster.client(&["put", &k.to_string(), "v"]).status.success());
+    }
+    // The founding configuration, plus replica 4 (whose certificate
+    // `psmr cluster` made in advance).
+    let mut config: toml::Table = std::fs::read_to_string(dir.join("cluster.toml")).unwrap().parse().unwrap();
+    let (client, peer) = (free_addr(), free_addr());
+    let mut four = toml::Table::new();
+    four.insert("id".into(), 4.into());
+    four.insert("client".into(), client.clone().into());
+    four.insert("peer".into(), peer.clone().into());
+    config.get_mut("replicas").unwrap().as_array_mut().unwrap().push(four.into());
+    let grown = dir.join("grown.toml");
+    std::fs::write(&grown, toml::to_string(&config).unwrap()).unwrap();
+    let mut joiner = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["replica", "--config", grown.to_str().unwrap(), "--id", "4", "--join"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    serving(&client);
+
+    let o = cluster.client(&["add-replica", "4", &client, &peer]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = cluster.client(&["members", "--json"]);
+    let members: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let four = members.as_array().unwrap().iter().find(|m| m["id"] == 4).expect("replica 4 is a member");
+    assert_eq!(four["voter"], true, "{members}");
+
+    // Replica 4 holds everything written before and after it joined.
+    cluster.replicas.push((4, client.clone(), joiner.id()));
+    assert!(cluster.client(&["put", "20", "v"]).status.success());
+    let st = cluster.converged();
+    assert_eq!(st["replicas"].as_array().unwrap().len(), 4);
+
+    // Removed, it stops by itself, cleanly.
+    let o = cluster.client(&["remove-replica", "4"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    cluster.replicas.pop();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = joiner.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the removed replica still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(cluster.client(&["put", "21", "v"]).status.success());
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -671,7 +671,9 @@ impl Node {
         if live.dying {
             return;
         }
-        let data = encode_state(index, term, &live.service.snapshot(), &live.cache.snapshot());
+        // The simulated cluster's membership never changes: its snapshots
+        // carry none (raft's conf state says who the members are).
+        let data = encode_state(index, term, &[0; 4], &live.service.snapshot(), &live.cache.snapshot());
         let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = index;
@@ -701,7 +703,8 @@ impl Node {
 /// Restores the service and the reply cache from a snapshot in the service
 /// manager's format; the index it was taken at.
 fn restore(service: &Registers, cache: &ReplyCache, snap: &Snapshot) -> Result<u64, String> {
-    let (index, s, c) = decode_state(&snap.data).map_err(|e| e.to_string())?;
+    let crate::manager::State { index, service: s, cache: c, .. } =
+        decode_state(&snap.data).map_err(|e| e.to_string())?;
     service.restore(s).map_err(|e| e.to_string())?;
     cache.restore(c).map_err(|e| e.to_string())?;
     Ok(index)

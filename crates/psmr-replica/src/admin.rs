@@ -1,0 +1,221 @@
+//! Membership changes a client asks for (`psmr client add-replica` /
+//! `remove-replica`), carried out by the leader's protocol thread.
+//!
+//! A request is a goal, not a step: "replica 4 at these addresses is a
+//! voter", "replica 2 is not a member". Every turn the leader compares the
+//! goal with the membership of the committed log and proposes the next
+//! conf change towards it (see [`crate::membership`]): add as learner;
+//! once the learner's log is within [`CATCH_UP_SLACK`] entries of the
+//! commit index, make it a voter; remove. Because the goal is checked
+//! against the log, a client that sends the same request again (after a
+//! leader change, or a lost answer) continues where the last leader
+//! stopped, and a goal already met is answered at once.
+//!
+//! A leader asked to remove itself hands leadership to the voter with
+//! the most of its log first (raft's leadership transfer); the client,
+//! redirected, asks the new leader, which removes the old one.
+//!
+//! One change at a time: raft refuses a conf change while another is
+//! pending, and a second request is told to retry later. A request that
+//! has not reached its goal within [`CHANGE_TIMEOUT`] (a new replica that
+//! is not running, or cannot be reached) is answered with an error; what
+//! was done stays done (a learner stays a learner until removed).
+
+use crate::config::Member;
+use crate::membership::Change;
+use crate::protocol::{contained, Protocol, Stopped};
+use psmr_model::wire::{MemberChange, ServerMsg, RETRY_LATER};
+use raft::StateRole;
+use std::time::Duration;
+use tracing::info;
+
+/// A learner this close to the commit index (in entries) is made a voter:
+/// it streams the rest in a moment, and until then the quorum does not
+/// wait for it.
+pub const CATCH_UP_SLACK: u64 = 100;
+
+/// How long a membership change may take before its client is told it
+/// failed.
+pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A membership change from a client, with where its answer goes.
+pub struct Request {
+    /// The change.
+    pub change: MemberChange,
+    /// The answer: the members once the change is in effect, a redirect,
+    /// or an error.
+    pub reply: tokio::sync::oneshot::Sender<ServerMsg>,
+}
+
+/// The goal of the request under way.
+#[derive(Clone, Debug)]
+enum Goal {
+    Voter(Member),
+    Gone(u64),
+}
+
+/// The request the leader works on.
+pub(crate) struct Pending {
+    goal: Goal,
+    reply: tokio::sync::oneshot::Sender<ServerMsg>,
+    /// The tick after which the client is told the change failed.
+    deadline: u64,
+    /// A learner becomes a voter only once it holds the log up to here:
+    /// the leader's last entry when the request came, then the entry that
+    /// added the learner. (The slack alone would promote a replica that
+    /// never answered, on a short log.)
+    holds: u64,
+}
+
+/// What to do next for a goal.
+enum Step {
+    Done,
+    Wait,
+    Propose(Change),
+    /// Hand leadership to this voter first.
+    Transfer(u64),
+    Refuse(String),
+}
+
+fn goal(change: MemberChange) -> Result<Goal, String> {
+    match change {
+        MemberChange::Add { id, client, peer } => {
+            let addr = |what: &str, s: &str| s.parse().map_err(|_| format!("{what} address {s:?} is not host:port"));
+            if id == 0 {
+                return Err("replica ids start at 1".into());
+            }
+            Ok(Goal::Voter(Member::new(id, addr("client", &client)?, addr("peer", &peer)?)))
+        }
+        MemberChange::Remove { id } => Ok(Goal::Gone(id)),
+    }
+}
+
+impl Protocol {
+    /// Takes a client's membership change: the one under way, unless
+    /// another is.
+    pub(crate) fn admin_request(&mut self, r: Request) -> Result<(), Stopped> {
+        if let Some(p) = &self.admin {
+            let busy = format!("{RETRY_LATER}another membership change is under way ({:?})", p.goal);
+            let _ = r.reply.send(ServerMsg::Error(busy));
+            return Ok(());
+        }
+        match goal(r.change) {
+            Ok(goal) => {
+                let deadline = self.ticks + CHANGE_TIMEOUT.as_millis() as u64 / self.shared.config.tick_ms.max(1);
+                let holds = self.node.raft.raft_log.last_index();
+                self.admin = Some(Pending { goal, reply: r.reply, deadline, holds });
+                self.drive_admin()
+            }
+            Err(why) => {
+                let _ = r.reply.send(ServerMsg::Error(why));
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves the change under way one step, and answers its client once
+    /// it is done (or cannot be done here).
+    pub(crate) fn drive_admin(&mut self) -> Result<(), Stopped> {
+        let Some(p) = &self.admin else { return Ok(()) };
+        let answer = if self.node.raft.state != StateRole::Leader {
+            let leader = self.node.raft.leader_id;
+            let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+            Some(ServerMsg::Redirect { leader, addr })
+        } else if self.ticks >= p.deadline {
+            Some(ServerMsg::Error(format!(
+                "{:?} not reached within {CHANGE_TIMEOUT:?}; the membership is now {:?} (is the new replica \
+                 running with --join, and reachable at its peer address?)",
+                p.goal,
+                self.membership.info()
+            )))
+        } else {
+            match self.next_step(&p.goal.clone(), p.holds) {
+                Step::Done => Some(ServerMsg::Members(self.membership.info())),
+                Step::Wait => None,
+                Step::Refuse(why) => Some(ServerMsg::Error(why)),
+                Step::Propose(change) => {
+                    let answer = self.propose_change(change)?;
+                    let last = self.node.raft.raft_log.last_index();
+                    if let Some(p) = &mut self.admin {
+                        p.holds = p.holds.max(last);
+                    }
+                    answer
+                }
+                Step::Transfer(to) => {
+                    info!(to, "handing leadership over before this replica is removed");
+                    let what = || format!("transferring leadership to {to}");
+                    contained(&self.shared, what, || self.node.transfer_leader(to))?;
+                    None
+                }
+            }
+        };
+        if let Some(msg) = answer {
+            if let Some(p) = self.admin.take() {
+                let _ = p.reply.send(msg);
+            }
+        }
+        Ok(())
+    }
+
+    fn next_step(&self, goal: &Goal, holds: u64) -> Step {
+        let pending = self.node.raft.has_pending_conf();
+        match goal {
+            Goal::Voter(m) => match self.membership.member(m.id) {
+                Some(cur) if (cur.client, cur.peer) != (m.client, m.peer) => Step::Refuse(format!(
+                    "replica {} is a member at client {} and peer {}; remove it first",
+                    m.id, cur.client, cur.peer
+                )),
+                Some(_) if self.membership.is_voter(m.id) => Step::Done,
+                _ if pending => Step::Wait,
+                Some(cur) if self.caught_up(m.id, holds) => {
+                    Step::Propose(Change::Add { member: cur.clone(), voter: true })
+                }
+                Some(_) => Step::Wait,
+                None => self.checked(Change::Add { member: m.clone(), voter: false }),
+            },
+            Goal::Gone(id) if !self.membership.contains(*id) => Step::Done,
+            Goal::Gone(_) if pending || self.node.raft.lead_transferee.is_some() => Step::Wait,
+            Goal::Gone(id) if *id == self.shared.id => match self.checked(Change::Remove(*id)) {
+                Step::Propose(_) => self.successor().map_or(Step::Wait, Step::Transfer),
+                refused => refused,
+            },
+            Goal::Gone(id) => self.checked(Change::Remove(*id)),
+        }
+    }
+
+    /// Proposes `change` if the membership takes it.
+    fn checked(&self, change: Change) -> Step {
+        match self.membership.clone().apply(&change) {
+            Ok(()) => Step::Propose(change),
+            Err(why) => Step::Refuse(why),
+        }
+    }
+
+    /// The voter other than this leader with the most of its log: the one
+    /// to lead once this replica is removed (raft-rs 0.7 cannot go on
+    /// leading without its leader in the membership).
+    fn successor(&self) -> Option<u64> {
+        let me = self.shared.id;
+        let voters = self.membership.members().map(|m| m.id).filter(|&id| id != me && self.membership.is_voter(id));
+        voters.max_by_key(|&id| self.node.raft.prs().get(id).map_or(0, |pr| pr.matched))
+    }
+
+    /// Whether learner `id` holds the log up to `holds` and (nearly) all
+    /// of the committed log.
+    fn caught_up(&self, id: u64, holds: u64) -> bool {
+        let committed = self.node.raft.raft_log.committed;
+        let pr = self.node.raft.prs().get(id);
+        pr.is_some_and(|pr| pr.matched >= holds && pr.matched + CATCH_UP_SLACK >= committed)
+    }
+
+    /// Proposes a conf change; the answer for the client if raft refused.
+    fn propose_change(&mut self, change: Change) -> Result<Option<ServerMsg>, Stopped> {
+        info!(?change, "proposing a membership change");
+        let cc = change.to_conf_change();
+        let what = || "proposing a membership change".to_string();
+        match contained(&self.shared, what, || self.node.propose_conf_change(Vec::new(), cc))? {
+            Ok(()) => Ok(None),
+            Err(e) => Ok(Some(ServerMsg::Error(format!("{RETRY_LATER}raft did not take the change: {e}")))),
+        }
+    }
+}
