@@ -158,7 +158,7 @@ impl DstReport {
              operations: {} answered, {} writes unknown, {} reads abandoned; {} answered from a reply cache, \
              {} reads without the log; {} log entries applied\n\
              faults: {} packets lost, {} duplicated, {} delayed, {} cut by {} partitions and {} one-way ones; \
-             {} crashes ({} torn), {} restarts\n",
+             {} crashes ({} torn), {} restarts; {} membership changes\n",
             self.seeds_run,
             self.first_seed,
             (self.first_seed + self.seeds_run).saturating_sub(1),
@@ -183,6 +183,7 @@ impl DstReport {
             f.crashes,
             f.torn_crashes,
             f.restarts,
+            f.member_changes,
         );
         if !self.too_hard_seeds.is_empty() {
             let shown: Vec<String> = self.too_hard_seeds.iter().take(20).map(u64::to_string).collect();

@@ -13,6 +13,9 @@
 //! | `kv-op`, `kv-reply` | `KvCodec::decode_op`, `KvCodec::decode_reply` |
 //! | `list-op`, `list-reply` | `ListCodec::decode_op`, `ListCodec::decode_reply` |
 //! | `snapshot-kv`, `snapshot-list` | `Service::restore` on a fresh store |
+//! | `raft` | `psmr_replica::peer::decode_raft` (a peer's raft message) |
+//! | `membership` | `psmr_replica::membership::Membership::decode` (the members a snapshot holds) |
+//! | `conf-change` | `psmr_replica::membership::Change::from_entry` (a conf-change log entry) |
 //! | `resp` | `psmr_resp::RequestParser::next`, the bytes fed in 1 to 3 pieces |
 //! | `serde` | `SerdeCodec::decode_op` and `decode_reply` (postcard) |
 //!
@@ -37,9 +40,12 @@
 //! as in the single-threaded `psmr fuzz`.
 
 use psmr_model::wire::{read_frame, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand};
+use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_model::wire::{WorkerSample, FRAME_MAX_DEFAULT};
 use psmr_model::{SerdeCodec, Service};
+use psmr_replica::membership::{founding_entries, Change, Membership};
 use psmr_replica::store::{encode_entry, entry_commands, EntryCommand};
+use psmr_replica::Member;
 use psmr_resp::{encode_request, Limits, RequestParser};
 use psmr_services::kv::{KvCodec, KvError, KvOp, KvReply, KvService, SetWhen};
 use psmr_services::list::{ListCodec, ListOp, ListReply, ListService};
@@ -93,6 +99,9 @@ pub fn targets() -> Vec<Target> {
         Target { name: "list-reply", run: run_list_reply, corpus: corpus_list_reply },
         Target { name: "snapshot-kv", run: run_snapshot_kv, corpus: corpus_snapshot_kv },
         Target { name: "snapshot-list", run: run_snapshot_list, corpus: corpus_snapshot_list },
+        Target { name: "raft", run: run_raft, corpus: corpus_raft },
+        Target { name: "membership", run: run_membership, corpus: corpus_membership },
+        Target { name: "conf-change", run: run_conf_change, corpus: corpus_conf_change },
         Target { name: "resp", run: run_resp, corpus: corpus_resp },
         Target { name: "serde", run: run_serde, corpus: corpus_serde },
     ]
@@ -477,6 +486,21 @@ fn run_entry(bytes: &[u8]) {
     let _ = entry_commands(bytes);
 }
 
+fn run_raft(bytes: &[u8]) {
+    let _ = psmr_replica::peer::decode_raft(bytes.to_vec());
+}
+
+fn run_membership(bytes: &[u8]) {
+    let _ = Membership::decode(bytes);
+}
+
+fn run_conf_change(bytes: &[u8]) {
+    let mut e = raft::prelude::Entry::default();
+    e.set_entry_type(raft::prelude::EntryType::EntryConfChangeV2);
+    e.data = bytes.to_vec().into();
+    let _ = Change::from_entry(&e);
+}
+
 fn run_kv_op(bytes: &[u8]) {
     let _ = KvCodec.decode_op(bytes);
 }
@@ -577,6 +601,13 @@ fn corpus_wire_client() -> Vec<Vec<u8>> {
         ClientMsg::Status,
         ClientMsg::Stats,
         ClientMsg::Metrics,
+        ClientMsg::Members,
+        ClientMsg::ChangeMembership(MemberChange::Add {
+            id: 4,
+            client: "127.0.0.1:7004".into(),
+            peer: "[::1]:8004".into(),
+        }),
+        ClientMsg::ChangeMembership(MemberChange::Remove { id: 2 }),
     ]
     .iter()
     .map(ClientMsg::to_frame)
@@ -606,10 +637,74 @@ fn corpus_wire_server() -> Vec<Vec<u8>> {
             workers: vec![WorkerSample { executed: 4, dequeues: 2, ..WorkerSample::default() }],
         },
         ServerMsg::Metrics("# EOF\n".into()),
+        ServerMsg::Members(vec![
+            MemberInfo { id: 1, client: "127.0.0.1:7001".into(), peer: "127.0.0.1:8001".into(), voter: true },
+            MemberInfo { id: 4, client: "c".into(), peer: "p".into(), voter: false },
+        ]),
     ]
     .iter()
     .map(ServerMsg::to_frame)
     .collect()
+}
+
+/// Members 1 to `n`, as a founding replica's log makes them.
+fn founded(n: u64) -> Membership {
+    let members: Vec<Member> = (1..=n)
+        .map(|id| Member::new(id, ([127, 0, 0, 1], 7000 + id as u16).into(), ([127, 0, 0, 1], 8000 + id as u16).into()))
+        .collect();
+    let mut m = Membership::default();
+    for e in founding_entries(&members) {
+        m.apply(&Change::from_entry(&e).expect("a founding entry")).expect("applies");
+    }
+    m
+}
+
+fn corpus_raft() -> Vec<Vec<u8>> {
+    use protobuf::Message as _;
+    use raft::prelude::{Entry, Message, MessageType, Snapshot};
+    let msg = |t: MessageType| {
+        let mut m = Message { from: 2, to: 1, term: 3, index: 7, log_term: 2, commit: 6, ..Default::default() };
+        m.set_msg_type(t);
+        m
+    };
+    let mut append = msg(MessageType::MsgAppend);
+    let entry = |index: u64, data: Vec<u8>| Entry { index, term: 3, data: data.into(), ..Default::default() };
+    let batch = encode_entry(&[EntryCommand { client: 1, seq: 2, op: vec![3, 4] }]);
+    append.set_entries(vec![entry(8, batch), entry(9, corpus_conf_change()[0].clone())].into());
+    let mut snapshot = msg(MessageType::MsgSnapshot);
+    let mut snap = Snapshot { data: vec![1, 2, 3].into(), ..Default::default() };
+    snap.mut_metadata().index = 6;
+    snap.mut_metadata().set_conf_state(founded(3).conf_state());
+    snapshot.set_snapshot(snap);
+    let mut heartbeat = msg(MessageType::MsgHeartbeat);
+    heartbeat.context = vec![0, 0, 0, 0, 0, 0, 0, 9].into();
+    [append, snapshot, heartbeat, msg(MessageType::MsgRequestPreVote), msg(MessageType::MsgAppendResponse)]
+        .iter()
+        .map(|m| m.write_to_bytes().expect("encodes"))
+        .collect()
+}
+
+fn corpus_membership() -> Vec<Vec<u8>> {
+    let mut changed = founded(3);
+    let mut four = Member::new(4, ([10, 0, 0, 4], 7004).into(), ([10, 0, 0, 4], 8004).into());
+    four.redis = Some(([10, 0, 0, 4], 6379).into());
+    changed.apply(&Change::Add { member: four, voter: false }).expect("applies");
+    changed.apply(&Change::Remove(2)).expect("applies");
+    vec![Membership::default().encode(), founded(1).encode(), founded(5).encode(), changed.encode()]
+}
+
+fn corpus_conf_change() -> Vec<Vec<u8>> {
+    use protobuf::Message as _;
+    let four = Member::new(4, ([127, 0, 0, 1], 7004).into(), ([127, 0, 0, 1], 8004).into());
+    let changes = [Change::Add { member: four.clone(), voter: false }, Change::Add { member: four, voter: true }];
+    let mut out: Vec<Vec<u8>> = changes.iter().map(|c| c.to_conf_change().write_to_bytes().expect("encodes")).collect();
+    out.push(Change::Remove(3).to_conf_change().write_to_bytes().expect("encodes"));
+    out.extend(
+        founding_entries(&[Member::new(1, ([127, 0, 0, 1], 1).into(), ([127, 0, 0, 1], 2).into())])
+            .into_iter()
+            .map(|e| e.data.to_vec()),
+    );
+    out
 }
 
 fn corpus_entry() -> Vec<Vec<u8>> {
@@ -796,6 +891,21 @@ mod tests {
     }
 
     #[test]
+    fn fuzz_raft() {
+        no_crash("raft");
+    }
+
+    #[test]
+    fn fuzz_membership() {
+        no_crash("membership");
+    }
+
+    #[test]
+    fn fuzz_conf_change() {
+        no_crash("conf-change");
+    }
+
+    #[test]
     fn fuzz_resp() {
         no_crash("resp");
     }
@@ -816,6 +926,15 @@ mod tests {
         assert!(corpus_kv_op().iter().all(|b| KvCodec.decode_op(b).is_ok()));
         assert!(corpus_kv_reply().iter().all(|b| KvCodec.decode_reply(b).is_ok()));
         assert!(corpus_snapshot_kv().iter().all(|b| KvService::new(0, Cost::Light).restore(b).is_ok()));
+        assert!(corpus_membership().iter().all(|b| Membership::decode(b).is_ok()));
+        assert!(corpus_raft().iter().all(|b| psmr_replica::peer::decode_raft(b.clone()).is_ok()));
+        let entry = |b: &Vec<u8>| {
+            let mut e = raft::prelude::Entry::default();
+            e.set_entry_type(raft::prelude::EntryType::EntryConfChangeV2);
+            e.data = b.clone().into();
+            e
+        };
+        assert!(corpus_conf_change().iter().all(|b| Change::from_entry(&entry(b)).is_ok()));
         assert!(corpus_serde()[..5].iter().all(|b| SerdeFuzzCodec::new().decode_op(b).is_ok()));
         let mut buf = bytes::BytesMut::from(&corpus_resp()[1][..]);
         assert!(RequestParser::new(resp_limits()).next(&mut buf).unwrap().is_some());

@@ -47,6 +47,7 @@ fn four_hundred_seeds_with_every_fault_pass_every_check() {
         ("crashes", f.crashes),
         ("torn crashes", f.torn_crashes),
         ("restarts", f.restarts),
+        ("membership changes", f.member_changes),
     ] {
         assert!(n > 0, "no {what} in 400 seeds:\n{text}");
     }
@@ -72,6 +73,27 @@ fn one_replica_restarts_after_every_crash() {
     });
     assert!(report.clean(), "{}", report.text());
     assert!(report.faults.crashes > 0, "{}", report.text());
+}
+
+/// Replicas join and leave while replicas crash and the network splits:
+/// every change completes, and every check holds over the members. (The
+/// simulation found that a member refusing peers outside the membership it
+/// knew could never catch up with a leader added after it fell behind,
+/// that a memory log restarted from a snapshot with the founders'
+/// membership instead of the snapshot's, and that the guard refused
+/// honest `MsgTimeoutNow`s; see the README.)
+#[test]
+fn membership_changes_under_crashes_and_partitions_pass_every_check() {
+    let faults = Faults::parse("membership,crash,torn,partition,loss").unwrap();
+    let report = run(DstConfig {
+        first_seed: 50_000,
+        seeds: 300,
+        jobs: jobs(),
+        sim: SimConfig { faults, ..SimConfig::default() },
+        ..DstConfig::default()
+    });
+    assert!(report.clean(), "{}", report.text());
+    assert!(report.faults.member_changes > 300, "too few membership changes:\n{}", report.text());
 }
 
 /// Without faults every operation is answered.

@@ -22,10 +22,10 @@
 //! was done stays done (a learner stays a learner until removed).
 
 use crate::config::Member;
-use crate::membership::Change;
+use crate::membership::{Change, Membership};
 use crate::protocol::{contained, Protocol, Stopped};
 use psmr_model::wire::{MemberChange, ServerMsg, RETRY_LATER};
-use raft::StateRole;
+use raft::{RawNode, StateRole, Storage};
 use std::time::Duration;
 use tracing::info;
 
@@ -47,10 +47,12 @@ pub struct Request {
     pub reply: tokio::sync::oneshot::Sender<ServerMsg>,
 }
 
-/// The goal of the request under way.
-#[derive(Clone, Debug)]
-enum Goal {
+/// The goal of a membership change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Goal {
+    /// This replica, at these addresses, is a voter.
     Voter(Member),
+    /// This replica is not a member.
     Gone(u64),
 }
 
@@ -65,10 +67,14 @@ pub(crate) struct Pending {
     /// added the learner. (The slack alone would promote a replica that
     /// never answered, on a short log.)
     holds: u64,
+    /// The term this replica leads in and took the request in: `holds` is
+    /// an index of its log in that term.
+    term: u64,
 }
 
 /// What to do next for a goal.
-enum Step {
+#[derive(Debug)]
+pub(crate) enum Step {
     Done,
     Wait,
     Propose(Change),
@@ -102,8 +108,8 @@ impl Protocol {
         match goal(r.change) {
             Ok(goal) => {
                 let deadline = self.ticks + CHANGE_TIMEOUT.as_millis() as u64 / self.shared.config.tick_ms.max(1);
-                let holds = self.node.raft.raft_log.last_index();
-                self.admin = Some(Pending { goal, reply: r.reply, deadline, holds });
+                let (holds, term) = (self.node.raft.raft_log.last_index(), self.node.raft.term);
+                self.admin = Some(Pending { goal, reply: r.reply, deadline, holds, term });
                 self.drive_admin()
             }
             Err(why) => {
@@ -117,7 +123,7 @@ impl Protocol {
     /// it is done (or cannot be done here).
     pub(crate) fn drive_admin(&mut self) -> Result<(), Stopped> {
         let Some(p) = &self.admin else { return Ok(()) };
-        let answer = if self.node.raft.state != StateRole::Leader {
+        let answer = if self.node.raft.state != StateRole::Leader || self.node.raft.term != p.term {
             let leader = self.node.raft.leader_id;
             let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
             Some(ServerMsg::Redirect { leader, addr })
@@ -129,7 +135,7 @@ impl Protocol {
                 self.membership.info()
             )))
         } else {
-            match self.next_step(&p.goal.clone(), p.holds) {
+            match next_step(&self.node, &self.membership, &p.goal, p.holds) {
                 Step::Done => Some(ServerMsg::Members(self.membership.info())),
                 Step::Wait => None,
                 Step::Refuse(why) => Some(ServerMsg::Error(why)),
@@ -157,57 +163,6 @@ impl Protocol {
         Ok(())
     }
 
-    fn next_step(&self, goal: &Goal, holds: u64) -> Step {
-        let pending = self.node.raft.has_pending_conf();
-        match goal {
-            Goal::Voter(m) => match self.membership.member(m.id) {
-                Some(cur) if (cur.client, cur.peer) != (m.client, m.peer) => Step::Refuse(format!(
-                    "replica {} is a member at client {} and peer {}; remove it first",
-                    m.id, cur.client, cur.peer
-                )),
-                Some(_) if self.membership.is_voter(m.id) => Step::Done,
-                _ if pending => Step::Wait,
-                Some(cur) if self.caught_up(m.id, holds) => {
-                    Step::Propose(Change::Add { member: cur.clone(), voter: true })
-                }
-                Some(_) => Step::Wait,
-                None => self.checked(Change::Add { member: m.clone(), voter: false }),
-            },
-            Goal::Gone(id) if !self.membership.contains(*id) => Step::Done,
-            Goal::Gone(_) if pending || self.node.raft.lead_transferee.is_some() => Step::Wait,
-            Goal::Gone(id) if *id == self.shared.id => match self.checked(Change::Remove(*id)) {
-                Step::Propose(_) => self.successor().map_or(Step::Wait, Step::Transfer),
-                refused => refused,
-            },
-            Goal::Gone(id) => self.checked(Change::Remove(*id)),
-        }
-    }
-
-    /// Proposes `change` if the membership takes it.
-    fn checked(&self, change: Change) -> Step {
-        match self.membership.clone().apply(&change) {
-            Ok(()) => Step::Propose(change),
-            Err(why) => Step::Refuse(why),
-        }
-    }
-
-    /// The voter other than this leader with the most of its log: the one
-    /// to lead once this replica is removed (raft-rs 0.7 cannot go on
-    /// leading without its leader in the membership).
-    fn successor(&self) -> Option<u64> {
-        let me = self.shared.id;
-        let voters = self.membership.members().map(|m| m.id).filter(|&id| id != me && self.membership.is_voter(id));
-        voters.max_by_key(|&id| self.node.raft.prs().get(id).map_or(0, |pr| pr.matched))
-    }
-
-    /// Whether learner `id` holds the log up to `holds` and (nearly) all
-    /// of the committed log.
-    fn caught_up(&self, id: u64, holds: u64) -> bool {
-        let committed = self.node.raft.raft_log.committed;
-        let pr = self.node.raft.prs().get(id);
-        pr.is_some_and(|pr| pr.matched >= holds && pr.matched + CATCH_UP_SLACK >= committed)
-    }
-
     /// Proposes a conf change; the answer for the client if raft refused.
     fn propose_change(&mut self, change: Change) -> Result<Option<ServerMsg>, Stopped> {
         info!(?change, "proposing a membership change");
@@ -218,4 +173,57 @@ impl Protocol {
             Err(e) => Ok(Some(ServerMsg::Error(format!("{RETRY_LATER}raft did not take the change: {e}")))),
         }
     }
+}
+
+/// The next step towards `goal` for the leader `raw`, given the committed
+/// `membership`; a learner is made a voter once it holds the log up to
+/// `holds` (see [`Pending`]). The protocol thread and the simulation
+/// both take their steps from here.
+pub(crate) fn next_step<S: Storage>(raw: &RawNode<S>, membership: &Membership, goal: &Goal, holds: u64) -> Step {
+    let pending = raw.raft.has_pending_conf();
+    match goal {
+        Goal::Voter(m) => match membership.member(m.id) {
+            Some(cur) if (cur.client, cur.peer) != (m.client, m.peer) => Step::Refuse(format!(
+                "replica {} is a member at client {} and peer {}; remove it first",
+                m.id, cur.client, cur.peer
+            )),
+            Some(_) if membership.is_voter(m.id) => Step::Done,
+            _ if pending => Step::Wait,
+            Some(cur) if caught_up(raw, m.id, holds) => Step::Propose(Change::Add { member: cur.clone(), voter: true }),
+            Some(_) => Step::Wait,
+            None => checked(membership, Change::Add { member: m.clone(), voter: false }),
+        },
+        Goal::Gone(id) if !membership.contains(*id) => Step::Done,
+        Goal::Gone(_) if pending || raw.raft.lead_transferee.is_some() => Step::Wait,
+        Goal::Gone(id) if *id == raw.raft.id => match checked(membership, Change::Remove(*id)) {
+            Step::Propose(_) => successor(raw, membership).map_or(Step::Wait, Step::Transfer),
+            refused => refused,
+        },
+        Goal::Gone(id) => checked(membership, Change::Remove(*id)),
+    }
+}
+
+/// Proposes `change` if the membership takes it.
+fn checked(membership: &Membership, change: Change) -> Step {
+    match membership.clone().apply(&change) {
+        Ok(()) => Step::Propose(change),
+        Err(why) => Step::Refuse(why),
+    }
+}
+
+/// The voter other than the leader `raw` with the most of its log: the
+/// one to lead once the leader is removed (raft-rs 0.7 cannot go on
+/// leading without its leader in the membership).
+fn successor<S: Storage>(raw: &RawNode<S>, membership: &Membership) -> Option<u64> {
+    let me = raw.raft.id;
+    let voters = membership.members().map(|m| m.id).filter(|&id| id != me && membership.is_voter(id));
+    voters.max_by_key(|&id| raw.raft.prs().get(id).map_or(0, |pr| pr.matched))
+}
+
+/// Whether learner `id` holds the log up to `holds` and (nearly) all of
+/// the committed log.
+fn caught_up<S: Storage>(raw: &RawNode<S>, id: u64, holds: u64) -> bool {
+    let committed = raw.raft.raft_log.committed;
+    let pr = raw.raft.prs().get(id);
+    pr.is_some_and(|pr| pr.matched >= holds && pr.matched + CATCH_UP_SLACK >= committed)
 }

@@ -30,8 +30,13 @@
 //!
 //! Shape (the message alone):
 //!
-//! 1. [`Rule::Sender`]: `from` is the authenticated sender, a member
-//!    (as of the last committed conf change) other than this replica.
+//! 1. [`Rule::Sender`]: `from` is the authenticated sender, another
+//!    replica, and not one removed from the cluster. (Not "a member as of
+//!    this replica's last committed change": a replica that lags must
+//!    hear from a leader added after the changes it has seen, and a
+//!    learner from its leader before it knows the members. Peer
+//!    certificates, issued by the cluster's CA, say who may connect at
+//!    all.)
 //! 2. [`Rule::Recipient`]: `to` is this replica.
 //! 3. [`Rule::LocalOnly`]: not a type raft-rs only steps locally (`MsgHup`,
 //!    `MsgBeat`, `MsgUnreachable`, `MsgSnapStatus`, `MsgCheckQuorum`).
@@ -71,8 +76,8 @@
 //! 9. [`Rule::OneLeader`]: at most one leader per term (Election Safety): no
 //!    append, heartbeat or snapshot for this replica's term from anyone but
 //!    the leader it knows, nor at all if this replica leads that term; a
-//!    `MsgTimeoutNow` only from the leader this follower knows, in its
-//!    term.
+//!    `MsgTimeoutNow` only from the leader of this replica's term (the one
+//!    it knows, if it knows one), never from a later term.
 //! 10. [`Rule::Commit`]: a heartbeat's commit index is within this
 //!     replica's log (the leader sends `min(match, commit)`, and a log
 //!     never shrinks below what it acknowledged).
@@ -141,7 +146,7 @@ pub const NUMBER_MAX: u64 = 1 << 62;
 /// The rules of the guard (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rule {
-    /// 1: `from` is the authenticated sender, another configured member.
+    /// 1: `from` is the authenticated sender, another replica, not removed.
     Sender,
     /// 2: `to` is this replica.
     Recipient,
@@ -261,21 +266,26 @@ pub fn floor_holds<S: Storage>(raft: &Raft<S>, floor: Option<(u64, u64)>) -> boo
     floor.is_some_and(|floor| (raft.raft_log.last_term(), raft.raft_log.last_index()) < floor)
 }
 
-/// The guard of one replica: its id and the configured members.
+/// The guard of one replica: its id and the replicas removed from the
+/// cluster.
 #[derive(Clone, Debug)]
 pub struct Guard {
     id: u64,
-    members: Vec<u64>,
+    removed: Vec<u64>,
 }
 
 impl Guard {
-    /// The guard of replica `id` in a cluster of `members` (`id` among
-    /// them).
-    pub fn new(id: u64, members: impl IntoIterator<Item = u64>) -> Self {
-        let mut members: Vec<u64> = members.into_iter().collect();
-        members.sort_unstable();
-        members.dedup();
-        Self { id, members }
+    /// The guard of replica `id`.
+    pub fn new(id: u64) -> Self {
+        Self { id, removed: Vec::new() }
+    }
+
+    /// Refuses the messages of these replicas, removed from the cluster.
+    pub fn with_removed(mut self, removed: impl IntoIterator<Item = u64>) -> Self {
+        self.removed = removed.into_iter().collect();
+        self.removed.sort_unstable();
+        self.removed.dedup();
+        self
     }
 
     /// Checks message `m`, received from the authenticated peer `sender`,
@@ -313,8 +323,8 @@ impl Guard {
         if m.from != sender {
             return refuse(Rule::Sender, format!("from {} on the link of replica {sender}", m.from));
         }
-        if sender == self.id || self.members.binary_search(&sender).is_err() {
-            return refuse(Rule::Sender, format!("{sender} is not another member of this cluster"));
+        if sender == self.id || sender == 0 || self.removed.binary_search(&sender).is_ok() {
+            return refuse(Rule::Sender, format!("{sender} is this replica, no replica, or removed from the cluster"));
         }
         if m.to != self.id {
             return refuse(Rule::Recipient, format!("addressed to {}, this is replica {}", m.to, self.id));
@@ -539,7 +549,16 @@ fn state<S: Storage>(m: &Message, raft: &Raft<S>) -> Result<(), Refusal> {
                 _ => Ok(()),
             }
         }
-        MsgTimeoutNow if m.term != raft.term || raft.state != StateRole::Follower || raft.leader_id != m.from => {
+        // An older term's is ignored by raft; a newer term's cannot be
+        // honest (the leader sends it to a follower that acknowledged its
+        // whole log in its term, and terms are persisted). In its term it
+        // comes from the leader this replica knows, if it knows one (a
+        // restart forgets who leads, not the term).
+        MsgTimeoutNow
+            if m.term > raft.term
+                || (m.term == raft.term
+                    && (raft.state == StateRole::Leader || (raft.leader_id != 0 && raft.leader_id != m.from))) =>
+        {
             refuse(
                 Rule::OneLeader,
                 format!(
@@ -1181,7 +1200,7 @@ mod tests {
     /// be handled.
     fn run_case(f: &Fixture, ops: &[Op], guarded: bool, tally: &mut Tally) -> Result<(), String> {
         let (mut node, log) = build(f);
-        let guard = Guard::new(1, MEMBERS);
+        let guard = Guard::new(1).with_removed([4]);
         let mut out = Collect::default();
         let mut trace = Vec::new();
         let result = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
@@ -1313,7 +1332,7 @@ mod tests {
 
     /// The rule `m` breaks for `node`, if any.
     fn verdict(node: &RawNode<Log>, m: &Message) -> Option<Rule> {
-        Guard::new(1, MEMBERS).check(m, m.from, &node.raft, None).err().map(|r| r.rule)
+        Guard::new(1).with_removed([4]).check(m, m.from, &node.raft, None).err().map(|r| r.rule)
     }
 
     /// Steps `m` without the guard: the panic message, if raft panics.
@@ -1503,7 +1522,7 @@ mod tests {
     fn the_vote_floor_holds_until_the_log_reaches_it() {
         use MessageType::*;
         let (mut node, log) = follower();
-        let guard = Guard::new(1, MEMBERS);
+        let guard = Guard::new(1).with_removed([4]);
         let check =
             |node: &RawNode<Log>, m: &Message, floor| guard.check(m, m.from, &node.raft, floor).err().map(|r| r.rule);
         // The log ends at (2, 4).
@@ -1539,10 +1558,10 @@ mod tests {
     #[test]
     fn refusals_say_what_is_wrong() {
         let (node, _log) = follower();
-        let refusal = Guard::new(1, MEMBERS).check(&heartbeat(9), 2, &node.raft, None).expect_err("refused");
+        let refusal = Guard::new(1).with_removed([4]).check(&heartbeat(9), 2, &node.raft, None).expect_err("refused");
         assert_eq!(refusal.to_string(), "commit rule: commit 9 beyond this log's last index 4");
         // A message is from the peer of the link it came on.
-        let refusal = Guard::new(1, MEMBERS).check(&heartbeat(2), 3, &node.raft, None).expect_err("refused");
+        let refusal = Guard::new(1).with_removed([4]).check(&heartbeat(2), 3, &node.raft, None).expect_err("refused");
         assert_eq!(refusal.rule, Rule::Sender);
     }
 
@@ -1579,7 +1598,7 @@ mod tests {
                     Member { node, log, delivered: BTreeMap::new(), applied: (0, 0) }
                 })
                 .collect();
-            let guard = MEMBERS.iter().map(|&id| Guard::new(id, MEMBERS)).collect();
+            let guard = MEMBERS.iter().map(|&id| Guard::new(id)).collect();
             Group { members, net: VecDeque::new(), guard, refused: Vec::new(), proposals: 0, seen: BTreeMap::new() }
         }
 

@@ -176,9 +176,6 @@ pub struct Shared {
     membership: parking_lot::RwLock<membership::Membership>,
     /// Bumped at every membership change (peer links check it cheaply).
     membership_epoch: AtomicU64,
-    /// Replicas removed since this one started, with the index of their
-    /// removal: their handshakes are told so.
-    removed: Mutex<HashMap<u64, u64>>,
     stopping: AtomicBool,
     stop_tx: tokio::sync::watch::Sender<bool>,
     failure: Mutex<Option<String>>,
@@ -210,13 +207,9 @@ impl Shared {
         self.membership.read().info()
     }
 
-    /// Publishes the protocol thread's membership; `removed`: a replica
-    /// this change removed, at that index.
-    pub(crate) fn set_membership(&self, m: &membership::Membership, removed: Option<(u64, u64)>) {
+    /// Publishes the protocol thread's membership.
+    pub(crate) fn set_membership(&self, m: &membership::Membership) {
         *self.membership.write() = m.clone();
-        if let Some((id, index)) = removed {
-            self.removed.lock().insert(id, index);
-        }
         self.membership_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -225,9 +218,10 @@ impl Shared {
         self.membership_epoch.load(Ordering::Acquire)
     }
 
-    /// The index at which replica `id` was removed, if this replica saw it.
-    pub(crate) fn removed_at(&self, id: u64) -> Option<u64> {
-        self.removed.lock().get(&id).copied()
+    /// Whether replica `id` was removed from the cluster (as far as this
+    /// replica's log says).
+    pub(crate) fn is_removed(&self, id: u64) -> bool {
+        self.membership.read().is_removed(id)
     }
 
     /// Stops this replica because it is no longer a member: a clean stop,
@@ -259,7 +253,6 @@ impl Shared {
             metrics: metrics::Metrics::new(),
             membership: parking_lot::RwLock::new(membership::Membership::default()),
             membership_epoch: AtomicU64::new(0),
-            removed: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             stop_tx,
             failure: Mutex::new(None),
@@ -480,11 +473,11 @@ impl<A: App> ReplicaBuilder<A> {
             reads: reads::Reads::default(),
             ticks: 0,
             decisions: decision_tx.clone(),
-            guard: guard::Guard::new(id, []),
+            guard: guard::Guard::new(id),
             membership,
             tls,
             admin: None,
-            removed_at: None,
+            announced: HashMap::new(),
         };
         let mut manager =
             Manager::new(shared.clone(), app.clone(), cache, sink, scheduler, decision_rx, inbound_tx.clone());
@@ -705,6 +698,22 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Decodes a protobuf message (raft's) from hostile bytes. Read from
+/// `Bytes` with the input as the stream's limit, a length field beyond
+/// the bytes given fails before anything is allocated for it (and the
+/// message's byte fields share the input); `parse_from_bytes` on a slice
+/// reserves up to 10 MB per field first (found by `psmr fuzz --target
+/// conf-change`).
+pub(crate) fn decode_proto<M: protobuf::Message>(bytes: &bytes::Bytes) -> protobuf::ProtobufResult<M> {
+    let mut input = protobuf::CodedInputStream::from_carllerche_bytes(bytes);
+    input.push_limit(bytes.len() as u64)?;
+    let mut m = M::new();
+    m.merge_from(&mut input)?;
+    input.check_eof()?;
+    m.check_initialized()?;
+    Ok(m)
 }
 
 /// Sends raft-rs's log records to `tracing`.

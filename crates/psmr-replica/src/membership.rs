@@ -75,11 +75,10 @@ impl Change {
     /// the entry changes nothing, identically on every replica: psmr's
     /// leaders propose only what [`Change::to_conf_change`] makes.
     pub fn from_entry(e: &Entry) -> Result<Change, String> {
-        use protobuf::Message as _;
         if e.get_entry_type() != EntryType::EntryConfChangeV2 {
             return Err(format!("a {:?} entry (psmr proposes only version 2 conf changes)", e.get_entry_type()));
         }
-        let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|err| format!("undecodable conf change: {err}"))?;
+        let cc: ConfChangeV2 = crate::decode_proto(&e.data).map_err(|err| format!("undecodable conf change: {err}"))?;
         if cc.get_transition() != raft::prelude::ConfChangeTransition::Auto || cc.changes.len() != 1 {
             return Err(format!("a joint conf change ({} changes, {:?})", cc.changes.len(), cc.get_transition()));
         }
@@ -122,12 +121,60 @@ pub fn founding_entries(replicas: &[Member]) -> Vec<Entry> {
     members.iter().enumerate().map(|(i, m)| Change::founding_entry(i as u64 + 1, m)).collect()
 }
 
+/// What a committed conf-change entry did ([`apply_committed`]).
+#[derive(Debug)]
+pub(crate) enum Committed {
+    /// Nothing, and why (identically on every replica).
+    Ignored(String),
+    /// This change, to raft's membership and to psmr's.
+    Changed(Change),
+    /// It removes this replica, which must stop at once, without applying
+    /// it: raft-rs 0.7 panics when a leader goes on without itself in the
+    /// membership, and a removed replica has nothing left to do.
+    RemovedSelf,
+}
+
+/// Applies the committed conf-change entry `e` to `node` and to
+/// `membership` (the protocol thread's and the simulation's one way to do
+/// it). psmr's model is asked first, raft second: a change the model
+/// refuses changes nothing anywhere; an error means raft and psmr
+/// disagree, and the replica must stop.
+pub(crate) fn apply_committed<S: raft::Storage>(
+    node: &mut raft::RawNode<S>,
+    membership: &mut Membership,
+    e: &Entry,
+) -> Result<Committed, String> {
+    let index = e.index;
+    let change = match Change::from_entry(e) {
+        Ok(c) => c,
+        Err(why) => return Ok(Committed::Ignored(why)),
+    };
+    if change == Change::Remove(node.raft.id) {
+        return Ok(Committed::RemovedSelf);
+    }
+    let mut next = membership.clone();
+    if let Err(why) = next.apply(&change) {
+        return Ok(Committed::Ignored(format!("{change:?}: {why}")));
+    }
+    let conf = node
+        .apply_conf_change(&change.to_conf_change())
+        .map_err(|err| format!("raft refused the conf change at {index} ({change:?}): {err}"))?;
+    if !next.matches(&conf) {
+        return Err(format!("raft's membership {conf:?} after entry {index} is not psmr's {:?}", next.info()));
+    }
+    *membership = next;
+    Ok(Committed::Changed(change))
+}
+
 /// The members of a cluster: voters and learners, with their addresses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Membership {
     voters: BTreeSet<u64>,
     learners: BTreeSet<u64>,
     members: BTreeMap<u64, Member>,
+    /// Every replica ever removed: its id is never used again, and its
+    /// messages are refused (it may not know it was removed).
+    removed: BTreeSet<u64>,
 }
 
 impl Membership {
@@ -140,6 +187,9 @@ impl Membership {
         match change {
             Change::Add { member, voter } => {
                 let id = member.id;
+                if self.removed.contains(&id) {
+                    return Err(format!("replica {id} was removed from the cluster; an id is never used again"));
+                }
                 if !self.members.contains_key(&id) && self.members.len() >= MEMBERS_MAX {
                     return Err(format!("the cluster has {MEMBERS_MAX} members, the most it may have"));
                 }
@@ -162,6 +212,7 @@ impl Membership {
                 self.voters.remove(id);
                 self.learners.remove(id);
                 self.members.remove(id);
+                self.removed.insert(*id);
             }
         }
         Ok(())
@@ -171,6 +222,16 @@ impl Membership {
     fn listening_on(&self, m: &Member) -> Option<u64> {
         let theirs: Vec<SocketAddr> = m.addrs().collect();
         self.members.values().find(|o| o.id != m.id && o.addrs().any(|a| theirs.contains(&a))).map(|o| o.id)
+    }
+
+    /// Whether replica `id` was removed from the cluster.
+    pub fn is_removed(&self, id: u64) -> bool {
+        self.removed.contains(&id)
+    }
+
+    /// Every replica ever removed.
+    pub fn removed(&self) -> impl Iterator<Item = u64> + '_ {
+        self.removed.iter().copied()
     }
 
     /// Whether no member is known.
@@ -235,6 +296,10 @@ impl Membership {
         for m in self.members.values() {
             e.u8(self.voters.contains(&m.id) as u8).bytes(&encode_member(m));
         }
+        e.u32(self.removed.len() as u32);
+        for id in &self.removed {
+            e.u64(*id);
+        }
         e.finish()
     }
 
@@ -252,13 +317,24 @@ impl Membership {
             let member = decode_member(d.bytes()?)?;
             out.apply(&Change::Add { member, voter }).map_err(|why| d.error(why))?;
         }
+        let n = d.count(REMOVED_MAX, 8)?;
+        for _ in 0..n {
+            let id = d.u64()?;
+            if id == 0 || out.members.contains_key(&id) {
+                return Err(d.error(format!("replica {id} both removed and a member")));
+            }
+            out.removed.insert(id);
+        }
         d.end()?;
-        if n > 0 && out.voters.is_empty() {
+        if !out.members.is_empty() && out.voters.is_empty() {
             return Err(d.error("members but no voter"));
         }
         Ok(out)
     }
 }
+
+/// Most removed replicas a snapshot's membership lists (8 bytes each).
+const REMOVED_MAX: usize = 1 << 20;
 
 fn encode_member(m: &Member) -> Vec<u8> {
     let mut e = Encoder::new();
@@ -356,5 +432,9 @@ mod tests {
         learner_only.apply(&Change::Add { member: m(1), voter: false }).unwrap();
         assert!(Membership::decode(&learner_only.encode()).unwrap_err().to_string().contains("no voter"));
         assert_eq!(Membership::decode(&Membership::default().encode()).unwrap(), Membership::default());
+        let mut gone = founded(3);
+        gone.apply(&Change::Remove(2)).unwrap();
+        assert_eq!(Membership::decode(&gone.encode()).unwrap(), gone, "the removed ids travel too");
+        assert!(gone.apply(&Change::Add { member: m(2), voter: false }).unwrap_err().contains("never used again"));
     }
 }

@@ -107,9 +107,6 @@ use tracing::{debug, info};
 const K_HELLO: u8 = 64;
 const K_ACK: u8 = 65;
 const K_REFUSED: u8 = 66;
-/// The peer does not count this replica as a member (yet): a joining
-/// replica hears this until the leader's `add-replica` reaches the peer.
-const K_NOT_MEMBER: u8 = 67;
 /// The peer applied this replica's removal from the cluster.
 const K_REMOVED: u8 = 68;
 const K_RAFT: u8 = 67;
@@ -146,8 +143,6 @@ static BUSY: RateLimit = RateLimit::new(1, Duration::from_secs(10));
 static ACCEPT: RateLimit = RateLimit::new(1, Duration::from_secs(10));
 /// Warnings of senders that cannot authenticate a peer.
 static SEND_AUTH: RateLimit = RateLimit::new(3, Duration::from_secs(10));
-/// Warnings of senders whose peer does not count this replica a member.
-static NOT_MEMBER: RateLimit = RateLimit::new(1, Duration::from_secs(10));
 
 /// How long an established peer connection may stay silent: ten election
 /// timeouts, at least [`IDLE_MIN`]. A leader sends heartbeats every
@@ -209,6 +204,15 @@ pub enum Inbound {
         /// The membership at `index`.
         conf: raft::prelude::ConfState,
     },
+    /// Peer `peer`, authenticated and not a member this replica knows of
+    /// (it was added by an entry this replica has not seen yet), listens
+    /// at `addr`: a sender to it lets this replica answer it.
+    PeerListens {
+        /// The peer.
+        peer: u64,
+        /// Its peer address.
+        addr: SocketAddr,
+    },
     /// A membership change a client asks for (see [`crate::admin`]).
     Admin(crate::admin::Request),
     /// Peer `peer` (authenticated, with the incarnation this replica knows)
@@ -226,9 +230,9 @@ pub enum Inbound {
 /// The `Hello`: this replica's id, its incarnation, and whether it was
 /// repaired and has not caught up yet (its log is below its vote floor;
 /// see "Repaired replicas" above).
-fn hello(from: u64, incarnation: u64, repaired: bool) -> Vec<u8> {
+fn hello(from: u64, incarnation: u64, repaired: bool, peer_addr: SocketAddr) -> Vec<u8> {
     let mut e = Encoder::new();
-    e.u64(from).u64(incarnation).u8(u8::from(repaired));
+    e.u64(from).u64(incarnation).u8(u8::from(repaired)).str(&peer_addr.to_string());
     frame_bytes(K_HELLO, &e.finish())
 }
 
@@ -238,9 +242,12 @@ fn raft_frame(msg: &Message) -> Vec<u8> {
     frame_bytes(K_RAFT, &msg.write_to_bytes().expect("raft messages always encode"))
 }
 
-fn parse_raft(f: &Frame) -> Result<Message, WireError> {
-    use protobuf::Message as _;
-    Message::parse_from_bytes(&f.body).map_err(|e| WireError::Malformed { what: "raft message", why: e.to_string() })
+/// Decodes the body of a peer's raft frame: hostile bytes, refused with
+/// an error (never a panic, nor an allocation beyond what the bytes
+/// warrant).
+pub fn decode_raft(body: Vec<u8>) -> Result<Message, WireError> {
+    let body = bytes::Bytes::from(body);
+    crate::decode_proto(&body).map_err(|e| WireError::Malformed { what: "raft message", why: e.to_string() })
 }
 
 /// A TCP socket whose reads fail with `TimedOut` once its deadline has
@@ -479,7 +486,8 @@ fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsConte
         Some(tls) => PeerStream::Tls(Box::new(tls.connect(to, sock)?)),
         None => PeerStream::Plain(sock),
     };
-    stream.write_all(&hello(shared.id, shared.incarnation, shared.repaired.load(Ordering::Acquire)))?;
+    let me = shared.config.member(shared.id).map_err(|e| io::Error::other(e.to_string()))?.peer;
+    stream.write_all(&hello(shared.id, shared.incarnation, shared.repaired.load(Ordering::Acquire), me))?;
     stream.flush()?;
     let answer = read_frame(&mut stream, HELLO_MAX).map_err(|e| match e {
         // The server refused our certificate: its alert arrives here.
@@ -496,12 +504,11 @@ fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsConte
             stream.sock().tcp.set_write_timeout(Some(idle_timeout(&shared.config)))?;
             Ok(stream)
         }
-        K_REFUSED | K_NOT_MEMBER | K_REMOVED => {
+        K_REFUSED | K_REMOVED => {
             let why = Decoder::new(&answer.body, "refusal").str().unwrap_or_else(|e| e.to_string());
             match answer.kind {
                 K_REFUSED => shared.fail(format!("replica {to} refused this replica: {why}")),
-                K_REMOVED => shared.stop_removed(&format!("replica {to} says {why}")),
-                _ => crate::warn_limited!(NOT_MEMBER, peer = to, "{why} (a joining replica waits for `add-replica`)"),
+                _ => shared.stop_removed(&format!("replica {to} says {why}")),
             }
             Err(PeerError::Refused(why))
         }
@@ -680,15 +687,26 @@ fn receive(
             return Err(WireError::Malformed { what: "peer hello", why: format!("repaired flag {other}") }.into());
         }
     };
+    // Where the peer listens (absent from older replicas' hellos): a
+    // replica that does not know it yet, because it has not seen the
+    // entry that added it, answers it there.
+    let listens = if d.end().is_ok() { None } else { Some(d.str()?) };
     d.end()?;
+    let listens = listens
+        .map(|a| a.parse::<SocketAddr>())
+        .transpose()
+        .map_err(|_| WireError::Malformed { what: "peer hello", why: "a peer address that is not host:port".into() })?;
     // Who the peer is, before anything it claims is believed.
     if let PeerStream::Tls(t) = &stream {
         t.verify_peer_is(peer)?;
     }
-    let refusal = if let Some(index) = shared.removed_at(peer) {
-        Some((K_REMOVED, format!("replica {peer} was removed from the cluster at index {index}")))
-    } else if peer == shared.id || shared.member(peer).is_none() {
-        Some((K_NOT_MEMBER, format!("replica {} does not count replica {peer} as a member", shared.id)))
+    // Any replica the cluster's CA certified may connect, but a removed
+    // one: a replica that lags must hear from members added after the
+    // changes it has seen.
+    let refusal = if shared.is_removed(peer) {
+        Some((K_REMOVED, format!("replica {peer} was removed from the cluster")))
+    } else if peer == shared.id || peer == 0 {
+        Some((K_REFUSED, format!("id {peer} is not another replica's")))
     } else {
         let mut known = shared.incarnations.lock();
         match known.get(&peer) {
@@ -722,6 +740,11 @@ fn receive(
     if repaired && inbound.send(Inbound::PeerRepaired { peer }).is_err() {
         return Ok(());
     }
+    if let Some(addr) = listens.filter(|_| shared.member(peer).is_none()) {
+        if inbound.send(Inbound::PeerListens { peer, addr }).is_err() {
+            return Ok(());
+        }
+    }
     let (idle, whole) = (idle_timeout(&shared.config), Duration::from_millis(shared.config.frame_timeout_ms));
     let mut epoch = shared.membership_epoch();
     loop {
@@ -729,7 +752,7 @@ fn receive(
         // A removed peer's link closes; its next handshake tells it why.
         if shared.membership_epoch() != epoch {
             epoch = shared.membership_epoch();
-            if shared.member(peer).is_none() {
+            if shared.is_removed(peer) {
                 info!(peer, "closing the link of a replica that is no longer a member");
                 return Ok(());
             }
@@ -737,7 +760,7 @@ fn receive(
         if frame.kind != K_RAFT {
             return Err(WireError::UnknownKind(frame.kind).into());
         }
-        let msg = parse_raft(&frame)?;
+        let msg = decode_raft(frame.body)?;
         if msg.from != peer || msg.to != shared.id {
             return Err(WireError::Malformed {
                 what: "raft message",

@@ -15,7 +15,7 @@
 use crate::batcher::{Batcher, Request, RequestReceiver};
 use crate::guard::{self, Guard};
 use crate::manager::Decision;
-use crate::membership::{Change, Membership};
+use crate::membership::{self, Committed, Membership};
 use crate::peer::{Inbound, PeerSender};
 use crate::ratelog::RateLimit;
 use crate::reads::Reads;
@@ -66,8 +66,9 @@ pub(crate) struct Protocol {
     pub(crate) tls: Option<Arc<crate::tls::PeerTlsContext>>,
     /// The membership change under way (leader only).
     pub(crate) admin: Option<crate::admin::Pending>,
-    /// The tick at which this replica applied its own removal.
-    pub(crate) removed_at: Option<u64>,
+    /// Peers not (yet) in this replica's membership that connected and
+    /// said where they listen (see `Inbound::PeerListens`).
+    pub(crate) announced: HashMap<u64, std::net::SocketAddr>,
 }
 
 /// The replica is stopping because raft-rs panicked or a ready could not
@@ -141,7 +142,7 @@ impl Protocol {
         if let Log::Disk(disk) = &self.store {
             disk.time_syncs(self.shared.metrics.log_sync.clone());
         }
-        self.membership_changed(&[]);
+        self.membership_changed();
         // Read once: the floor only ever goes away, and it does once this
         // replica's log reaches it (then Raft's own up-to-date check covers
         // everything this replica ever acknowledged).
@@ -207,7 +208,6 @@ impl Protocol {
         }
         self.serve_reads()?;
         self.drive_admin()?;
-        self.leave_if_removed();
         self.publish();
         Ok(())
     }
@@ -281,6 +281,12 @@ impl Protocol {
             }
             Inbound::Snapshot { index, term, data, conf } => self.install_own_snapshot(index, term, data, conf),
             Inbound::Admin(request) => self.admin_request(request)?,
+            Inbound::PeerListens { peer, addr } => {
+                if !self.membership.is_removed(peer) && !self.membership.contains(peer) {
+                    self.announced.insert(peer, addr);
+                    self.membership_changed();
+                }
+            }
             Inbound::PeerRepaired { peer } => self.forget_progress(peer)?,
             // The turn this ends looks at the pipeline again.
             Inbound::Applied => {}
@@ -477,8 +483,8 @@ impl Protocol {
             decisions: &self.decisions,
             read_states: Vec::new(),
             membership: &mut self.membership,
-            changes: Vec::new(),
-            replaced: false,
+            changed: false,
+            removed_at: None,
         };
         let what = || format!("handling a ready after {}", stepped.describe());
         let handle = || {
@@ -486,58 +492,46 @@ impl Protocol {
             handle_ready(&mut self.node, &self.store, &mut out)
         };
         let handled = contained(&self.shared, what, handle)?;
+        if let Some(index) = out.removed_at {
+            self.shared.stop_removed(&format!("its removal was committed at index {index}"));
+            return Err(Stopped);
+        }
         handled.map_err(|why| {
             self.shared.fail(why);
             Stopped
         })?;
-        let (read_states, changes, replaced) = (out.read_states, out.changes, out.replaced);
-        if replaced || !changes.is_empty() {
-            self.membership_changed(&changes);
+        let (read_states, changed) = (out.read_states, out.changed);
+        if changed {
+            self.membership_changed();
         }
         Ok(read_states)
     }
 
-    /// After the membership changed (`changes`, at their indexes, or a
-    /// snapshot): a sender for every other member and none for anyone
-    /// else, the guard's members, the published view; notes this
-    /// replica's own removal.
-    fn membership_changed(&mut self, changes: &[(u64, Change)]) {
+    /// After the membership changed (a conf change or a snapshot): a
+    /// sender for every other member and none for anyone else, the guard's
+    /// removed replicas, the published view.
+    fn membership_changed(&mut self) {
         let id = self.shared.id;
-        let mut removed = None;
-        for (index, change) in changes {
-            if let Change::Remove(gone) = change {
-                removed = Some((*gone, *index));
-                if *gone == id && self.removed_at.is_none() {
-                    info!(index, "this replica's removal from the cluster is committed");
-                    self.removed_at = Some(self.ticks);
-                }
-            }
-        }
-        self.shared.set_membership(&self.membership, removed);
-        let members = self.shared.members();
-        self.peers.retain(|peer, _| members.iter().any(|m| m.id == *peer));
-        for m in &members {
-            if m.id == id || self.peers.contains_key(&m.id) {
+        self.shared.set_membership(&self.membership);
+        let membership = &self.membership;
+        self.announced.retain(|peer, _| !membership.contains(*peer) && !membership.is_removed(*peer));
+        let mut wanted: HashMap<u64, std::net::SocketAddr> =
+            self.shared.members().into_iter().map(|m| (m.id, m.peer)).collect();
+        wanted.extend(self.announced.iter().map(|(&peer, &addr)| (peer, addr)));
+        wanted.remove(&id);
+        self.peers.retain(|peer, _| wanted.contains_key(peer));
+        for (peer, addr) in wanted {
+            if self.peers.contains_key(&peer) {
                 continue;
             }
-            match crate::peer::spawn_sender(&self.shared, m.id, m.peer, self.tls.clone()) {
+            match crate::peer::spawn_sender(&self.shared, peer, addr, self.tls.clone()) {
                 Ok(sender) => {
-                    self.peers.insert(m.id, sender);
+                    self.peers.insert(peer, sender);
                 }
-                Err(e) => warn!(peer = m.id, "cannot start a sender: {e}"),
+                Err(e) => warn!(peer, "cannot start a sender: {e}"),
             }
         }
-        self.guard = Guard::new(id, members.iter().map(|m| m.id));
-    }
-
-    /// A replica whose removal is committed stops an election timeout
-    /// later: time for its last answers and for the others to learn the
-    /// commit from it if it led.
-    fn leave_if_removed(&self) {
-        let Some(at) = self.removed_at else { return };
-        if self.ticks >= at + self.shared.config.election_ticks as u64 {
-            self.shared.stop_removed("its removal was applied");
-        }
+        self.guard = Guard::new(id).with_removed(self.membership.removed());
     }
 
     fn publish(&self) {
@@ -580,10 +574,10 @@ struct Wire<'a> {
     /// its waiting reads.
     read_states: Vec<ReadState>,
     membership: &'a mut Membership,
-    /// Conf changes applied in this ready, at their indexes.
-    changes: Vec<(u64, Change)>,
-    /// A snapshot replaced the membership.
-    replaced: bool,
+    /// A conf change or a snapshot changed the membership.
+    changed: bool,
+    /// The index at which this replica's own removal was committed.
+    removed_at: Option<u64>,
 }
 
 impl ReadyOut for Wire<'_> {
@@ -613,7 +607,7 @@ impl ReadyOut for Wire<'_> {
         let state = crate::manager::decode_state(&snapshot.data)
             .map_err(|e| format!("the snapshot at {index} from the leader: {e}"))?;
         *self.membership = Membership::decode(state.members).map_err(|e| format!("the snapshot at {index}: {e}"))?;
-        self.replaced = true;
+        self.changed = true;
         self.decisions.send(Decision::Snapshot(Box::new(snapshot))).map_err(|_| "the service manager stopped".into())
     }
 
@@ -622,28 +616,17 @@ impl ReadyOut for Wire<'_> {
     }
 
     fn conf_change(&mut self, node: &mut RawNode<Log>, e: &Entry) -> Result<(), String> {
-        let index = e.index;
-        let change = match Change::from_entry(e) {
-            Ok(c) => c,
-            Err(why) => {
-                warn!(index, "a conf-change entry that changes nothing: {why}");
-                return Ok(());
+        match membership::apply_committed(node, self.membership, e)? {
+            Committed::Ignored(why) => warn!(index = e.index, "a conf-change entry that changes nothing: {why}"),
+            Committed::Changed(change) => {
+                info!(index = e.index, ?change, "membership changed");
+                self.changed = true;
             }
-        };
-        let mut next = self.membership.clone();
-        if let Err(why) = next.apply(&change) {
-            warn!(index, ?change, "a conf change that changes nothing: {why}");
-            return Ok(());
+            Committed::RemovedSelf => {
+                self.removed_at = Some(e.index);
+                return Err("removed from the cluster".into());
+            }
         }
-        let conf = node
-            .apply_conf_change(&change.to_conf_change())
-            .map_err(|err| format!("raft refused the conf change at {index} ({change:?}): {err}"))?;
-        if !next.matches(&conf) {
-            return Err(format!("raft's membership {conf:?} after entry {index} is not psmr's {:?}", next.info()));
-        }
-        info!(index, ?change, "membership changed");
-        *self.membership = next;
-        self.changes.push((index, change));
         Ok(())
     }
 }

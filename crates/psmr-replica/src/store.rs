@@ -29,14 +29,23 @@ impl LogStore {
     /// to `keep_from` (exclusive), which must not pass the snapshot.
     pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
         let index = snapshot.get_metadata().index;
+        let conf = snapshot.get_metadata().get_conf_state().clone();
         *self.snapshot.lock() = Some(snapshot);
         let mut core = self.mem.wl();
+        // Raft restarts from the snapshot: with the membership at its index
+        // (see `DiskStore::install`).
+        core.set_conf_state(conf);
         let last = core.hard_state().commit;
         let keep_from = keep_from.min(index).min(last);
         if keep_from > 1 {
             core.compact(keep_from)?;
         }
         Ok(())
+    }
+
+    /// The newest snapshot kept, if any.
+    pub fn kept(&self) -> Option<Snapshot> {
+        self.snapshot.lock().clone()
     }
 
     /// Index of the newest snapshot kept (0: none).
@@ -153,6 +162,14 @@ impl Log {
         let entries = crate::membership::founding_entries(replicas);
         let hs = raft::prelude::HardState { term: 1, commit: entries.len() as u64, ..Default::default() };
         self.append(&entries, Some(&hs))
+    }
+
+    /// The newest snapshot kept, if any (whatever its membership).
+    pub fn kept(&self) -> Option<Snapshot> {
+        match self {
+            Log::Memory(m) => m.kept(),
+            Log::Disk(d) => d.snapshot_kept(),
+        }
     }
 
     /// Replaces the log with a snapshot from the leader.

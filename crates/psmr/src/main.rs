@@ -99,7 +99,8 @@ struct FuzzArgs {
     inputs: u64,
     /// Target to fuzz (repeatable or comma-separated): wire-client,
     /// wire-server, entry, kv-op, kv-reply, list-op, list-reply,
-    /// snapshot-kv, snapshot-list, resp, serde, or all.
+    /// snapshot-kv, snapshot-list, raft, membership, conf-change, resp, serde, or
+    /// all.
     #[arg(long = "target", value_delimiter = ',', default_value = "all")]
     targets: Vec<String>,
     /// Seed of the random inputs (default: from the clock; printed).

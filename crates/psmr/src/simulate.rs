@@ -26,7 +26,7 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "SEED")]
     replay: Option<u64>,
     /// Faults: all, none, or a comma-separated list of loss, delay,
-    /// duplicate, reorder, partition, one-way, crash, torn, skew.
+    /// duplicate, reorder, partition, one-way, crash, torn, skew, membership.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Simulated milliseconds of load with faults per seed (then a quiet

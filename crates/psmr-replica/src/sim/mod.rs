@@ -90,6 +90,18 @@
 //!   disk, and no message that depends on them was sent.
 //! * `skew`: each replica's raft tick runs at its own rate, 0.7 to 1.4
 //!   times the nominal 10 ms.
+//! * `membership`: replicas join and leave. The founders' logs start with
+//!   the founding entries, as real replicas' do, and two more replicas
+//!   may join. Now and then a membership goal starts: add a replica that
+//!   never ran (it starts at once with an empty log) or remove a member
+//!   (keeping three). The leader of the moment takes the steps real
+//!   leaders take (`admin::next_step`: learner, caught up, voter;
+//!   leadership handed over before its own removal), whoever leads next
+//!   goes on. A replica stops as soon as it commits its own removal; one
+//!   that never learns it is stopped at the end, as its next handshake
+//!   would tell a real one. Members refuse removed replicas' messages.
+//!   Agreement, states and convergence are checked over the members at
+//!   the end.
 //!
 //! A run has two phases: `steps` simulated milliseconds of load with
 //! faults, then a quiet phase: every fault healed, every replica up, no
@@ -135,6 +147,7 @@ mod service;
 pub use client::ATTEMPTS_MAX;
 pub use service::{RegOp, RegReply, Registers};
 
+use crate::admin::{Goal, Step};
 use crate::cache::Limits;
 use checks::{Checks, Trace};
 use client::{Action, Client, ClientEnv};
@@ -159,6 +172,16 @@ const CHAOS_EVERY_US: u64 = 20_000;
 const CHECK_EVERY_US: u64 = 20_000;
 /// First client id (replicas are 1..=n).
 const CLIENT_ID_BASE: u64 = 1_001;
+/// Replicas that may join a run with membership changes on, beyond its
+/// founders.
+const SPARES: usize = 2;
+
+/// Replica `id`'s addresses: made up (the simulated network routes by id)
+/// but distinct, as the membership requires.
+fn sim_member(id: u64) -> crate::Member {
+    let addr = |base: u64| std::net::SocketAddr::from(([127, 0, 0, 1], (base + id) as u16));
+    crate::Member::new(id, addr(20_000), addr(30_000))
+}
 
 /// Errors that stop a simulation before it can say anything about the
 /// system under test.
@@ -212,12 +235,14 @@ pub struct Faults {
     pub torn: bool,
     /// Replicas' ticks run at different rates.
     pub skew: bool,
+    /// Replicas join and leave the cluster.
+    pub membership: bool,
 }
 
 impl Faults {
     /// The names [`Faults::parse`] takes, in order.
-    pub const NAMES: [&'static str; 9] =
-        ["loss", "delay", "duplicate", "reorder", "partition", "one-way", "crash", "torn", "skew"];
+    pub const NAMES: [&'static str; 10] =
+        ["loss", "delay", "duplicate", "reorder", "partition", "one-way", "crash", "torn", "skew", "membership"];
 
     /// Every fault kind.
     pub fn all() -> Self {
@@ -231,6 +256,7 @@ impl Faults {
             crash: true,
             torn: true,
             skew: true,
+            membership: true,
         }
     }
 
@@ -250,6 +276,7 @@ impl Faults {
             "crash" => &mut self.crash,
             "torn" => &mut self.torn,
             "skew" => &mut self.skew,
+            "membership" => &mut self.membership,
             _ => return None,
         })
     }
@@ -519,6 +546,8 @@ pub struct FaultCounts {
     pub torn_crashes: u64,
     /// Restarts.
     pub restarts: u64,
+    /// Membership changes completed (replicas added or removed).
+    pub member_changes: u64,
 }
 
 impl FaultCounts {
@@ -533,6 +562,7 @@ impl FaultCounts {
         self.crashes += other.crashes;
         self.torn_crashes += other.torn_crashes;
         self.restarts += other.restarts;
+        self.member_changes += other.member_changes;
     }
 }
 
@@ -695,6 +725,12 @@ struct World {
     done: bool,
     /// (role, term) of each replica after its last turn, to trace changes.
     roles: Vec<(StateRole, u64)>,
+    /// The membership change under way, and the log index a learner must
+    /// hold before it votes with the term of the leader that set it (see
+    /// `admin::Pending`).
+    goal: Option<(Goal, (u64, u64))>,
+    /// Chance per chaos round that a membership change starts.
+    member_rate: f64,
 }
 
 impl World {
@@ -724,10 +760,13 @@ impl World {
             down_us: (10_000, rng.gen_range(50_000..600_000)),
             partition_us: (20_000, rng.gen_range(50_000..600_000)),
         };
-        let ids: Vec<u64> = (1..=n as u64).collect();
+        // Replicas that may join later: two more than the founders.
+        let spares = if f.membership { SPARES } else { 0 };
+        let ids: Vec<u64> = (1..=(n + spares) as u64).collect();
+        let founders = (1..=n as u64).map(sim_member).collect();
         let snapshot_every = rng.gen_range(4..40);
         let settings = NodeSettings {
-            voters: ids.clone(),
+            founders,
             config: crate::Config::default(),
             snapshot_every,
             log_slack: rng.gen_range(0..=snapshot_every),
@@ -742,9 +781,10 @@ impl World {
             .iter()
             .map(|&id| {
                 let tick_us = if f.skew { (TICK_US as f64 * rng.gen_range(0.7..1.4)) as u64 } else { TICK_US };
-                Node::new(id, ids.clone(), tick_us)
+                Node::new(id, id as usize <= n, &settings, tick_us)
             })
             .collect();
+        let member_rate = if f.membership { rng.gen_range(0.0..0.1) } else { 0.0 };
         let clients = (0..config.clients as u64).map(|i| Client::new(CLIENT_ID_BASE + i)).collect();
         let mut world = World {
             config: config.clone(),
@@ -767,7 +807,9 @@ impl World {
             active: true,
             quiet_deadline: 0,
             done: false,
-            roles: vec![(StateRole::Follower, 0); n],
+            roles: vec![(StateRole::Follower, 0); n + spares],
+            goal: None,
+            member_rate,
         };
         world.describe();
         for i in 0..n {
@@ -832,8 +874,11 @@ impl World {
             Event::Tick { node, incarnation } => {
                 if self.nodes[node].incarnation == incarnation && self.nodes[node].is_up() {
                     self.with_node(node, |n, s, env| n.tick(s, env));
-                    let next = self.now + self.nodes[node].tick_us;
-                    self.schedule(next, Event::Tick { node, incarnation });
+                    self.drive_goal(node);
+                    if self.nodes[node].is_up() {
+                        let next = self.now + self.nodes[node].tick_us;
+                        self.schedule(next, Event::Tick { node, incarnation });
+                    }
                 }
             }
             Event::Flush { node, incarnation } => {
@@ -880,7 +925,7 @@ impl World {
                 }
             }
             Event::Restart { node } => {
-                if !self.nodes[node].is_up() {
+                if !self.nodes[node].is_up() && !self.nodes[node].removed {
                     self.start(node)?;
                 }
             }
@@ -1018,6 +1063,7 @@ impl World {
 
     /// One round of fault injection.
     fn chaos(&mut self) {
+        self.start_goal();
         let f = self.config.faults;
         if self.rates.crash > 0.0 && self.rng.gen_bool(self.rates.crash) {
             let up: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].is_up()).collect();
@@ -1079,7 +1125,9 @@ impl World {
         self.trace.event(self.now, &[0xE4D], || "load over: faults healed, quiet phase".into());
         for i in 0..self.nodes.len() {
             self.nodes[i].torn_next = false;
-            if !self.nodes[i].is_up() {
+            // A joiner that never started is not part of the run.
+            let node = &self.nodes[i];
+            if !node.is_up() && !node.removed && node.incarnation > 0 {
                 self.start(i)?;
             }
         }
@@ -1091,8 +1139,11 @@ impl World {
     /// In the quiet phase: once every replica has applied everything the
     /// only leader committed, compares their states and ends the run.
     fn check(&mut self) {
+        self.stop_non_members();
         if let Some(applied) = self.converged() {
-            let states: Vec<_> = self.nodes.iter().map(|n| (n.id, n.digests())).collect();
+            let members = self.members().unwrap_or_default();
+            let states: Vec<_> =
+                self.nodes.iter().filter(|n| members.contains(&n.id)).map(|n| (n.id, n.digests())).collect();
             let first = states[0].1;
             if states.iter().any(|(_, d)| *d != first) {
                 let listed: Vec<String> = states
@@ -1149,10 +1200,12 @@ impl World {
     /// The index every replica applied, if they all caught up with the one
     /// leader and no client waits.
     fn converged(&self) -> Option<u64> {
-        if self.clients.iter().any(|c| c.current.is_some()) {
+        if self.clients.iter().any(|c| c.current.is_some()) || self.goal.is_some() {
             return None;
         }
-        let lives: Vec<_> = self.nodes.iter().map(|n| n.live.as_ref()).collect::<Option<_>>()?;
+        let members = self.members()?;
+        let nodes = self.nodes.iter().filter(|n| members.contains(&n.id));
+        let lives: Vec<_> = nodes.map(|n| n.live.as_ref()).collect::<Option<_>>()?;
         let mut leaders = lives.iter().filter(|l| l.raw.raft.state == StateRole::Leader);
         let leader = leaders.next()?;
         if leaders.next().is_some() {
@@ -1161,6 +1214,75 @@ impl World {
         let log = &leader.raw.raft.raft_log;
         let committed = log.committed;
         (committed == log.last_index() && lives.iter().all(|l| l.applied == committed)).then_some(committed)
+    }
+
+    /// The members as the leader of the highest term sees them, if a
+    /// replica leads.
+    fn members(&self) -> Option<Vec<u64>> {
+        let leaders =
+            self.nodes.iter().filter_map(|n| n.live.as_ref()).filter(|l| l.raw.raft.state == StateRole::Leader);
+        let leader = leaders.max_by_key(|l| l.raw.raft.term)?;
+        Some(leader.membership.members().map(|m| m.id).collect())
+    }
+
+    /// Stops, for good, the running replicas the members no longer count
+    /// (removed while cut off, they never committed their removal): as a
+    /// real one is told at its next handshake. Not while a change is under
+    /// way (its joiner is no member yet).
+    fn stop_non_members(&mut self) {
+        let Some(members) = self.members().filter(|_| self.goal.is_none()) else { return };
+        for n in self.nodes.iter_mut().filter(|n| n.is_up() && !members.contains(&n.id)) {
+            n.live = None;
+            n.removed = true;
+            let id = n.id;
+            self.trace.event(self.now, &[0x4E31, id], || format!("r{id} is told it was removed and stops"));
+        }
+    }
+
+    /// Starts a membership change now and then: adds a replica that never
+    /// ran (started at once, with an empty log) or removes a member,
+    /// keeping at least three voters.
+    fn start_goal(&mut self) {
+        if self.goal.is_some() || self.member_rate == 0.0 || !self.rng.gen_bool(self.member_rate) {
+            return;
+        }
+        let Some(members) = self.members() else { return };
+        let fresh: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.nodes[i].incarnation == 0).collect();
+        let add = !fresh.is_empty() && (members.len() <= 3 || self.rng.gen_bool(0.5));
+        let goal = if add {
+            let i = *fresh.choose(&mut self.rng).expect("not empty");
+            if self.start(i).is_err() {
+                return;
+            }
+            Goal::Voter(sim_member(self.nodes[i].id))
+        } else if members.len() > 3 {
+            Goal::Gone(*members.choose(&mut self.rng).expect("not empty"))
+        } else {
+            return;
+        };
+        self.trace.event(self.now, &[0x60A1], || format!("membership goal: {goal:?}"));
+        self.goal = Some((goal, (0, 0)));
+    }
+
+    /// Lets node `i`, if it leads, take its step towards the goal.
+    fn drive_goal(&mut self, i: usize) {
+        let Some((goal, mut holds)) = self.goal.clone() else { return };
+        let mut step = None;
+        self.with_node(i, |n, s, env| step = n.drive_membership(&goal, &mut holds, s, env));
+        match step {
+            None | Some(Step::Wait) | Some(Step::Propose(_)) | Some(Step::Transfer(_)) => {
+                self.goal = Some((goal, holds));
+            }
+            Some(Step::Done) => {
+                self.counts.member_changes += 1;
+                self.trace.event(self.now, &[0x60A2], || format!("membership goal reached: {goal:?}"));
+                self.goal = None;
+            }
+            Some(Step::Refuse(why)) => {
+                self.trace.event(self.now, &[0x60A3], || format!("membership goal {goal:?} refused: {why}"));
+                self.goal = None;
+            }
+        }
     }
 
     fn trace_delivery(&mut self, p: &Packet) {

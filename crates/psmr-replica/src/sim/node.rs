@@ -6,10 +6,12 @@ use super::checks::{data_hash, Checks, Trace};
 use super::net::{Addr, Answer, Packet, Payload};
 use super::service::{RegReply, Registers};
 use super::{Bug, FaultCounts, SimError, ViolationKind};
+use crate::admin::{next_step, Goal, Step};
 use crate::batcher::Request;
 use crate::cache::{Admit, Limits, ReplyCache};
 use crate::guard::Guard;
 use crate::manager::{decode_state, encode_state, must_remember};
+use crate::membership::{self, Change, Committed, Membership};
 use crate::protocol::{handle_ready, ReadyOut};
 use crate::reads::Reads;
 use crate::store::{encode_command, entry_commands, request_commands, EntryBuilder, EntryRef, Log, LogStore};
@@ -40,7 +42,8 @@ pub(crate) struct Env<'a> {
 /// The settings every node of a run shares.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeSettings {
-    pub voters: Vec<u64>,
+    /// The founding members: their logs start with the founding entries.
+    pub founders: Vec<crate::Member>,
     /// The replica configuration raft's is made from (`crate::raft_config`).
     pub config: crate::Config,
     pub snapshot_every: u64,
@@ -78,9 +81,20 @@ pub(crate) struct Live {
     reads: Reads,
     /// Ticks so far: the clock of read rounds.
     ticks: u64,
+    /// The members as of the last committed conf change (the protocol
+    /// thread's view: whom to hear from, whom to promote).
+    pub membership: Membership,
+    /// The members as of the last applied entry (the service manager's
+    /// view: what a snapshot holds).
+    applied_membership: Membership,
 }
 
 impl Live {
+    /// The guard for this membership.
+    fn guard(id: u64, membership: &Membership) -> Guard {
+        Guard::new(id).with_removed(membership.removed())
+    }
+
     /// Executes the commands of entry `index` in log order through the
     /// reply cache, as the service manager does, and answers the ones that
     /// reached this replica.
@@ -173,6 +187,11 @@ pub(crate) struct Node {
     /// sync, as the disk store does; the next synced write makes them
     /// durable. A crash takes the store's commit back to this.
     durable_commit: u64,
+    /// A founding member (its log starts with the founding entries); the
+    /// others join later, with an empty log.
+    pub founder: bool,
+    /// Removed from the cluster: stopped for good.
+    pub removed: bool,
 }
 
 /// What a ready may have changed on the disk, seen from outside.
@@ -199,6 +218,14 @@ struct SimOut {
     msgs: Vec<Message>,
     applied: Vec<Applied>,
     read_states: Vec<ReadState>,
+    /// The node's membership, lent for the ready.
+    membership: Membership,
+    /// Conf changes applied (or ignored, with why), for the trace.
+    changes: Vec<String>,
+    /// A snapshot or a change replaced the membership.
+    changed: bool,
+    /// The node committed its own removal.
+    removed: bool,
 }
 
 enum Applied {
@@ -227,6 +254,8 @@ impl ReadyOut for SimOut {
     }
 
     fn restore(&mut self, snapshot: Snapshot) -> Result<(), String> {
+        self.membership = snapshot_membership(&snapshot)?;
+        self.changed = true;
         self.applied.push(Applied::Snapshot(Box::new(snapshot)));
         Ok(())
     }
@@ -234,6 +263,36 @@ impl ReadyOut for SimOut {
     fn read_states(&mut self, states: Vec<ReadState>) {
         self.read_states.extend(states);
     }
+
+    fn conf_change(&mut self, node: &mut RawNode<Log>, e: &Entry) -> Result<(), String> {
+        match membership::apply_committed(node, &mut self.membership, e)? {
+            Committed::Ignored(why) => self.changes.push(format!("entry {} changes nothing: {why}", e.index)),
+            Committed::Changed(change) => {
+                self.changes.push(format!("entry {}: {change:?}", e.index));
+                self.changed = true;
+            }
+            Committed::RemovedSelf => {
+                self.removed = true;
+                return Err("removed".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The membership a snapshot holds.
+fn snapshot_membership(snap: &Snapshot) -> Result<Membership, String> {
+    let state = decode_state(&snap.data).map_err(|e| e.to_string())?;
+    Membership::decode(state.members).map_err(|e| e.to_string())
+}
+
+/// A new disk: a founder's holds the founding entries, a joiner's nothing.
+fn fresh_log(founder: bool, settings: &NodeSettings) -> Log {
+    let log = Log::Memory(LogStore::new(Vec::new()));
+    if founder {
+        log.found(&settings.founders).expect("a memory log founds");
+    }
+    log
 }
 
 /// raft-rs draws each randomized election timeout from `thread_rng`:
@@ -252,15 +311,17 @@ fn reply(out: &mut Vec<Packet>, from: u64, client: u64, seq: u64, answer: Answer
 }
 
 impl Node {
-    pub(crate) fn new(id: u64, voters: Vec<u64>, tick_us: u64) -> Self {
+    pub(crate) fn new(id: u64, founder: bool, settings: &NodeSettings, tick_us: u64) -> Self {
         Self {
             id,
-            log: Log::Memory(LogStore::new(voters)),
+            log: fresh_log(founder, settings),
             live: None,
             tick_us,
             incarnation: 0,
             torn_next: false,
             durable_commit: 0,
+            founder,
+            removed: false,
         }
     }
 
@@ -273,7 +334,7 @@ impl Node {
     /// committed entries after it.
     pub(crate) fn start(&mut self, settings: &NodeSettings, env: &mut Env<'_>) -> Result<(), SimError> {
         if env.bug == Some(Bug::ForgetLogOnRestart) && self.incarnation > 0 {
-            self.log = Log::Memory(LogStore::new(settings.voters.clone()));
+            self.log = fresh_log(self.founder, settings);
         }
         self.incarnation += 1;
         self.torn_next = false;
@@ -281,9 +342,11 @@ impl Node {
         let service = Registers::new();
         let cache = ReplyCache::new(settings.cache);
         let mut applied = 0;
-        if let Ok(snapshot) = self.log.snapshot(0, self.id) {
-            applied = restore(&service, &cache, &snapshot)
-                .map_err(|e| SimError::Snapshot { replica: self.id, why: e.to_string() })?;
+        let mut membership = Membership::default();
+        if let Some(snapshot) = self.log.kept() {
+            let bad = |why: String| SimError::Snapshot { replica: self.id, why };
+            applied = restore(&service, &cache, &snapshot).map_err(bad)?;
+            membership = snapshot_membership(&snapshot).map_err(bad)?;
             env.checks.state(self.id, applied, service.digest());
         }
         let config = crate::raft_config(&settings.config, self.id, applied)
@@ -297,7 +360,7 @@ impl Node {
             service,
             cache,
             codec: Default::default(),
-            guard: Guard::new(self.id, settings.voters.iter().copied()),
+            guard: Live::guard(self.id, &membership),
             batch: Vec::new(),
             batch_due: 0,
             waiting: BTreeSet::new(),
@@ -306,6 +369,8 @@ impl Node {
             dying: false,
             reads: Reads::default(),
             ticks: 0,
+            applied_membership: membership.clone(),
+            membership,
         });
         Ok(())
     }
@@ -338,6 +403,13 @@ impl Node {
     pub(crate) fn receive_raft(&mut self, msg: Message, settings: &NodeSettings, env: &mut Env<'_>) {
         let Some(live) = &mut self.live else { return };
         let sender = msg.from;
+        // A removed replica is refused at the handshake of its link,
+        // before any raft message (`peer`).
+        if live.membership.is_removed(sender) {
+            let id = self.id;
+            env.trace.event(env.now, &[0x4E3B, id, sender], || format!("r{id} drops a message of removed r{sender}"));
+            return;
+        }
         if let Err(why) = live.guard.check(&msg, sender, &live.raw.raft, None) {
             let (id, raft) = (self.id, &live.raw.raft);
             let what = || {
@@ -429,12 +501,27 @@ impl Node {
                 self.torn_ready(settings, env);
                 return;
             }
-            let mut out = SimOut::default();
+            let mut out = SimOut { membership: std::mem::take(&mut live.membership), ..SimOut::default() };
             let (before, committed) = (DiskView::of(&self.log), live.raw.raft.raft_log.committed);
-            if let Err(why) = handle_ready(&mut live.raw, &self.log, &mut out) {
+            let handled = handle_ready(&mut live.raw, &self.log, &mut out);
+            let id = self.id;
+            for change in &out.changes {
+                env.trace.event(env.now, &[0xC0F, id], || format!("r{id} membership: {change}"));
+            }
+            if out.removed {
+                env.trace.event(env.now, &[0x4E30, id], || format!("r{id} committed its own removal and stops"));
+                self.live = None;
+                self.removed = true;
+                return;
+            }
+            if let Err(why) = handled {
                 env.checks.violation(ViolationKind::Stopped, format!("replica {} stopped: {why}", self.id));
                 self.crash();
                 return;
+            }
+            live.membership = out.membership;
+            if out.changed {
+                live.guard = Live::guard(id, &live.membership);
             }
             // The ready's entries and hard state (its commit is the one raft
             // had before the ready) went in one synced write, if there was
@@ -613,6 +700,7 @@ impl Node {
                 let Some(live) = &mut self.live else { return };
                 match restore(&live.service, &live.cache, &snap) {
                     Ok(index) => {
+                        live.applied_membership = snapshot_membership(&snap).unwrap_or_default();
                         live.applied = index;
                         live.since_snapshot = 0;
                         env.checks.state(self.id, index, live.service.digest());
@@ -644,7 +732,17 @@ impl Node {
             );
         }
         env.checks.entry(id, e.index, e.term, data_hash(&e.data));
-        if e.get_entry_type() == EntryType::EntryNormal && !e.data.is_empty() {
+        if e.get_entry_type() != EntryType::EntryNormal {
+            // As the service manager follows the membership, and takes a
+            // snapshot at once for a new learner.
+            let change = Change::from_entry(e);
+            if let Ok(change) = &change {
+                let joins = matches!(change, Change::Add { voter: false, .. });
+                if live.applied_membership.apply(change).is_ok() && joins {
+                    live.since_snapshot = settings.snapshot_every;
+                }
+            }
+        } else if !e.data.is_empty() {
             match entry_commands(&e.data) {
                 Ok(commands) => live.execute(id, e.index, commands, env),
                 // Every replica skips the same undecodable bytes (see the
@@ -671,14 +769,13 @@ impl Node {
         if live.dying {
             return;
         }
-        // The simulated cluster's membership never changes: its snapshots
-        // carry none (raft's conf state says who the members are).
-        let data = encode_state(index, term, &[0; 4], &live.service.snapshot(), &live.cache.snapshot());
+        let members = live.applied_membership.encode();
+        let data = encode_state(index, term, &members, &live.service.snapshot(), &live.cache.snapshot());
         let mut snap = Snapshot { data: data.into(), ..Default::default() };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
-        meta.set_conf_state(live.raw.raft.prs().conf().to_conf_state());
+        meta.set_conf_state(live.applied_membership.conf_state());
         let keep_from = index.saturating_sub(settings.log_slack);
         let id = self.id;
         if let Err(e) = self.log.install(snap, keep_from) {
@@ -690,6 +787,37 @@ impl Node {
             self.durable_commit = self.durable_commit.max(index);
         }
         env.trace.event(env.now, &[0x5A7, id, index], || format!("r{id} snapshots at index {index}"));
+    }
+
+    /// A leader's step towards a membership goal, taken as the protocol
+    /// thread takes it (`admin`); `holds` and the term it belongs to as in
+    /// `admin::Pending` (a leader of another term starts over, as a client
+    /// asks the next leader again). `None` if this replica does not lead.
+    pub(crate) fn drive_membership(
+        &mut self,
+        goal: &Goal,
+        (holds, term): &mut (u64, u64),
+        settings: &NodeSettings,
+        env: &mut Env<'_>,
+    ) -> Option<Step> {
+        let live = self.live.as_mut().filter(|l| l.raw.raft.state == StateRole::Leader)?;
+        if *term != live.raw.raft.term {
+            (*holds, *term) = (live.raw.raft.raft_log.last_index(), live.raw.raft.term);
+        }
+        let step = next_step(&live.raw, &live.membership, goal, *holds);
+        match &step {
+            Step::Propose(change) => {
+                // Refused only while another change is pending: the next
+                // turn looks again.
+                let _ = live.raw.propose_conf_change(Vec::new(), change.to_conf_change());
+                *holds = (*holds).max(live.raw.raft.raft_log.last_index());
+            }
+            Step::Transfer(to) => live.raw.transfer_leader(*to),
+            Step::Done | Step::Wait | Step::Refuse(_) => return Some(step),
+        }
+        seeded_timeout(&mut live.raw, env.rng);
+        self.turn(settings, env);
+        Some(step)
     }
 
     /// The digests a finished run compares: applied index, service state,
