@@ -608,6 +608,7 @@ fn corpus_wire_client() -> Vec<Vec<u8>> {
             peer: "[::1]:8004".into(),
         }),
         ClientMsg::ChangeMembership(MemberChange::Remove { id: 2 }),
+        ClientMsg::Reconfigure { scheduler: "early".into(), workers: 2, mapping: "R=conc:0,1;W=seq:0-1".into() },
     ]
     .iter()
     .map(ClientMsg::to_frame)
@@ -641,6 +642,7 @@ fn corpus_wire_server() -> Vec<Vec<u8>> {
             MemberInfo { id: 1, client: "127.0.0.1:7001".into(), peer: "127.0.0.1:8001".into(), voter: true },
             MemberInfo { id: 4, client: "c".into(), peer: "p".into(), voter: false },
         ]),
+        ServerMsg::Reconfigured { scheduler: "sequential".into(), workers: 1, stall_ns: 1_000 },
     ]
     .iter()
     .map(ServerMsg::to_frame)

@@ -211,7 +211,8 @@ impl AsyncClient {
                 | ServerMsg::Status(_)
                 | ServerMsg::Stats { .. }
                 | ServerMsg::Metrics(_)
-                | ServerMsg::Members(_) => {}
+                | ServerMsg::Members(_)
+                | ServerMsg::Reconfigured { .. } => {}
                 ServerMsg::Redirect { leader, addr } => {
                     self.leader = addr.parse().ok();
                     return Err(Attempt::Retry(if leader == 0 {
@@ -279,6 +280,24 @@ impl AsyncClient {
             ServerMsg::Members(members) => Ok(members),
             ServerMsg::Redirect { leader: 0, .. } => Err("no answer here, and no leader known".into()),
             ServerMsg::Redirect { leader, addr } => Err(format!("no answer here: ask leader {leader} at {addr}")),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Has the replica at `addr` switch its execution scheduler to
+    /// `scheduler` with `workers` workers (and, for early schedulers, the
+    /// mapping spec `mapping`; empty: its default) between two log
+    /// entries. Returns what runs now and how long execution stalled.
+    pub async fn reconfigure_of(
+        addr: SocketAddr,
+        change: Reconfiguration,
+        timeout: Duration,
+    ) -> Result<Reconfigured, String> {
+        let Reconfiguration { scheduler, workers, mapping } = change;
+        match Self::ask(addr, ClientMsg::Reconfigure { scheduler, workers, mapping }, timeout).await? {
+            ServerMsg::Reconfigured { scheduler, workers, stall_ns } => {
+                Ok(Reconfigured { scheduler, workers, stall: Duration::from_nanos(stall_ns) })
+            }
             other => Err(format!("unexpected answer {other:?}")),
         }
     }
@@ -391,6 +410,29 @@ enum Attempt {
     Refused(String),
 }
 
+/// The execution scheduler a replica is asked to switch to
+/// ([`AsyncClient::reconfigure_of`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reconfiguration {
+    /// A scheduler name (`psmr_sched::SchedulerKind`).
+    pub scheduler: String,
+    /// Worker threads.
+    pub workers: u32,
+    /// A mapping spec for early schedulers; empty: the replica's default.
+    pub mapping: String,
+}
+
+/// What a replica runs after a reconfiguration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reconfigured {
+    /// The scheduler.
+    pub scheduler: String,
+    /// Its workers.
+    pub workers: u32,
+    /// How long execution stalled while the old scheduler drained.
+    pub stall: Duration,
+}
+
 /// One replica's answer to a stats request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaStats {
@@ -443,6 +485,16 @@ impl Client {
     /// See [`AsyncClient::metrics_of`].
     pub fn metrics_of(&self, addr: SocketAddr, timeout: Duration) -> Result<String, String> {
         self.rt.block_on(AsyncClient::metrics_of(addr, timeout))
+    }
+
+    /// See [`AsyncClient::reconfigure_of`].
+    pub fn reconfigure_of(
+        &self,
+        addr: SocketAddr,
+        change: Reconfiguration,
+        timeout: Duration,
+    ) -> Result<Reconfigured, String> {
+        self.rt.block_on(AsyncClient::reconfigure_of(addr, change, timeout))
     }
 
     /// See [`AsyncClient::members_of`].

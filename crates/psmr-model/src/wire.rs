@@ -387,6 +387,20 @@ pub enum ClientMsg {
     ChangeMembership(MemberChange),
     /// List the cluster's members as this replica knows them.
     Members,
+    /// Change this replica's execution scheduler between two log entries
+    /// (its own performance choice; no other replica takes part).
+    /// Answered with [`ServerMsg::Reconfigured`] once the new scheduler
+    /// runs.
+    Reconfigure {
+        /// A scheduler name (`psmr_sched::SchedulerKind`).
+        scheduler: String,
+        /// Worker threads.
+        workers: u32,
+        /// A class-to-threads mapping spec for early schedulers; empty:
+        /// the configuration's, the application's default or the
+        /// optimizer's.
+        mapping: String,
+    },
 }
 
 /// Most members a cluster has, voters and learners together: raft's
@@ -551,6 +565,16 @@ pub enum ServerMsg {
     /// Answer to [`ClientMsg::Members`] and [`ClientMsg::ChangeMembership`]:
     /// the members, by id, at most [`MEMBERS_MAX`].
     Members(Vec<MemberInfo>),
+    /// Answer to [`ClientMsg::Reconfigure`]: the scheduler that runs now,
+    /// and how long execution stalled while the old one drained.
+    Reconfigured {
+        /// Its name.
+        scheduler: String,
+        /// Its workers.
+        workers: u32,
+        /// The stall, in ns.
+        stall_ns: u64,
+    },
 }
 
 const K_REQUEST: u8 = 1;
@@ -559,6 +583,7 @@ const K_STATS: u8 = 3;
 const K_METRICS: u8 = 4;
 const K_CHANGE_MEMBERSHIP: u8 = 5;
 const K_MEMBERS: u8 = 6;
+const K_RECONFIGURE: u8 = 7;
 const K_REPLIES: u8 = 16;
 const K_REDIRECT: u8 = 17;
 const K_ERROR: u8 = 18;
@@ -566,6 +591,7 @@ const K_STATUS_REPLY: u8 = 19;
 const K_STATS_REPLY: u8 = 20;
 const K_METRICS_REPLY: u8 = 21;
 const K_MEMBERS_REPLY: u8 = 22;
+const K_RECONFIGURED: u8 = 23;
 
 /// [`MemberChange`]'s tags.
 const CHANGE_ADD: u8 = 1;
@@ -595,6 +621,10 @@ impl ClientMsg {
                 frame_bytes(K_CHANGE_MEMBERSHIP, &e.finish())
             }
             ClientMsg::Members => frame_bytes(K_MEMBERS, &[]),
+            ClientMsg::Reconfigure { scheduler, workers, mapping } => {
+                e.str(scheduler).u32(*workers).str(mapping);
+                frame_bytes(K_RECONFIGURE, &e.finish())
+            }
         }
     }
 
@@ -626,6 +656,12 @@ impl ClientMsg {
                 Ok(ClientMsg::ChangeMembership(change))
             }
             K_MEMBERS => Decoder::new(&f.body, "members request").end().map(|_| ClientMsg::Members),
+            K_RECONFIGURE => {
+                let mut d = Decoder::new(&f.body, "reconfigure request");
+                let msg = ClientMsg::Reconfigure { scheduler: d.str()?, workers: d.u32()?, mapping: d.str()? };
+                d.end()?;
+                Ok(msg)
+            }
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -682,6 +718,10 @@ impl ServerMsg {
                     e.u64(m.id).str(&m.client).str(&m.peer).u8(m.voter as u8);
                 }
                 K_MEMBERS_REPLY
+            }
+            ServerMsg::Reconfigured { scheduler, workers, stall_ns } => {
+                e.str(scheduler).u32(*workers).u64(*stall_ns);
+                K_RECONFIGURED
             }
         };
         frame_bytes(kind, &e.finish())
@@ -776,6 +816,12 @@ impl ServerMsg {
                 d.end()?;
                 ServerMsg::Members(members)
             }
+            K_RECONFIGURED => {
+                let mut d = Decoder::new(&f.body, "reconfigured");
+                let msg = ServerMsg::Reconfigured { scheduler: d.str()?, workers: d.u32()?, stall_ns: d.u64()? };
+                d.end()?;
+                msg
+            }
             k => return Err(WireError::UnknownKind(k)),
         };
         Ok(msg)
@@ -827,6 +873,8 @@ mod tests {
         assert_eq!(roundtrip_client(&ClientMsg::Stats), ClientMsg::Stats);
         assert_eq!(roundtrip_client(&ClientMsg::Metrics), ClientMsg::Metrics);
         assert_eq!(roundtrip_client(&ClientMsg::Members), ClientMsg::Members);
+        let r = ClientMsg::Reconfigure { scheduler: "early".into(), workers: 4, mapping: "0,1;2".into() };
+        assert_eq!(roundtrip_client(&r), r);
         for change in [
             MemberChange::Add { id: 4, client: "127.0.0.1:7004".into(), peer: "127.0.0.1:8004".into() },
             MemberChange::Remove { id: 2 },
@@ -848,6 +896,7 @@ mod tests {
                 MemberInfo { id: 4, client: "c4".into(), peer: "p4".into(), voter: false },
             ]),
             ServerMsg::Members(Vec::new()),
+            ServerMsg::Reconfigured { scheduler: "late-batch-bitmap".into(), workers: 2, stall_ns: 1_234 },
             ServerMsg::Stats {
                 at_ns: 9,
                 threads: vec![ThreadStat { name: "psmr-protocol".into(), tid: 7, cpu_ns: 1, runq_ns: 2 }],

@@ -59,6 +59,10 @@ type Reader = BufReader<OwnedReadHalf>;
 /// Whether an operation only reads (the replica's application decides).
 pub(crate) type ReadsOnly = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
+/// The scheduler configuration for a scheduler name, a worker count and a
+/// mapping spec (empty: the default), or why there is none.
+pub(crate) type Planner = Arc<dyn Fn(&str, usize, &str) -> Result<psmr_sched::SchedConfig, String> + Send + Sync>;
+
 /// A connection idle at least this long may be closed to make room for a
 /// new one when `max_connections` are open.
 pub const EVICTABLE_IDLE: Duration = Duration::from_secs(1);
@@ -84,6 +88,8 @@ pub(crate) struct ClientIo {
     pub(crate) buffered: Arc<Semaphore>,
     /// Whether an operation only reads.
     reads_only: ReadsOnly,
+    /// Turns a reconfiguration request into a scheduler configuration.
+    planner: Planner,
     open: Mutex<HashMap<u64, Arc<Open>>>,
     next_conn: AtomicU64,
 }
@@ -100,10 +106,11 @@ impl ClientIo {
         decisions: Sender<Decision>,
         protocol: Sender<crate::peer::Inbound>,
         reads_only: ReadsOnly,
+        planner: Planner,
     ) -> Self {
         let buffered = Arc::new(Semaphore::new(shared.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
         let (open, next_conn) = (Mutex::default(), AtomicU64::new(0));
-        Self { shared, requests, decisions, protocol, buffered, reads_only, open, next_conn }
+        Self { shared, requests, decisions, protocol, buffered, reads_only, planner, open, next_conn }
     }
 
     pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
@@ -270,6 +277,12 @@ impl ClientIo {
                         return Ok(());
                     }
                 }
+                ClientMsg::Reconfigure { scheduler, workers, mapping } => {
+                    let msg = self.reconfigure(scheduler, workers as usize, mapping).await;
+                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
+                        return Ok(());
+                    }
+                }
                 ClientMsg::ChangeMembership(change) => {
                     let msg = self.change_membership(change).await;
                     if outbox.send(Outgoing::Msg(msg)).await.is_err() {
@@ -288,7 +301,7 @@ impl ClientIo {
                     }
                 }
                 ClientMsg::Stats => {
-                    let workers = self.shared.worker_metrics.get().map(|m| m.snapshot()).unwrap_or_default();
+                    let workers = self.shared.worker_samples();
                     let msg =
                         ServerMsg::Stats { at_ns: crate::stages::now_ns(), threads: crate::stages::threads(), workers };
                     if outbox.send(Outgoing::Msg(msg)).await.is_err() {
@@ -372,6 +385,29 @@ impl ClientIo {
             )));
         }
         None
+    }
+
+    /// Plans the scheduler a client asks for (off the async threads: the
+    /// optimizer may run) and has the service manager switch to it
+    /// between two entries.
+    async fn reconfigure(&self, scheduler: String, workers: usize, mapping: String) -> ServerMsg {
+        let planner = self.planner.clone();
+        let plan = tokio::task::spawn_blocking(move || planner(&scheduler, workers, &mapping)).await;
+        let config = match plan {
+            Ok(Ok(config)) => config,
+            Ok(Err(why)) => return ServerMsg::Error(why),
+            Err(e) => return ServerMsg::Error(format!("planning the scheduler failed: {e}")),
+        };
+        let (kind, workers) = (config.kind.name().to_string(), config.workers as u32);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if self.decisions.try_send(Decision::Reconfigure(config, reply)).is_err() {
+            return ServerMsg::Error("replica busy, try again".into());
+        }
+        match answer.await {
+            Ok(Ok(stall)) => ServerMsg::Reconfigured { scheduler: kind, workers, stall_ns: stall.as_nanos() as u64 },
+            Ok(Err(why)) => ServerMsg::Error(why),
+            Err(_) => ServerMsg::Error("the replica is stopping".into()),
+        }
     }
 
     /// Hands a membership change to the protocol thread (the leader's

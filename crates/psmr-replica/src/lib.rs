@@ -167,8 +167,8 @@ pub struct Shared {
     pub router: Arc<Router>,
     /// Counters.
     pub stats: Stats,
-    /// The scheduler's per-worker metrics, once it runs (early schedulers).
-    pub worker_metrics: std::sync::OnceLock<Arc<psmr_sched::Metrics>>,
+    /// The running scheduler's per-worker metrics (early schedulers).
+    worker_metrics: Mutex<Option<Arc<psmr_sched::Metrics>>>,
     /// What the Prometheus endpoint serves (see [`metrics`]).
     pub metrics: metrics::Metrics,
     /// The members as of the last committed conf change (written by the
@@ -205,6 +205,17 @@ impl Shared {
     /// The members as a client sees them.
     pub fn member_info(&self) -> Vec<psmr_model::wire::MemberInfo> {
         self.membership.read().info()
+    }
+
+    /// Every worker's counters of the running scheduler (empty for
+    /// schedulers that keep none).
+    pub fn worker_samples(&self) -> Vec<psmr_model::wire::WorkerSample> {
+        self.worker_metrics.lock().as_ref().map(|m| m.snapshot()).unwrap_or_default()
+    }
+
+    /// The running scheduler's metrics, replaced at every switch.
+    pub(crate) fn set_worker_metrics(&self, m: Option<Arc<psmr_sched::Metrics>>) {
+        *self.worker_metrics.lock() = m;
     }
 
     /// Publishes the protocol thread's membership.
@@ -249,7 +260,7 @@ impl Shared {
             protocol_waits: AtomicBool::new(false),
             router,
             stats: Stats::default(),
-            worker_metrics: std::sync::OnceLock::new(),
+            worker_metrics: Mutex::new(None),
             metrics: metrics::Metrics::new(),
             membership: parking_lot::RwLock::new(membership::Membership::default()),
             membership_epoch: AtomicU64::new(0),
@@ -403,9 +414,8 @@ impl<A: App> ReplicaBuilder<A> {
             ))
             .into());
         }
-        let kind = config.scheduler_kind()?;
         let model = app.class_model();
-        let mapping = if kind.needs_mapping() { Some(mapping(&config, &app, &model)?) } else { None };
+        let sched = sched_config(&config, &app, &model)?;
         let (client_listener, peer_listener) = match listeners {
             Some(l) => l,
             None => (bind(me.client)?, bind(me.peer)?),
@@ -420,15 +430,9 @@ impl<A: App> ReplicaBuilder<A> {
         let app = Arc::new(app);
         let cache = Arc::new(ReplyCache::new(cache::Limits::of(&config)));
         let sink = Arc::new(ManagerSink::new(cache.clone(), shared.clone()));
-        let mut sched = SchedConfig::new(kind, config.scheduler.workers);
-        sched.mapping = mapping;
-        // Timing the waits costs two clock reads per wait; the per-worker
-        // picture it gives (`psmr bench`) is worth that.
-        sched.metrics = true;
-        let scheduler = psmr_sched::build(&sched, app.clone(), &model, sink.clone())?;
-        if let Some(m) = scheduler.metrics() {
-            let _ = shared.worker_metrics.set(m);
-        }
+        let kind = sched.kind;
+        let scheduler = psmr_sched::Switchable::new(sched, app.clone(), &model, sink.clone())?;
+        shared.set_worker_metrics(psmr_sched::Scheduler::metrics(&scheduler));
 
         // Queues between the stages.
         let depth = config.queue_depth;
@@ -479,8 +483,15 @@ impl<A: App> ReplicaBuilder<A> {
             admin: None,
             announced: HashMap::new(),
         };
-        let mut manager =
-            Manager::new(shared.clone(), app.clone(), cache, sink, scheduler, decision_rx, inbound_tx.clone());
+        let mut manager = Manager::new(
+            shared.clone(),
+            app.clone(),
+            cache,
+            sink,
+            Box::new(scheduler),
+            decision_rx,
+            inbound_tx.clone(),
+        );
         if let Some(snapshot) = &recovered {
             manager.restore(snapshot).map_err(ReplicaError::Failed)?;
         }
@@ -493,8 +504,14 @@ impl<A: App> ReplicaBuilder<A> {
             .thread_name("psmr-client-io")
             .enable_all()
             .build()?;
-        let io =
-            Arc::new(client_io::ClientIo::new(shared.clone(), request_tx, decision_tx, inbound_tx, reads_only(&app)));
+        let io = Arc::new(client_io::ClientIo::new(
+            shared.clone(),
+            request_tx,
+            decision_tx,
+            inbound_tx,
+            reads_only(&app),
+            planner(&app, &config),
+        ));
         client_listener.set_nonblocking(true)?;
         let listener = {
             let _guard = runtime.enter();
@@ -523,6 +540,35 @@ impl<A: App> ReplicaBuilder<A> {
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, ReplicaError> {
     TcpListener::bind(addr).map_err(|source| ReplicaError::Bind { addr, source })
+}
+
+/// The scheduler `config` asks for: its kind, workers and, for early
+/// schedulers, its mapping.
+fn sched_config<A: App>(config: &Config, app: &A, model: &ClassModel) -> Result<SchedConfig, ReplicaError> {
+    let kind = config.scheduler_kind()?;
+    let mut sched = SchedConfig::new(kind, config.scheduler.workers);
+    if kind.needs_mapping() {
+        sched.mapping = Some(mapping(config, app, model)?);
+    }
+    // Timing the waits costs two clock reads per wait; the per-worker
+    // picture it gives (`psmr bench`) is worth that.
+    sched.metrics = true;
+    Ok(sched)
+}
+
+/// ClientIO's way to turn a reconfiguration request into a scheduler
+/// configuration, as the replica's start does ([`sched_config`]; the
+/// optimizer may run, so ClientIO calls it off its async threads).
+fn planner<A: App>(app: &Arc<A>, config: &Config) -> client_io::Planner {
+    let (app, config) = (app.clone(), config.clone());
+    Arc::new(move |kind: &str, workers: usize, mapping: &str| {
+        let mut c = config.clone();
+        c.scheduler.kind = kind.to_string();
+        c.scheduler.workers = workers;
+        c.scheduler.mapping = if mapping.is_empty() { "default".into() } else { mapping.to_string() };
+        c.validate().map_err(|e| e.to_string())?;
+        sched_config(&c, &*app, &app.class_model()).map_err(|e| e.to_string())
+    })
 }
 
 /// The class-to-threads mapping of an early scheduler: the configured one,

@@ -21,7 +21,7 @@ use psmr_model::wire::OpCodec;
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
 use psmr_model::App;
 use psmr_model::{Batch, ClientId, Digest, BITMAP_BITS_DEFAULT};
-use psmr_sched::{Reply, ReplySink, SchedError, Scheduler};
+use psmr_sched::{Reply, ReplySink, SchedConfig, SchedError, Scheduler, SwitchError, Switchable};
 use raft::prelude::{Entry, EntryType, Snapshot};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,6 +39,10 @@ pub enum Decision {
     /// Report the applied index and the state digest once everything
     /// before this request has executed.
     Status(tokio::sync::oneshot::Sender<(u64, Digest)>),
+    /// Replace the execution scheduler between two entries (see
+    /// [`psmr_sched::Switchable`]); the answer is the stall, or why the
+    /// running scheduler stays.
+    Reconfigure(SchedConfig, tokio::sync::oneshot::Sender<Result<std::time::Duration, String>>),
 }
 
 /// Receives replies from the workers.
@@ -177,7 +181,7 @@ pub(crate) struct Manager<A: App> {
     codec: A::Codec,
     cache: Arc<ReplyCache>,
     sink: Arc<ManagerSink<A>>,
-    scheduler: Box<dyn Scheduler<A>>,
+    scheduler: Box<Switchable<A>>,
     decisions: Receiver<Decision>,
     protocol: Sender<Inbound>,
     /// Commands handed to the scheduler.
@@ -194,7 +198,7 @@ impl<A: App> Manager<A> {
         app: Arc<A>,
         cache: Arc<ReplyCache>,
         sink: Arc<ManagerSink<A>>,
-        scheduler: Box<dyn Scheduler<A>>,
+        scheduler: Box<Switchable<A>>,
         decisions: Receiver<Decision>,
         protocol: Sender<Inbound>,
     ) -> Self {
@@ -240,6 +244,12 @@ impl<A: App> Manager<A> {
                         return;
                     }
                 }
+                Decision::Reconfigure(config, reply) => {
+                    if let Err(why) = self.reconfigure(config, reply) {
+                        self.shared.fail(why);
+                        return;
+                    }
+                }
                 Decision::Status(reply) => {
                     // A failed replica has no state worth reporting: the
                     // request is dropped and ClientIO answers that it stops.
@@ -269,6 +279,32 @@ impl<A: App> Manager<A> {
             self.snapshot(e.index, e.term);
         }
         Ok(())
+    }
+
+    /// Switches the scheduler after every command submitted so far has
+    /// executed. A scheduler that cannot be built leaves the running one
+    /// (the client hears why); one that fails while it drains stops the
+    /// replica.
+    fn reconfigure(
+        &mut self,
+        config: SchedConfig,
+        reply: tokio::sync::oneshot::Sender<Result<std::time::Duration, String>>,
+    ) -> Result<(), String> {
+        let (kind, workers) = (config.kind, config.workers);
+        match self.scheduler.switch(config) {
+            Ok(stall) => {
+                self.shared.set_worker_metrics(self.scheduler.metrics());
+                self.shared.metrics.scheduler_switched(stall);
+                info!(scheduler = %kind, workers, ?stall, "execution scheduler switched");
+                let _ = reply.send(Ok(stall));
+                Ok(())
+            }
+            Err(e @ SwitchError::Drain(_)) => Err(format!("{e}; the state is no longer trusted")),
+            Err(e @ SwitchError::Build(_)) => {
+                let _ = reply.send(Err(e.to_string()));
+                Ok(())
+            }
+        }
     }
 
     /// Follows the protocol thread's membership (which refuses and ignores

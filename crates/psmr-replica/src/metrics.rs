@@ -50,6 +50,7 @@
 //! | `psmr_snapshot_seconds` | histogram | service manager: taking a snapshot, from waiting for execution to handing it to the protocol thread (`_count`: snapshots taken) |
 //! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
 //! | `psmr_snapshots_restored_total` | counter | snapshots restored (at start from disk, or from the leader) |
+//! | `psmr_scheduler_switch_stall_seconds` | histogram | each change of execution scheduler (`psmr client reconfigure`): how long execution stalled while the old one drained |
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
 //! | `psmr_peer_refused_total{rule}` | counter | raft messages the [`crate::guard`] refused, by rule ([`Rule::label`]) |
@@ -366,6 +367,8 @@ pub struct Metrics {
     snapshots_restored: Counter,
     /// `psmr_read_round_requests`.
     pub read_round_requests: Histogram,
+    /// `psmr_scheduler_switch_stall_seconds`.
+    scheduler_switch: Histogram,
     /// `psmr_client_refused_total`.
     pub client_refused: CounterSet,
     /// `psmr_peer_refused_total`.
@@ -389,6 +392,7 @@ impl Metrics {
         let snapshot_bytes = Gauge::default();
         let snapshots_restored = Counter::default();
         let read_round_requests = Histogram::powers(1, 2, 1 << 16);
+        let scheduler_switch = Histogram::seconds(10_000, 10_000_000_000);
         let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
         let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
         let mut r = Registry::default();
@@ -410,6 +414,12 @@ impl Metrics {
             "Read requests per ReadIndex round (served without a log entry)",
             read_round_requests.clone(),
         );
+        r.register_with_unit(
+            "psmr_scheduler_switch_stall",
+            "Execution stalled by a change of scheduler (psmr client reconfigure)",
+            seconds(),
+            scheduler_switch.clone(),
+        );
         r.register("psmr_client_refused", "Client frames, requests and connections refused", client_refused.clone());
         r.register("psmr_peer_refused", "Raft messages the guard refused", peer_refused.clone());
         Self {
@@ -424,6 +434,7 @@ impl Metrics {
             snapshot_bytes,
             snapshots_restored,
             read_round_requests,
+            scheduler_switch,
             client_refused,
             peer_refused,
         }
@@ -432,6 +443,12 @@ impl Metrics {
     /// The recorded metrics (without those read at scrape time).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Records a change of execution scheduler that stalled execution for
+    /// `stall`.
+    pub(crate) fn scheduler_switched(&self, stall: std::time::Duration) {
+        self.scheduler_switch.observe(stall.as_nanos() as u64);
     }
 
     /// Counts a client refusal.
@@ -526,7 +543,7 @@ impl Sample {
             commands_proposed: load(&shared.stats.commands_proposed),
             peer_in: load(&shared.stats.peer_in),
             cache,
-            workers: shared.worker_metrics.get().map(|m| m.snapshot()).unwrap_or_default(),
+            workers: shared.worker_samples(),
             threads: threads_by_name(),
         }
     }

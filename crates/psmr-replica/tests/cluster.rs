@@ -6,7 +6,7 @@
 //! replies is its own history, whatever the order in which the log
 //! interleaves the clients. Seeds are printed; `PSMR_TEST_SEED` replays.
 
-use psmr_client::{Client, ClientConfig};
+use psmr_client::{Client, ClientConfig, Reconfiguration};
 use psmr_model::wire::{frame_bytes, Outcome};
 use psmr_replica::{Config, Member, Replica, Storage};
 use psmr_sched::SchedulerKind;
@@ -234,6 +234,53 @@ fn every_scheduler_replies_like_the_model_and_replicas_agree() {
         eprintln!("{kind}: applied {applied}, digest {digest}");
         drop(replicas);
     }
+}
+
+/// Each replica switches its scheduler and worker count under load, one
+/// after another and more than once: every reply stays what the clients'
+/// models say, every replica ends in the same state, and a request for a
+/// scheduler that does not exist leaves the running one.
+#[test]
+fn replicas_switch_schedulers_under_load_and_stay_equal() {
+    let seed = seed();
+    let config = config(3, SchedulerKind::Early, 2);
+    let replicas: Vec<Option<Replica>> = (1..=3).map(|id| Some(start(&config, id))).collect();
+    leader(&config, &replicas);
+    let load = Arc::new(Load::default());
+    let handles: Vec<_> = (1..=6u64)
+        .map(|id| {
+            let (config, load) = (config.clone(), load.clone());
+            std::thread::spawn(move || run_client(&config, id, seed, 100_000, 1 + (id % 3) as usize * 10, &load))
+        })
+        .collect();
+    load.under_way(0, 20);
+    let probe = client_for_status();
+    let plan = [
+        ("late-batch-bitmap", 2),
+        ("sequential", 1),
+        ("early-ws-optimistic", 3),
+        ("late-cbase", 2),
+        ("early-busywait", 2),
+        ("early", 1),
+    ];
+    for (i, (kind, workers)) in plan.into_iter().enumerate() {
+        let addr = config.replicas[i % 3].client;
+        let change = Reconfiguration { scheduler: kind.into(), workers, mapping: String::new() };
+        let done = probe.reconfigure_of(addr, change, Duration::from_secs(30)).unwrap();
+        assert_eq!((done.scheduler.as_str(), done.workers), (kind, workers));
+        load.under_way(load.answered.load(Ordering::Relaxed), 10);
+    }
+    let bad = Reconfiguration { scheduler: "fastest".into(), workers: 2, mapping: String::new() };
+    let why = probe.reconfigure_of(config.replicas[0].client, bad, Duration::from_secs(30)).unwrap_err();
+    assert!(why.contains("unknown scheduler"), "{why}");
+    load.under_way(load.answered.load(Ordering::Relaxed), 10);
+    load.stopping.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().expect("a client saw a wrong reply");
+    }
+    converged(&addrs(&config));
+    let text = probe.metrics_of(config.replicas[0].client, Duration::from_secs(5)).unwrap();
+    assert!(text.lines().any(|l| l == "psmr_scheduler_switch_stall_seconds_count 2"), "{text}");
 }
 
 /// Entries proposed by the replica that leads, and requests they held.

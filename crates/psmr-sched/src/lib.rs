@@ -53,7 +53,7 @@ pub use cycles::{CycleCounters, Role};
 pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
-pub use switch::Switchable;
+pub use switch::{SwitchError, Switchable};
 pub use ws::{Victims, WsQueue};
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};

@@ -50,18 +50,37 @@ impl<S: Service> Switchable<S> {
     /// Replaces the running scheduler by the one `config` describes, after
     /// every command given so far has executed. Returns how long the
     /// switch stalled execution. If the next scheduler cannot be built the
-    /// running one stays, and the error says why; if the running one fails
-    /// while it drains, the error is its failure.
-    pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SchedError> {
+    /// running one stays ([`SwitchError::Build`]); if the running one fails
+    /// while it drains, the error is its failure ([`SwitchError::Drain`]).
+    pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
         // Built first: a configuration that cannot run leaves the running
         // scheduler untouched.
-        let next = build(&config, self.service.clone(), &self.model, self.sink.clone())?;
+        let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
         let started = Instant::now();
         let old = std::mem::replace(&mut self.current, next);
         self.config = config;
-        let stats = old.finish()?;
+        let stats = old.finish().map_err(SwitchError::Drain)?;
         merge(&mut self.executed_before, &stats.executed_per_worker);
         Ok(started.elapsed())
+    }
+}
+
+/// Why a [`Switchable::switch`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SwitchError {
+    /// The next scheduler cannot be built; the running one stays.
+    #[error("the new scheduler cannot start, the running one stays: {0}")]
+    Build(SchedError),
+    /// The running scheduler failed while it drained: execution failed.
+    #[error("execution failed while the scheduler drained: {0}")]
+    Drain(SchedError),
+}
+
+impl From<SwitchError> for SchedError {
+    fn from(e: SwitchError) -> Self {
+        match e {
+            SwitchError::Build(e) | SwitchError::Drain(e) => e,
+        }
     }
 }
 

@@ -173,7 +173,7 @@ fn a_switch_that_cannot_be_built_keeps_the_running_scheduler() {
         s.submit(b).unwrap();
     }
     let bad = SchedConfig::new(SchedulerKind::Early, 0);
-    assert!(matches!(s.switch(bad), Err(SchedError::Config(_))));
+    assert!(matches!(s.switch(bad), Err(psmr_sched::SwitchError::Build(SchedError::Config(_)))));
     assert_eq!((s.kind(), s.config().workers), (SchedulerKind::Early, 2), "the running one stays");
     for b in all.by_ref().take(10) {
         s.submit(b).unwrap();

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use psmr_bench::launch::{self, describe_exit, ClusterDir, ClusterSpec, ProcessCluster};
 use psmr_bench::load::{LoadSpec, Ops};
 use psmr_bench::probe::{self, Probe};
-use psmr_client::{Client, ClientConfig};
+use psmr_client::{Client, ClientConfig, Reconfiguration};
 use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_replica::{Config, Storage};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
@@ -352,6 +352,29 @@ enum ClientOp {
         #[arg(value_parser = replica_id)]
         id: u64,
     },
+    /// Switch replica ID's execution scheduler between two log entries,
+    /// under load if there is any: the old scheduler drains, the new one
+    /// takes the next entry. Each replica chooses its own; replies and
+    /// state stay those of sequential execution. Prints how long
+    /// execution stalled.
+    Reconfigure {
+        /// The replica (its id; its address comes from the members list).
+        #[arg(long, value_parser = replica_id)]
+        replica: u64,
+        /// The scheduler: sequential, late-cbase, late-batch-keys,
+        /// late-batch-bitmap, early, early-busywait, early-ws-queue,
+        /// early-ws-semi, early-ws-nonblocking or early-ws-optimistic.
+        #[arg(long)]
+        scheduler: String,
+        /// Worker threads.
+        #[arg(long)]
+        workers: u32,
+        /// Early schedulers: a class-to-threads mapping spec (what `psmr
+        /// mapping` prints) [default: the configuration's, the service's
+        /// or the optimizer's].
+        #[arg(long)]
+        mapping: Option<String>,
+    },
     /// The cluster's members (id, client and peer address, voter or
     /// learner), as the first replica of --cluster that answers knows them.
     Members {
@@ -379,6 +402,10 @@ fn socket_addr(s: &str) -> Result<SocketAddr, String> {
 /// Shortest wait for a membership change: an added replica must catch up
 /// with the log before it votes.
 const MEMBERSHIP_DEADLINE_MIN: Duration = Duration::from_secs(120);
+
+/// Least time `reconfigure` waits: the optimizer may run for 2 s before
+/// the old scheduler drains.
+const RECONFIGURE_DEADLINE_MIN: Duration = Duration::from_secs(30);
 
 /// Longest wait for one replica's answer to `members`.
 const MEMBERS_ATTEMPT_MAX: Duration = Duration::from_secs(3);
@@ -458,6 +485,22 @@ pub fn client(args: ClientArgs) -> Result<()> {
             let members = change_membership(&addrs, MemberChange::Remove { id }, timeout)
                 .with_context(|| format!("remove replica {id}"))?;
             print!("{}", members_table(&members));
+        }
+        ClientOp::Reconfigure { replica, scheduler, workers, mapping } => {
+            let member = members(&addrs, timeout)?.into_iter().find(|m| m.id == replica);
+            let Some(member) = member else { bail!("replica {replica} is not a member of the cluster") };
+            let addr: SocketAddr =
+                member.client.parse().map_err(|_| anyhow!("replica {replica}'s client address {:?}", member.client))?;
+            let change = Reconfiguration { scheduler, workers, mapping: mapping.unwrap_or_default() };
+            let client = Client::new(ClientConfig::new(vec![addr]))?;
+            // Planning may run the optimizer (up to 2 s), then the old
+            // scheduler drains.
+            let done =
+                client.reconfigure_of(addr, change, timeout.max(RECONFIGURE_DEADLINE_MIN)).map_err(|e| anyhow!(e))?;
+            println!(
+                "replica {replica} runs {} with {} workers (execution stalled {:?} while the old scheduler drained)",
+                done.scheduler, done.workers, done.stall
+            );
         }
         ClientOp::Members { json } => {
             let members = members(&addrs, timeout)?;

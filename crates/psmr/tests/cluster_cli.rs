@@ -711,3 +711,24 @@ fn a_replica_joins_a_running_cluster_catches_up_and_leaves_it() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn reconfigure_switches_one_replicas_scheduler_and_refuses_an_unknown_one() {
+    let dir = test_dir("reconfigure");
+    let cluster = Cluster::start(3, "memory", &dir);
+    put_keys(&cluster, 0..10);
+    let o = cluster.client(&["reconfigure", "--replica", "2", "--scheduler", "late-batch-bitmap", "--workers", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.starts_with("replica 2 runs late-batch-bitmap with 3 workers"), "{out}");
+    let o = cluster.client(&["reconfigure", "--replica", "2", "--scheduler", "fastest", "--workers", "3"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("unknown scheduler"), "{}", text(&o.stderr));
+    let o = cluster.client(&["reconfigure", "--replica", "9", "--scheduler", "early", "--workers", "2"]);
+    assert!(text(&o.stderr).contains("replica 9 is not a member"), "{}", text(&o.stderr));
+    put_keys(&cluster, 10..20);
+    check_keys(&cluster, 0..20);
+    cluster.converged();
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
