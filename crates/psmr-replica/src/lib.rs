@@ -635,6 +635,7 @@ fn open_log(config: &Config, id: u64) -> Result<(store::Log, u64, Option<raft::e
     if !config.join {
         opened.0.found(&config.replicas).map_err(|e| ReplicaError::Failed(format!("cannot found the log: {e}")))?;
     }
+    opened.0.check_founded().map_err(|why| ReplicaError::Failed(format!("replica {id}: {why}")))?;
     Ok(opened)
 }
 

@@ -172,6 +172,24 @@ impl Log {
         }
     }
 
+    /// Refuses a log written before membership lived in the log: one that
+    /// starts at index 1 with anything but a founding conf change (and has
+    /// no snapshot, which would say who the members are). Raft would run on
+    /// it with no members.
+    pub fn check_founded(&self) -> Result<(), String> {
+        if self.kept().is_some() || self.first_index().unwrap_or(1) != 1 || self.last_index().unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        let first = self.entries(1, 2, None, GetEntriesContext::empty(false)).map_err(|e| e.to_string())?;
+        match first.first().map(|e| e.get_entry_type()) {
+            Some(raft::prelude::EntryType::EntryConfChangeV2) | None => Ok(()),
+            Some(other) => Err(format!(
+                "the log starts with a {other:?} entry, not the founding membership: it was written by a psmr \
+                 that kept the membership outside the log; start this cluster afresh"
+            )),
+        }
+    }
+
     /// Replaces the log with a snapshot from the leader.
     pub fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
         match self {
@@ -381,6 +399,32 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Vec<EntryCommand>, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_founded_log_passes_and_one_without_its_membership_is_refused() {
+        let members: Vec<crate::Member> = (1..=3)
+            .map(|id| {
+                crate::Member::new(
+                    id,
+                    ([127, 0, 0, 1], 7000 + id as u16).into(),
+                    ([127, 0, 0, 1], 8000 + id as u16).into(),
+                )
+            })
+            .collect();
+        let founded = Log::Memory(LogStore::new(Vec::new()));
+        founded.found(&members).unwrap();
+        assert_eq!(founded.last_index().unwrap(), 3);
+        founded.check_founded().unwrap();
+        // Founding again changes nothing: the log is no longer empty.
+        founded.found(&members).unwrap();
+        assert_eq!(founded.last_index().unwrap(), 3);
+        let empty = Log::Memory(LogStore::new(Vec::new()));
+        empty.check_founded().unwrap();
+        let old = Log::Memory(LogStore::new(vec![1, 2, 3]));
+        let batch = Entry { index: 1, term: 1, data: encode_entry(&[]).into(), ..Default::default() };
+        old.append(&[batch], None).unwrap();
+        assert!(old.check_founded().unwrap_err().contains("start this cluster afresh"));
+    }
 
     #[test]
     fn entries_round_trip_and_garbage_is_refused() {
