@@ -41,11 +41,10 @@ impl Load {
     /// more answers.
     fn under_way(&self) {
         let from = self.answered.load(Ordering::Relaxed);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.answered.load(Ordering::Relaxed) < from + ANSWERS_PER_STEP {
-            assert!(Instant::now() < deadline, "the clients got no answers");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        poll_until(Duration::from_secs(120), || {
+            let answered = self.answered.load(Ordering::Relaxed) - from;
+            (answered >= ANSWERS_PER_STEP).then_some(()).ok_or_else(|| format!("the clients got {answered} answers"))
+        });
     }
 
     fn run_client(&self, id: u64, addrs: Vec<SocketAddr>) {
@@ -148,11 +147,10 @@ fn a_cluster_grows_to_five_and_shrinks_to_three_under_load() {
     let members = change(&cluster.client_addrs(), MemberChange::Remove { id: removed[0] });
     assert_eq!(voters(&members), survivors, "{members:?}");
     for &id in &removed {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !cluster.replica(id).unwrap().shared().stopping() {
-            assert!(Instant::now() < deadline, "removed replica {id} never stopped");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll_until(Duration::from_secs(60), || {
+            let stopped = cluster.replica(id).unwrap().shared().stopping();
+            stopped.then_some(()).ok_or_else(|| format!("removed replica {id} still runs"))
+        });
     }
     converged(&cluster, &survivors);
 
@@ -170,11 +168,24 @@ fn restored(addr: SocketAddr) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Polls `done` (what it says: why it is not done yet) until it is done;
+/// fails with its last word after `bound`. The 5 ms between polls paces
+/// the polling, it stands for no event.
+fn poll_until(bound: Duration, mut done: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + bound;
+    loop {
+        match done() {
+            Ok(()) => return,
+            Err(why) => assert!(Instant::now() < deadline, "after {bound:?}: {why}"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits until `ids` report the same applied index and state digest.
 fn converged(cluster: &LocalCluster, ids: &[u64]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
     let probe = Client::new(ClientConfig::new(cluster.client_addrs())).unwrap();
-    loop {
+    poll_until(Duration::from_secs(60), || {
         let seen: Vec<(u64, String)> = ids
             .iter()
             .map(|&id| {
@@ -183,10 +194,7 @@ fn converged(cluster: &LocalCluster, ids: &[u64]) {
                 st.map(|s| (s.applied, s.digest)).unwrap_or_default()
             })
             .collect();
-        if seen.windows(2).all(|w| w[0] == w[1]) && seen[0].0 > 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the remaining replicas never converged: {seen:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        let same = seen.windows(2).all(|w| w[0] == w[1]) && seen[0].0 > 0;
+        same.then_some(()).ok_or_else(|| format!("the remaining replicas differ: {seen:?}"))
+    });
 }

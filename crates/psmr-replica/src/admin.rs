@@ -124,9 +124,7 @@ impl Protocol {
     pub(crate) fn drive_admin(&mut self) -> Result<(), Stopped> {
         let Some(p) = &self.admin else { return Ok(()) };
         let answer = if self.node.raft.state != StateRole::Leader || self.node.raft.term != p.term {
-            let leader = self.node.raft.leader_id;
-            let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
-            Some(ServerMsg::Redirect { leader, addr })
+            Some(self.shared.redirect_to(self.node.raft.leader_id))
         } else if self.ticks >= p.deadline {
             Some(ServerMsg::Error(format!(
                 "{:?} not reached within {CHANGE_TIMEOUT:?}; the membership is now {:?} (is the new replica \
@@ -135,23 +133,19 @@ impl Protocol {
                 self.membership.info()
             )))
         } else {
-            match next_step(&self.node, &self.membership, &p.goal, p.holds) {
+            let mut holds = p.holds;
+            match next_step(&self.node, &self.membership, &p.goal, holds) {
                 Step::Done => Some(ServerMsg::Members(self.membership.info())),
                 Step::Wait => None,
                 Step::Refuse(why) => Some(ServerMsg::Error(why)),
-                Step::Propose(change) => {
-                    let answer = self.propose_change(change)?;
-                    let last = self.node.raft.raft_log.last_index();
+                step => {
+                    info!(?step, "the next step of a membership change");
+                    let what = || format!("taking {step:?}");
+                    let taken = contained(&self.shared, what, || take_step(&mut self.node, &step, &mut holds))?;
                     if let Some(p) = &mut self.admin {
-                        p.holds = p.holds.max(last);
+                        p.holds = holds;
                     }
-                    answer
-                }
-                Step::Transfer(to) => {
-                    info!(to, "handing leadership over before this replica is removed");
-                    let what = || format!("transferring leadership to {to}");
-                    contained(&self.shared, what, || self.node.transfer_leader(to))?;
-                    None
+                    taken.err().map(|e| ServerMsg::Error(format!("{RETRY_LATER}raft did not take the change: {e}")))
                 }
             }
         };
@@ -161,17 +155,6 @@ impl Protocol {
             }
         }
         Ok(())
-    }
-
-    /// Proposes a conf change; the answer for the client if raft refused.
-    fn propose_change(&mut self, change: Change) -> Result<Option<ServerMsg>, Stopped> {
-        info!(?change, "proposing a membership change");
-        let cc = change.to_conf_change();
-        let what = || "proposing a membership change".to_string();
-        match contained(&self.shared, what, || self.node.propose_conf_change(Vec::new(), cc))? {
-            Ok(()) => Ok(None),
-            Err(e) => Ok(Some(ServerMsg::Error(format!("{RETRY_LATER}raft did not take the change: {e}")))),
-        }
     }
 }
 
@@ -201,6 +184,21 @@ pub(crate) fn next_step<S: Storage>(raw: &RawNode<S>, membership: &Membership, g
         },
         Goal::Gone(id) => checked(membership, Change::Remove(*id)),
     }
+}
+
+/// Takes `step` on the leader `raw`: proposes the conf change (a learner
+/// must then hold the log up to it before it votes: `holds`) or hands
+/// leadership over. An error: raft did not take the change.
+pub(crate) fn take_step<S: Storage>(raw: &mut RawNode<S>, step: &Step, holds: &mut u64) -> raft::Result<()> {
+    match step {
+        Step::Propose(change) => {
+            raw.propose_conf_change(Vec::new(), change.to_conf_change())?;
+            *holds = (*holds).max(raw.raft.raft_log.last_index());
+        }
+        Step::Transfer(to) => raw.transfer_leader(*to),
+        Step::Done | Step::Wait | Step::Refuse(_) => {}
+    }
+    Ok(())
 }
 
 /// Proposes `change` if the membership takes it.

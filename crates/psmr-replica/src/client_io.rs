@@ -355,10 +355,8 @@ impl ClientIo {
     fn check(&self, client: u64, commands: &[psmr_model::wire::WireCommand]) -> Option<ServerMsg> {
         let config = &self.shared.config;
         if !self.shared.is_leader.load(Ordering::Acquire) {
-            let leader = self.shared.leader.load(Ordering::Acquire);
-            let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
             self.shared.metrics.client_refused(ClientRefusal::NotLeader);
-            return Some(ServerMsg::Redirect { leader, addr });
+            return Some(self.shared.redirect_to(self.shared.leader.load(Ordering::Acquire)));
         }
         if client == 0 {
             self.shared.metrics.client_refused(ClientRefusal::ReservedClient);
@@ -415,9 +413,7 @@ impl ClientIo {
     async fn change_membership(&self, change: psmr_model::wire::MemberChange) -> ServerMsg {
         use psmr_model::wire::RETRY_LATER;
         if !self.shared.is_leader.load(Ordering::Acquire) {
-            let leader = self.shared.leader.load(Ordering::Acquire);
-            let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
-            return ServerMsg::Redirect { leader, addr };
+            return self.shared.redirect_to(self.shared.leader.load(Ordering::Acquire));
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         let request = crate::admin::Request { change, reply };

@@ -193,6 +193,13 @@ impl Shared {
         }
     }
 
+    /// The answer that sends a client to `leader` (0: none known), with
+    /// its client address if this replica knows it.
+    pub fn redirect_to(&self, leader: u64) -> psmr_model::wire::ServerMsg {
+        let addr = self.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+        psmr_model::wire::ServerMsg::Redirect { leader, addr }
+    }
+
     /// Every member (voters and learners), as [`Shared::member`] sees them.
     pub fn members(&self) -> Vec<Member> {
         let m = self.membership.read();

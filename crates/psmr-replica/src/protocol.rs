@@ -22,7 +22,6 @@ use crate::reads::Reads;
 use crate::store::Log;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Select, Sender};
-use psmr_model::wire::ServerMsg;
 use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
 use std::collections::HashMap;
@@ -449,13 +448,11 @@ impl Protocol {
     /// Sends `clients` to the leader; they retry there with the same
     /// sequence numbers.
     fn redirect(&self, clients: Vec<u64>) {
-        let leader = self.node.raft.leader_id;
-        let addr = self.shared.member(leader).map(|m| m.client.to_string()).unwrap_or_default();
+        let msg = self.shared.redirect_to(self.node.raft.leader_id);
         let mut told = std::collections::HashSet::new();
         for client in clients {
             if told.insert(client) {
-                let msg = ServerMsg::Redirect { leader, addr: addr.clone() };
-                self.shared.router.send(client, crate::router::Outgoing::Msg(msg));
+                self.shared.router.send(client, crate::router::Outgoing::Msg(msg.clone()));
             }
         }
     }

@@ -6,7 +6,7 @@ use super::checks::{data_hash, Checks, Trace};
 use super::net::{Addr, Answer, Packet, Payload};
 use super::service::{RegReply, Registers};
 use super::{Bug, FaultCounts, SimError, ViolationKind};
-use crate::admin::{next_step, Goal, Step};
+use crate::admin::{next_step, take_step, Goal, Step};
 use crate::batcher::Request;
 use crate::cache::{Admit, Limits, ReplyCache};
 use crate::guard::Guard;
@@ -805,16 +805,12 @@ impl Node {
             (*holds, *term) = (live.raw.raft.raft_log.last_index(), live.raw.raft.term);
         }
         let step = next_step(&live.raw, &live.membership, goal, *holds);
-        match &step {
-            Step::Propose(change) => {
-                // Refused only while another change is pending: the next
-                // turn looks again.
-                let _ = live.raw.propose_conf_change(Vec::new(), change.to_conf_change());
-                *holds = (*holds).max(live.raw.raft.raft_log.last_index());
-            }
-            Step::Transfer(to) => live.raw.transfer_leader(*to),
-            Step::Done | Step::Wait | Step::Refuse(_) => return Some(step),
+        if matches!(step, Step::Done | Step::Wait | Step::Refuse(_)) {
+            return Some(step);
         }
+        // Refused only while another change is pending: the next turn
+        // looks again.
+        let _ = take_step(&mut live.raw, &step, holds);
         seeded_timeout(&mut live.raw, env.rng);
         self.turn(settings, env);
         Some(step)
