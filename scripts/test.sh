@@ -21,4 +21,4 @@ echo "== cargo test"
 timeout 1800 cargo test --workspace --all-features
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$CARGO_TARGET_DIR-loom" \
-    cargo test -p psmr-sched --no-default-features --test loom_barrier --test loom_cycles --test loom_steal --test loom_semi --release
+    cargo test -p psmr-sched --no-default-features --test loom_barrier --test loom_cycles --test loom_steal --test loom_semi --test loom_signal --release

@@ -631,6 +631,8 @@ fn corpus_wire_server() -> Vec<Vec<u8>> {
             term: 3,
             applied: 99,
             digest: "00ff".into(),
+            scheduler: "auto: sequential".into(),
+            decision: String::new(),
         }),
         ServerMsg::Stats {
             at_ns: 5,

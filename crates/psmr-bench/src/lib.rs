@@ -53,6 +53,6 @@ pub mod sched_bench;
 pub mod simulate;
 
 pub use sched_bench::{
-    format_metrics_table, format_table, run, BenchError, MappingSource, MetricsSample, RunReport, SchedBenchConfig,
-    ServiceKind,
+    format_metrics_table, format_table, run, BenchError, Isolate, MappingSource, MetricsSample, RunReport,
+    SchedBenchConfig, ServiceKind,
 };

@@ -154,7 +154,8 @@ impl ClusterStatus {
     }
 
     /// `{"leader": N, "replicas": [{"id", "addr", "pid", "applied",
-    /// "digest", "term", "leader", "metrics": {...}} or {"addr",
+    /// "digest", "term", "leader", "scheduler", "decision", "metrics":
+    /// {...}} or {"addr",
     /// "error"}, ...]}` (`psmr client status --json`).
     pub fn to_json(&self) -> serde_json::Value {
         let replicas: Vec<serde_json::Value> = self
@@ -163,7 +164,8 @@ impl ClusterStatus {
             .map(|r| {
                 let mut v = match &r.status {
                     Ok(s) => serde_json::json!({"id": s.id, "addr": s.addr, "pid": s.pid, "applied": s.applied,
-                        "digest": s.digest, "term": s.term, "leader": s.leader}),
+                        "digest": s.digest, "term": s.term, "leader": s.leader, "scheduler": s.scheduler,
+                        "decision": s.decision}),
                     Err(e) => serde_json::json!({"addr": r.addr.to_string(), "error": e}),
                 };
                 v["metrics"] = match &r.numbers {
@@ -190,6 +192,13 @@ impl ClusterStatus {
                 ),
                 Err(e) => writeln!(out, "  ? {:<22} error: {e}", r.addr),
             };
+        }
+        let _ = writeln!(out, "\n{:>3} scheduler", "id");
+        for s in self.replicas.iter().filter_map(|r| r.status.as_ref().ok()) {
+            let _ = writeln!(out, "{:>3} {}", s.id, s.scheduler);
+            if !s.decision.is_empty() {
+                let _ = writeln!(out, "    last decision: {}", s.decision);
+            }
         }
         let _ = writeln!(
             out,
@@ -315,7 +324,17 @@ mod tests {
     }
 
     fn status(id: u64, term: u64, leader: u64) -> ReplicaStatus {
-        ReplicaStatus { id, addr: String::new(), pid: 1, leader, term, applied: 0, digest: String::new() }
+        ReplicaStatus {
+            id,
+            addr: String::new(),
+            pid: 1,
+            leader,
+            term,
+            applied: 0,
+            digest: String::new(),
+            scheduler: String::new(),
+            decision: String::new(),
+        }
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub struct PointResult {
     /// default, in the compact form `--set mapping=` accepts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mapping_spec: Option<String>,
+    /// What each replica executed with at the end of the window, as its
+    /// `status` says (`auto` names its choice), by replica in id order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<String>,
 }
 
 impl PointResult {
@@ -151,6 +155,7 @@ impl PointResult {
             cpu: Vec::new(),
             cpu_note: None,
             mapping_spec: None,
+            running: Vec::new(),
         }
     }
 }
@@ -521,13 +526,21 @@ fn param(p: &PointResult, key: &str) -> usize {
 }
 
 /// Execution threads per replica at `p`: its workers, or one for
-/// `sequential` (the service manager executes).
+/// `sequential` (the service manager executes); for `auto`, the most any
+/// replica ran at the end of the window.
 fn execution_threads(p: &PointResult) -> usize {
-    if p.params.get("scheduler").is_some_and(|s| s == "sequential") {
-        1
-    } else {
-        param(p, "workers").max(1)
+    match p.params.get("scheduler").map(String::as_str) {
+        Some("sequential") => 1,
+        Some("auto") if !p.running.is_empty() => p.running.iter().map(|r| running_threads(r)).max().unwrap_or(1),
+        _ => param(p, "workers").max(1),
     }
+}
+
+/// Execution threads of a replica whose status says `running`
+/// (`auto: early with 2 workers`, `sequential`, ...).
+fn running_threads(running: &str) -> usize {
+    let words: Vec<&str> = running.split_whitespace().collect();
+    words.windows(2).find(|w| w[1] == "workers").and_then(|w| w[0].parse().ok()).unwrap_or(1)
 }
 
 /// The point of the same run that differs from `p` only in running
@@ -573,6 +586,12 @@ fn core_notes(s: &mut String, points: &[PointResult], machine: Machine) {
             ),
             (true, _) => format!("{exec} execution threads on {} cores: workers wait for cores", machine.cores),
             _ => String::new(),
+        };
+        let note = match p.params.get("scheduler").map(String::as_str) {
+            Some("auto") if !p.running.is_empty() => {
+                format!("auto ran: {}. {note}", p.running.join("; ")).trim_end().to_string()
+            }
+            _ => note,
         };
         let _ = writeln!(s, "| {} | {replicas} | {threads} | {exec} | {vs} | {note} |", p.name);
     }

@@ -297,18 +297,20 @@ impl Runner {
     pub fn run(&self, point: &Point, history: Option<PathBuf>, logs: &Path) -> Result<PointResult, RunError> {
         // `load::run` checks the spec again; `check_point` checked it first.
         let spec = load_spec(&point.params, history, self.seed)?;
-        let (load, events, mapping) = match &self.target {
+        let (load, events, mapping, running) = match &self.target {
             Target::Existing(addrs) => {
                 // Another machine's pids, or ours by chance: not guessed at.
                 let cpu = CpuSource::Off("n/a: the replicas of --cluster are not processes psmr bench started".into());
-                (load::run_with_cpu(addrs, || ClientConfig::new(addrs.clone()), &spec, &cpu)?, Vec::new(), None)
+                let load = load::run_with_cpu(addrs, || ClientConfig::new(addrs.clone()), &spec, &cpu)?;
+                (load, Vec::new(), None, running(addrs))
             }
             Target::Local { exe } => {
-                let (load, events, mapping) = self.run_local(exe, &point.params, &spec, logs)?;
-                (load, events, Some(mapping))
+                let (load, events, mapping, running) = self.run_local(exe, &point.params, &spec, logs)?;
+                (load, events, Some(mapping), running)
             }
         };
         let mut result = to_result(point, &load);
+        result.running = running;
         result.events = events;
         result.mapping_spec = mapping.filter(|m| m != "default");
         Ok(result)
@@ -322,7 +324,7 @@ impl Runner {
         p: &Params,
         spec: &LoadSpec,
         logs: &Path,
-    ) -> Result<(LoadResult, Vec<Event>, String), RunError> {
+    ) -> Result<(LoadResult, Vec<Event>, String, Vec<String>), RunError> {
         // Dropped last: the cluster stops before its data goes.
         let dir = ClusterDir::scratch("psmr-bench-")?;
         let config = cluster_spec(p)?.config(dir.path())?;
@@ -335,13 +337,29 @@ impl Runner {
             load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local)
         });
         let result = result?;
+        let running = running(&addrs);
         let mut cluster = cluster.into_inner().map_err(|_| RunError::FaultThread)?;
         if let Some((id, status)) = cluster.exited().into_iter().next() {
             return Err(RunError::Exited { id, status });
         }
         // The mapping the replicas ran, computed once for their configuration.
-        Ok((result, events, config.scheduler.mapping))
+        Ok((result, events, config.scheduler.mapping, running))
     }
+}
+
+/// What each replica at `addrs` executes with now, as its status says
+/// (`1: auto: sequential`), with `auto`'s last decision; a replica that
+/// does not answer is left out.
+fn running(addrs: &[SocketAddr]) -> Vec<String> {
+    let Ok(probe) = psmr_client::Client::new(ClientConfig::new(addrs.to_vec())) else { return Vec::new() };
+    addrs
+        .iter()
+        .filter_map(|&a| probe.status_of(a, Duration::from_secs(2)).ok())
+        .map(|s| match s.decision.is_empty() {
+            true => format!("{}: {}", s.id, s.scheduler),
+            false => format!("{}: {} (last decision {})", s.id, s.scheduler, s.decision),
+        })
+        .collect()
 }
 
 /// Where point `point` of `points` writes its history when every point's

@@ -402,11 +402,11 @@ pub fn scenarios() -> Vec<Scenario> {
             kind: ScenarioKind::Cluster,
             name: "schedulers",
             source: "003 Fig. 2-3, 000 Fig. 7.1 (end to end, kv)",
-            about: "every kind of scheduler end to end: 3 kv replicas, 64 clients x 50 commands, 15 % writes",
+            about: "every kind of scheduler end to end, and auto choosing among them: 3 kv replicas, 64 clients x 50 commands, 15 % writes",
             base: base.clone(),
             sweeps: vec![sweep(
                 "scheduler",
-                &["sequential", "late-batch-bitmap", "early", "early-busywait", "early-ws-optimistic"],
+                &["sequential", "late-batch-bitmap", "early", "early-busywait", "early-ws-optimistic", "auto"],
             )],
         },
         Scenario {
@@ -429,11 +429,11 @@ pub fn scenarios() -> Vec<Scenario> {
             kind: ScenarioKind::Cluster,
             name: "write-ratio",
             source: "003 Fig. 2(d-f), 004 Fig. 5 (conflict rates)",
-            about: "share of writes (conflicting commands), sequential against early and late-batch-bitmap",
+            about: "share of writes (conflicting commands), sequential against early, late-batch-bitmap and auto",
             base: base.clone(),
             sweeps: vec![
                 sweep("write_pct", &["0", "15", "50", "100"]),
-                sweep("scheduler", &["sequential", "early", "late-batch-bitmap"]),
+                sweep("scheduler", &["sequential", "early", "late-batch-bitmap", "auto"]),
             ],
         },
         Scenario {

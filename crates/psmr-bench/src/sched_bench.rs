@@ -163,6 +163,30 @@ pub struct SchedBenchConfig {
     /// Work stealing: victim selection (`None`: each scheduler's default,
     /// see `psmr_sched::SchedConfig::victims`).
     pub victims: Option<psmr_sched::Victims>,
+    /// Run every run in a child process of its own (see [`Isolate`]);
+    /// `None`: all in this process.
+    pub isolate: Option<Isolate>,
+    /// Run only variant `i` of the plan, once (what an isolated child
+    /// does).
+    pub only: Option<usize>,
+}
+
+/// How to run one variant in a child process: `program` with `args`, then
+/// `--only I --repeat 1 --json`, prints that run's report as JSON lines
+/// (`psmr sched-bench` re-runs itself).
+///
+/// Why: runs that share a process do not start equal. The list service
+/// allocates its nodes as it goes; a run that follows others allocates
+/// them in memory the earlier runs fragmented, and walking its lists then
+/// misses the cache more: on the 2-shard list at moderate cost, a
+/// scheduler ran 20 % slower third in line than alone. A fresh process
+/// per run gives every variant the same start.
+#[derive(Clone, Debug)]
+pub struct Isolate {
+    /// The program (`psmr`).
+    pub program: std::path::PathBuf,
+    /// Its arguments up to the variant's.
+    pub args: Vec<String>,
 }
 
 impl Default for SchedBenchConfig {
@@ -184,6 +208,8 @@ impl Default for SchedBenchConfig {
             spin: None,
             metrics_interval_ms: None,
             victims: None,
+            isolate: None,
+            only: None,
         }
     }
 }
@@ -505,6 +531,10 @@ where
             }
         }
     }
+    if let Some(i) = config.only {
+        let entry = *plan.get(i).ok_or_else(|| BenchError::Config(format!("no variant {i} in the plan")))?;
+        plan = vec![entry];
+    }
     // Mappings are made and checked before anything runs: a bad mapping
     // file must not cost a long sequential run first. Each (source,
     // workers) pair is solved once.
@@ -531,7 +561,10 @@ where
     let mut reference: Option<(SchedulerKind, Outcome)> = None;
     for _round in 0..config.repeat {
         for (i, (&(kind, workers, _), mapping)) in plan.iter().zip(&mappings).enumerate() {
-            let (secs, outcome) = run_once(config, &setup, &batches, kind, workers, mapping.clone())?;
+            let (secs, outcome) = match &config.isolate {
+                Some(isolate) => run_child(isolate, i, kind, workers)?,
+                None => run_once(config, &setup, &batches, kind, workers, mapping.clone())?,
+            };
             if let Some((ref_kind, r)) = &reference {
                 if r.digest != outcome.digest || r.reply_digest != outcome.reply_digest {
                     return Err(BenchError::Diverged {
@@ -592,6 +625,50 @@ where
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// Runs variant `i` in a child process (see [`Isolate`]) and reads back
+/// its time and outcome.
+fn run_child(isolate: &Isolate, i: usize, kind: SchedulerKind, workers: usize) -> Result<(f64, Outcome), BenchError> {
+    let fail = |why: String| BenchError::Config(format!("{kind} with {workers} workers, in a child process: {why}"));
+    let out = std::process::Command::new(&isolate.program)
+        .args(&isolate.args)
+        .args(["--only", &i.to_string(), "--repeat", "1", "--json"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| fail(format!("cannot start {}: {e}", isolate.program.display())))?;
+    if !out.status.success() {
+        return Err(fail(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut run: Option<ChildRun> = None;
+    let mut metrics = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| fail(format!("bad output {line:?}: {e}")))?;
+        if value.get("type").and_then(|t| t.as_str()) == Some("metrics") {
+            metrics.push(serde_json::from_value::<MetricsSample>(value).map_err(|e| fail(e.to_string()))?);
+        } else {
+            run = Some(serde_json::from_value(value).map_err(|e| fail(e.to_string()))?);
+        }
+    }
+    let run = run.ok_or_else(|| fail("no report".into()))?;
+    let outcome = Outcome {
+        digest: run.digest,
+        reply_digest: run.reply_digest,
+        executed_per_worker: run.executed_per_worker,
+        metrics,
+    };
+    Ok((run.elapsed_s, outcome))
+}
+
+/// What the parent reads of a child's [`RunReport`].
+#[derive(serde::Deserialize)]
+struct ChildRun {
+    elapsed_s: f64,
+    digest: String,
+    reply_digest: String,
+    executed_per_worker: Vec<u64>,
 }
 
 /// What one run leaves behind besides its time.
@@ -658,11 +735,11 @@ where
 
 /// One worker's metrics over one sampling interval (000 §5.3): a JSON line
 /// of `psmr sched-bench --metrics-interval-ms MS --json`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct MetricsSample {
     /// Always `"metrics"`, to tell these lines from run reports.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: String,
     /// Scheduler name.
     pub scheduler: String,
     /// Workers of the run.
@@ -721,7 +798,7 @@ impl Sampler {
                 for (worker, (n, l)) in now.iter().zip(&last).enumerate() {
                     let d = n.since(l);
                     out.push(MetricsSample {
-                        kind: "metrics",
+                        kind: "metrics".into(),
                         scheduler: kind.name().to_string(),
                         workers,
                         worker,

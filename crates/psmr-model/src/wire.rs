@@ -22,8 +22,9 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 /// The protocol version this build speaks. 2: stats carry the scheduler's
-/// per-worker counters.
-pub const WIRE_VERSION: u8 = 2;
+/// per-worker counters; 3: status carries the running scheduler and the
+/// last decision of `auto`.
+pub const WIRE_VERSION: u8 = 3;
 
 /// Default limit on a frame's length (version, kind and body), in bytes.
 pub const FRAME_MAX_DEFAULT: usize = 4 << 20;
@@ -523,6 +524,11 @@ pub struct ReplicaStatus {
     pub applied: u64,
     /// Digest of the service state at `applied`, in hex.
     pub digest: String,
+    /// The execution scheduler running now, with its workers (`auto`
+    /// says what it chose).
+    pub scheduler: String,
+    /// `auto`'s last decision and its reason; empty otherwise.
+    pub decision: String,
 }
 
 /// Messages from a replica to a client.
@@ -689,6 +695,7 @@ impl ServerMsg {
             }
             ServerMsg::Status(s) => {
                 e.u64(s.id).str(&s.addr).u32(s.pid).u64(s.leader).u64(s.term).u64(s.applied).str(&s.digest);
+                e.str(&s.scheduler).str(&s.decision);
                 K_STATUS_REPLY
             }
             ServerMsg::Stats { at_ns, threads, workers } => {
@@ -763,6 +770,8 @@ impl ServerMsg {
                     term: d.u64()?,
                     applied: d.u64()?,
                     digest: d.str()?,
+                    scheduler: d.str()?,
+                    decision: d.str()?,
                 };
                 d.end()?;
                 ServerMsg::Status(s)
@@ -921,6 +930,8 @@ mod tests {
                 term: 4,
                 applied: 5,
                 digest: "ff".into(),
+                scheduler: "auto: early with 2 workers".into(),
+                decision: "fastest for this workload".into(),
             }),
         ] {
             assert_eq!(roundtrip_server(&m), m);

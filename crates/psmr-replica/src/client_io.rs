@@ -428,6 +428,7 @@ impl ClientIo {
         self.decisions.try_send(Decision::Status(tx)).map_err(|_| "replica busy, try again".to_string())?;
         let (applied, digest) = rx.await.map_err(|_| "replica stopping".to_string())?;
         let me = self.shared.config.member(self.shared.id).map_err(|e| e.to_string())?;
+        let (scheduler, decision) = self.shared.scheduler_status();
         Ok(ReplicaStatus {
             id: self.shared.id,
             addr: me.client.to_string(),
@@ -436,6 +437,8 @@ impl ClientIo {
             term: self.shared.term.load(Ordering::Acquire),
             applied,
             digest: digest.to_string(),
+            scheduler,
+            decision,
         })
     }
 }

@@ -169,6 +169,8 @@ pub struct Shared {
     pub stats: Stats,
     /// The running scheduler's per-worker metrics (early schedulers).
     worker_metrics: Mutex<Option<Arc<psmr_sched::Metrics>>>,
+    /// What executes, and `auto`'s last decision, for `status`.
+    scheduler: Mutex<(String, String)>,
     /// What the Prometheus endpoint serves (see [`metrics`]).
     pub metrics: metrics::Metrics,
     /// The members as of the last committed conf change (written by the
@@ -225,6 +227,19 @@ impl Shared {
         *self.worker_metrics.lock() = m;
     }
 
+    /// Follows a change of scheduler: its worker metrics, and what
+    /// `status` says of it.
+    pub(crate) fn scheduler_changed<S: psmr_model::Service>(&self, scheduler: &dyn psmr_sched::Scheduler<S>) {
+        self.set_worker_metrics(scheduler.metrics());
+        let last = scheduler.decisions().pop().map(|d| format!("to {} after window {}: {}", d.to, d.window, d.reason));
+        *self.scheduler.lock() = (scheduler.describe(), last.unwrap_or_default());
+    }
+
+    /// What executes, and `auto`'s last decision (empty if none).
+    pub fn scheduler_status(&self) -> (String, String) {
+        self.scheduler.lock().clone()
+    }
+
     /// Publishes the protocol thread's membership.
     pub(crate) fn set_membership(&self, m: &membership::Membership) {
         *self.membership.write() = m.clone();
@@ -268,6 +283,7 @@ impl Shared {
             router,
             stats: Stats::default(),
             worker_metrics: Mutex::new(None),
+            scheduler: Mutex::new(Default::default()),
             metrics: metrics::Metrics::new(),
             membership: parking_lot::RwLock::new(membership::Membership::default()),
             membership_epoch: AtomicU64::new(0),
@@ -439,7 +455,7 @@ impl<A: App> ReplicaBuilder<A> {
         let sink = Arc::new(ManagerSink::new(cache.clone(), shared.clone()));
         let kind = sched.kind;
         let scheduler = psmr_sched::Switchable::new(sched, app.clone(), &model, sink.clone())?;
-        shared.set_worker_metrics(psmr_sched::Scheduler::metrics(&scheduler));
+        shared.scheduler_changed(&scheduler);
 
         // Queues between the stages.
         let depth = config.queue_depth;

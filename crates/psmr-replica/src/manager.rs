@@ -186,6 +186,8 @@ pub(crate) struct Manager<A: App> {
     protocol: Sender<Inbound>,
     /// Commands handed to the scheduler.
     submitted: u64,
+    /// Decisions of an `auto` scheduler seen so far.
+    decisions_made: u64,
     applied_term: u64,
     since_snapshot: u64,
     /// The members as of the last applied entry: what a snapshot holds.
@@ -215,6 +217,7 @@ impl<A: App> Manager<A> {
             decisions,
             protocol,
             submitted,
+            decisions_made: 0,
             applied_term,
             since_snapshot,
             membership: Membership::default(),
@@ -293,7 +296,8 @@ impl<A: App> Manager<A> {
         let (kind, workers) = (config.kind, config.workers);
         match self.scheduler.switch(config) {
             Ok(stall) => {
-                self.shared.set_worker_metrics(self.scheduler.metrics());
+                self.decisions_made = self.scheduler.decisions_made();
+                self.shared.scheduler_changed(self.scheduler.as_ref());
                 self.shared.metrics.scheduler_switched(stall);
                 info!(scheduler = %kind, workers, ?stall, "execution scheduler switched");
                 let _ = reply.send(Ok(stall));
@@ -396,7 +400,18 @@ impl<A: App> Manager<A> {
         self.submitted += batch.len() as u64;
         self.scheduler
             .submit(Batch::new(batch, BITMAP_BITS_DEFAULT))
-            .map_err(|err| format!("execution failed, the state is no longer trusted: {err}"))
+            .map_err(|err| format!("execution failed, the state is no longer trusted: {err}"))?;
+        let made = self.scheduler.decisions_made();
+        if made != self.decisions_made {
+            // `auto` switched: the metrics and the status follow.
+            let new = (made - self.decisions_made) as usize;
+            for d in self.scheduler.decisions().iter().rev().take(new) {
+                self.shared.metrics.scheduler_decided(d.stall);
+            }
+            self.decisions_made = made;
+            self.shared.scheduler_changed(self.scheduler.as_ref());
+        }
+        Ok(())
     }
 
     fn snapshot(&mut self, index: u64, term: u64) {

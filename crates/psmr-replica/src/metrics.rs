@@ -50,7 +50,8 @@
 //! | `psmr_snapshot_seconds` | histogram | service manager: taking a snapshot, from waiting for execution to handing it to the protocol thread (`_count`: snapshots taken) |
 //! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
 //! | `psmr_snapshots_restored_total` | counter | snapshots restored (at start from disk, or from the leader) |
-//! | `psmr_scheduler_switch_stall_seconds` | histogram | each change of execution scheduler (`psmr client reconfigure`): how long execution stalled while the old one drained |
+//! | `psmr_scheduler_switch_stall_seconds` | histogram | each change of execution scheduler (`psmr client reconfigure`, or a decision of `auto`): how long execution stalled while the old one drained |
+//! | `psmr_scheduler_decisions_total` | counter | decisions of the `auto` scheduler (each one logged with its reason; the last one in `psmr client status`) |
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
 //! | `psmr_peer_refused_total{rule}` | counter | raft messages the [`crate::guard`] refused, by rule ([`Rule::label`]) |
@@ -369,6 +370,7 @@ pub struct Metrics {
     pub read_round_requests: Histogram,
     /// `psmr_scheduler_switch_stall_seconds`.
     scheduler_switch: Histogram,
+    scheduler_decisions: Counter,
     /// `psmr_client_refused_total`.
     pub client_refused: CounterSet,
     /// `psmr_peer_refused_total`.
@@ -393,6 +395,7 @@ impl Metrics {
         let snapshots_restored = Counter::default();
         let read_round_requests = Histogram::powers(1, 2, 1 << 16);
         let scheduler_switch = Histogram::seconds(10_000, 10_000_000_000);
+        let scheduler_decisions = Counter::default();
         let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
         let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
         let mut r = Registry::default();
@@ -416,10 +419,11 @@ impl Metrics {
         );
         r.register_with_unit(
             "psmr_scheduler_switch_stall",
-            "Execution stalled by a change of scheduler (psmr client reconfigure)",
+            "Execution stalled by a change of scheduler (psmr client reconfigure, or auto)",
             seconds(),
             scheduler_switch.clone(),
         );
+        r.register("psmr_scheduler_decisions", "Decisions of the auto scheduler", scheduler_decisions.clone());
         r.register("psmr_client_refused", "Client frames, requests and connections refused", client_refused.clone());
         r.register("psmr_peer_refused", "Raft messages the guard refused", peer_refused.clone());
         Self {
@@ -432,6 +436,7 @@ impl Metrics {
             log_sync,
             snapshot_time,
             snapshot_bytes,
+            scheduler_decisions,
             snapshots_restored,
             read_round_requests,
             scheduler_switch,
@@ -449,6 +454,12 @@ impl Metrics {
     /// `stall`.
     pub(crate) fn scheduler_switched(&self, stall: std::time::Duration) {
         self.scheduler_switch.observe(stall.as_nanos() as u64);
+    }
+
+    /// Records a decision of `auto` and the stall of its switch.
+    pub(crate) fn scheduler_decided(&self, stall: std::time::Duration) {
+        self.scheduler_decisions.inc();
+        self.scheduler_switched(stall);
     }
 
     /// Counts a client refusal.

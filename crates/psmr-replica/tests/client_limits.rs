@@ -164,5 +164,8 @@ fn large_read_replies_are_not_kept() {
     eprintln!("resident memory grew by {} MiB", grown >> 20);
     // Replies in flight (an outbox holds up to 64 MiB) and what the
     // allocator keeps of them, against 1.5 GB when every reply was kept.
-    assert!(grown < 400 << 20, "resident memory grew by {} MiB", grown >> 20);
+    // What the allocator keeps depends on timing (which threads freed what,
+    // while which arenas grew): 129-327 MiB on an idle 2-core machine, 417
+    // MiB once with the machine loaded.
+    assert!(grown < 640 << 20, "resident memory grew by {} MiB", grown >> 20);
 }

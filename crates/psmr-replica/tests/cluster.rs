@@ -262,6 +262,7 @@ fn replicas_switch_schedulers_under_load_and_stay_equal() {
         ("late-cbase", 2),
         ("early-busywait", 2),
         ("early", 1),
+        ("auto", 2),
     ];
     for (i, (kind, workers)) in plan.into_iter().enumerate() {
         let addr = config.replicas[i % 3].client;
@@ -279,8 +280,18 @@ fn replicas_switch_schedulers_under_load_and_stay_equal() {
         h.join().expect("a client saw a wrong reply");
     }
     converged(&addrs(&config));
+    // Replica 1 switched three times (and `auto` may have since).
     let text = probe.metrics_of(config.replicas[0].client, Duration::from_secs(5)).unwrap();
-    assert!(text.lines().any(|l| l == "psmr_scheduler_switch_stall_seconds_count 2"), "{text}");
+    let count = |name: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    };
+    let decisions = count("psmr_scheduler_decisions_total ");
+    assert_eq!(count("psmr_scheduler_switch_stall_seconds_count "), 3 + decisions, "{text}");
+    let status = probe.status_of(config.replicas[0].client, Duration::from_secs(5)).unwrap();
+    assert!(status.scheduler.starts_with("auto: "), "{status:?}");
+    let other = probe.status_of(config.replicas[1].client, Duration::from_secs(5)).unwrap();
+    assert_eq!(other.scheduler, "early-busywait with 2 workers", "{other:?}");
 }
 
 /// Entries proposed by the replica that leads, and requests they held.

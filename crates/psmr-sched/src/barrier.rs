@@ -1,6 +1,6 @@
 //! A reusable barrier, the class barrier of 003 Alg. 2.
 
-use crate::sync::{backoff_until, AtomicU64, Condvar, Mutex};
+use crate::sync::{AtomicU64, Mutex, Naps, Patience, Signal};
 use std::sync::atomic::Ordering;
 
 /// A cyclic barrier for a fixed number of parties that spins briefly before
@@ -12,11 +12,11 @@ use std::sync::atomic::Ordering;
 /// released from round `g` may arrive for round `g + 1` before a slower
 /// thread of round `g` has even looked, and the slow thread still leaves.
 ///
-/// Waiters first watch a copy of the generation in an atomic for a few
-/// microseconds (spin, then yield), and only then sleep on the condition
-/// variable. When the parties arrive close together, which is the common
-/// case for a sequential command whose threads were idle, nobody makes a
-/// system call. The last arriver wakes sleepers only if there are any.
+/// Waiters watch a copy of the generation in an atomic, briefly
+/// ([`Patience::brief`]), then sleep on the barrier's [`Signal`]. When the
+/// parties arrive close together, which is the common case for a
+/// sequential command whose threads were idle, nobody makes a system call;
+/// the last arriver notifies, which costs nothing when nobody sleeps.
 ///
 /// The protocol is model-checked with loom in `tests/loom_barrier.rs`.
 #[derive(Debug)]
@@ -25,14 +25,13 @@ pub struct Barrier {
     state: Mutex<State>,
     /// The generation, readable without the lock; written under it.
     generation: AtomicU64,
-    cvar: Condvar,
+    signal: Signal,
 }
 
 #[derive(Debug)]
 struct State {
     arrived: usize,
     generation: u64,
-    sleepers: usize,
 }
 
 impl Barrier {
@@ -40,9 +39,9 @@ impl Barrier {
     pub fn new(parties: usize) -> Self {
         Self {
             parties: parties.max(1),
-            state: Mutex::new(State { arrived: 0, generation: 0, sleepers: 0 }),
+            state: Mutex::new(State { arrived: 0, generation: 0 }),
             generation: AtomicU64::new(0),
-            cvar: Condvar::new(),
+            signal: Signal::new(),
         }
     }
 
@@ -66,22 +65,12 @@ impl Barrier {
             st.arrived = 0;
             st.generation = generation.wrapping_add(1);
             self.generation.store(st.generation, Ordering::Release);
-            let sleepers = st.sleepers;
             drop(st);
-            if sleepers > 0 {
-                self.cvar.notify_all();
-            }
+            self.signal.notify_all();
             return;
         }
         drop(st);
-        if backoff_until(|| self.generation.load(Ordering::Acquire) != generation) {
-            return;
-        }
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.sleepers += 1;
-        while st.generation == generation {
-            st = self.cvar.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        st.sleepers -= 1;
+        self.signal
+            .wait_until(Patience::brief(), Naps::Notified, || self.generation.load(Ordering::Acquire) != generation);
     }
 }

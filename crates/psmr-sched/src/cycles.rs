@@ -17,7 +17,7 @@
 //! §6.1 interleaving step by step against both variants, and
 //! `tests/loom_cycles.rs` model-checks the two-cycle protocol.
 
-use crate::sync::AtomicUsize;
+use crate::sync::{AtomicUsize, Naps, Patience, Signal};
 use crossbeam::utils::CachePadded;
 use std::sync::atomic::Ordering;
 
@@ -28,6 +28,8 @@ pub struct CycleCounters {
     parties: usize,
     /// 2 for the algorithm; 1 only in tests that show why 2 are needed.
     cycles: usize,
+    /// Where waiters sleep once they have spun and yielded long enough.
+    signal: Signal,
 }
 
 /// What a thread does after arriving.
@@ -51,6 +53,7 @@ impl CycleCounters {
             marks: [CachePadded::new(AtomicUsize::new(0)), CachePadded::new(AtomicUsize::new(0))],
             parties: parties.max(1),
             cycles,
+            signal: Signal::new(),
         }
     }
 
@@ -77,6 +80,20 @@ impl CycleCounters {
     /// The executor is done: release the waiters of `cycle`.
     pub fn done(&self, cycle: usize) {
         self.marks[cycle].store(0, Ordering::Release);
+        self.signal.notify_all();
+    }
+
+    /// A waiter waits for the command of `cycle`, with `patience`, then
+    /// sleeping until `done` wakes it.
+    pub fn wait(&self, cycle: usize, patience: Patience) {
+        self.signal.wait_until(patience, Naps::Notified, || self.released(cycle));
+    }
+
+    /// Where waiters sleep: a waiter that does something else while it
+    /// waits (steals) naps here between its attempts, and `done` ends the
+    /// nap.
+    pub fn signal(&self) -> &Signal {
+        &self.signal
     }
 
     /// True once the command of `cycle` has executed (pairs with `done`'s

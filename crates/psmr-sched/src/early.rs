@@ -1,21 +1,24 @@
-//! Early scheduling (003 Alg. 1-2): classes are mapped to worker threads
-//! before execution, so scheduling a command is a table lookup.
+//! Early scheduling (003 Alg. 1-2) and its refinements: classes are mapped
+//! to worker threads before execution, so scheduling a command is a table
+//! lookup.
 //!
 //! The scheduler (the thread calling `submit`) looks up each command's
 //! class in the mapping: a command of a concurrent class goes to one of the
 //! class's threads, round-robin; a command of a sequential class goes to
 //! every thread of the class. Each worker takes commands from its own FIFO
-//! queue. For a sequential command the class's threads meet at the class
-//! barrier; the lowest-numbered thread executes while the others wait at a
-//! second barrier. Because every queue is in log order and conflicting
+//! queue ([`WsQueue`]). Because every queue is in log order and conflicting
 //! classes share threads (rules R.1-R.5), conflicting commands execute in
-//! log order (003 Appendix A).
+//! log order (003 Appendix A). The threads of a sequential class meet to
+//! run each of its commands once ([`crate::plan`]):
 //!
-//! `early-busywait` (000 Alg. 4-5) replaces each class barrier by a pair of
-//! atomic counters used in alternating cycles ([`crate::CycleCounters`]):
-//! the last thread to arrive executes, the others wait for its reset,
-//! spinning for `spin` rounds, then yielding, then napping, so that a
-//! machine with fewer cores than workers still makes progress.
+//! * `early`: at the class barrier; the lowest thread executes.
+//! * `early-busywait` (000 Alg. 4-5): on two-cycle atomic counters
+//!   ([`crate::CycleCounters`]); the last to arrive executes, the others
+//!   spin for `spin` rounds, then yield, then sleep until it is done.
+//! * the `early-ws-*` schedulers steal as well ([`crate::ws`]).
+//!
+//! All of them share this one pool: the same queues, the same credits
+//! bounding them, the same way to start, drain and stop the threads.
 //!
 //! Commands travel per batch: for each batch the scheduler computes one
 //! 64-bit target mask per command and sends the batch, with its masks, once
@@ -24,103 +27,25 @@
 //! returns a batch" of 000 §5.3 and makes one queue operation per batch and
 //! worker instead of one per command.
 
-use crate::barrier::Barrier;
-use crate::cycles::{CycleCounters, Role};
-use crate::exec::{stats_of, Executor};
+use crate::exec::Executor;
 use crate::metrics::{Metrics, WorkerCounters};
+use crate::plan::{at_barrier, on_cycles, ClassPlan, Meeting};
+use crate::pool::{Credits, Crew, Pool};
+use crate::queue::{ClassSet, WsQueue};
 use crate::sink::ReplySink;
-use crate::sync::{backoff_until, wait_until};
-use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
-use crossbeam::channel::{unbounded, Receiver, Sender};
-use crossbeam::utils::CachePadded;
-use parking_lot::{Condvar, Mutex};
-use psmr_model::{Batch, Mapping, Mode, Service};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Naps, Patience};
+use crate::ws::{conflicting, steal_once, steal_until, Thief};
+use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims};
+use psmr_model::{Batch, ClassModel, Command, Mapping, Mode, Service};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One batch as sent to the workers, with each command's target threads.
 pub(crate) struct Dispatch<O> {
     pub(crate) batch: Batch<O>,
     /// Per command, the workers it goes to (bit `t` for worker `t`).
     pub(crate) targets: Vec<u64>,
-}
-
-/// What a worker needs to know about a class.
-enum ClassPlan {
-    /// Concurrent class, or sequential class on one thread: just execute.
-    Alone,
-    /// `early`: the class barrier; `executor` (the lowest thread) executes.
-    Barrier { barrier: Barrier, executor: usize },
-    /// `early-busywait`: two-cycle counters; the last to arrive executes.
-    Cycles(Box<CycleCounters>),
-}
-
-/// Bounds each worker's queue, with hysteresis.
-///
-/// A worker's queue holds at most `depth` dispatched batches. When it is
-/// full the scheduler waits until the worker has drained it to half, and
-/// the worker wakes it only on that crossing. A plain bounded channel would
-/// wake the scheduler at every batch the worker takes, a context switch on
-/// each side per batch, which on a machine with few cores costs more than
-/// scheduling the batch.
-pub(crate) struct Credits {
-    /// Batches sent to each worker and not yet finished by it.
-    pending: Vec<CachePadded<AtomicUsize>>,
-    depth: usize,
-    lock: Mutex<()>,
-    room: Condvar,
-}
-
-impl Credits {
-    pub(crate) fn new(workers: usize, depth: usize) -> Self {
-        Self {
-            pending: (0..workers).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
-            depth,
-            lock: Mutex::new(()),
-            room: Condvar::new(),
-        }
-    }
-
-    fn low(&self) -> usize {
-        self.depth / 2
-    }
-
-    /// Scheduler side: waits for room in worker `w`'s queue, takes a slot.
-    pub(crate) fn acquire(&self, w: usize) {
-        let pending = &self.pending[w];
-        if pending.load(Ordering::Acquire) >= self.depth
-            && !backoff_until(|| pending.load(Ordering::Acquire) <= self.low())
-        {
-            let mut guard = self.lock.lock();
-            while pending.load(Ordering::Acquire) > self.low() {
-                self.room.wait(&mut guard);
-            }
-        }
-        pending.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Worker side: one batch of worker `w` is done.
-    pub(crate) fn release(&self, w: usize) {
-        if self.pending[w].fetch_sub(1, Ordering::AcqRel) - 1 == self.low() {
-            // Taking the lock orders this wake-up after a scheduler's check
-            // of the counter, so the wake-up cannot be lost.
-            let _guard = self.lock.lock();
-            self.room.notify_one();
-        }
-    }
-}
-
-pub(crate) struct Early<S: Service> {
-    kind: SchedulerKind,
-    metrics: Arc<Metrics>,
-    exec: Executor<S>,
-    credits: Arc<Credits>,
-    senders: Vec<Sender<Arc<Dispatch<S::Op>>>>,
-    workers: Vec<JoinHandle<u64>>,
-    /// Per class: its mode and thread list, for dispatch.
-    routes: Vec<Route>,
 }
 
 pub(crate) struct Route {
@@ -167,159 +92,336 @@ pub(crate) fn dispatch<O>(routes: &mut [Route], batch: Batch<O>) -> (Arc<Dispatc
     (Arc::new(Dispatch { batch, targets }), any)
 }
 
+/// A run of one dispatched batch's commands for one worker: commands
+/// `start..end` of the batch (those addressed to the worker). For the
+/// stealing schedulers a run starts at a sequential command or holds only
+/// concurrent ones, so that the concurrent runs at the front of a ready
+/// queue can be stolen; the others send the whole batch as one run.
+///
+/// The queue bound counts dispatched batches, not runs: a batch's runs for
+/// one worker take one credit, pushed all at once, and the credit comes
+/// back when the last of them has executed, whoever executed it. (Taking a
+/// credit per run could block the scheduler between two runs of one batch
+/// while the worker waits at a barrier for a thread that has not received
+/// that batch yet: a deadlock.)
+pub(crate) struct Slice<O> {
+    job: Arc<Job<O>>,
+    start: u32,
+    end: u32,
+}
+
+/// One dispatched batch as one worker receives it. Its runs share it, so
+/// that cutting a batch into runs touches the batch's own reference count
+/// (which every worker's runs also drop) once per worker, not once per
+/// run.
+struct Job<O> {
+    d: Arc<Dispatch<O>>,
+    /// Runs of this job not yet executed.
+    left: AtomicU32,
+}
+
+impl<O> Slice<O> {
+    /// Called once the run has executed: returns the credit of `owner`
+    /// when it was the last run of its batch.
+    pub(crate) fn done(&self, credits: &Credits, owner: usize) {
+        if self.job.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            credits.release(owner);
+        }
+    }
+}
+
+/// How the stealing schedulers steal.
+pub(crate) struct Stealing {
+    pub(crate) victims: Victims,
+    /// `early-ws-optimistic`: validate a steal on the hints first.
+    pub(crate) optimistic: bool,
+    /// Per class, the classes that conflict with it: what a thread waiting
+    /// for one of its commands may not steal. Empty for `early-ws-queue`,
+    /// which does not steal while it waits.
+    pub(crate) avoid: Vec<Vec<u64>>,
+}
+
+/// What the workers of an early scheduler share.
+pub(crate) struct Shared<S: Service> {
+    pub(crate) queues: Vec<WsQueue<Slice<S::Op>>>,
+    plans: Vec<ClassPlan>,
+    pub(crate) exec: Executor<S>,
+    pub(crate) credits: Credits,
+    pub(crate) metrics: Arc<Metrics>,
+    /// `None` for `early` and `early-busywait`.
+    pub(crate) stealing: Option<Stealing>,
+    spin: u32,
+    pub(crate) timing: bool,
+}
+
+impl<S: Service> Crew for Shared<S> {
+    fn close(&self) {
+        self.queues.iter().for_each(WsQueue::close);
+    }
+}
+
+impl<S: Service> Shared<S> {
+    /// Starts timing a wait, if metrics are on.
+    pub(crate) fn clock(&self) -> Option<Instant> {
+        self.timing.then(Instant::now)
+    }
+
+    /// The classes a thread waiting for a command of `class` may not steal,
+    /// if it steals while it waits.
+    fn avoid(&self, class: usize) -> Option<&[u64]> {
+        self.stealing.as_ref().and_then(|s| s.avoid.get(class)).map(Vec::as_slice)
+    }
+
+    /// The spin budget of its waits.
+    pub(crate) fn spin(&self) -> u32 {
+        self.spin
+    }
+
+    fn run(&self, me: usize, cmd: &Command<S::Op>) {
+        if self.exec.run(me, cmd) {
+            WorkerCounters::add(&self.metrics.worker(me).executed, 1);
+        }
+    }
+}
+
+/// The early schedulers (see the module documentation).
+pub(crate) struct Early<S: Service> {
+    kind: SchedulerKind,
+    /// Words of a class bit set (0 unless the scheduler steals while it
+    /// waits, which needs the classes in each ready queue).
+    class_words: usize,
+    /// Scratch space for the runs of one batch for one worker.
+    runs: Vec<(Slice<S::Op>, bool, ClassSet)>,
+    routes: Vec<Route>,
+    pool: Pool<Shared<S>>,
+}
+
 impl<S: Service> Early<S> {
     pub(crate) fn new(
         config: &SchedConfig,
         mapping: Mapping,
+        model: &ClassModel,
         service: Arc<S>,
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
-        let busy_wait = config.kind == SchedulerKind::EarlyBusyWait;
-        let spin = config.spin_budget();
-        let plans: Arc<Vec<ClassPlan>> = Arc::new(
-            mapping
-                .classes()
-                .iter()
-                .map(|c| match (c.mode, c.threads.len()) {
-                    (Mode::Concurrent, _) | (_, 1) => ClassPlan::Alone,
-                    (Mode::Sequential, n) if busy_wait => ClassPlan::Cycles(Box::new(CycleCounters::new(n))),
-                    (Mode::Sequential, n) => ClassPlan::Barrier { barrier: Barrier::new(n), executor: c.threads[0] },
-                })
-                .collect(),
-        );
-        let routes = routes_of(&mapping);
-        let credits = Arc::new(Credits::new(config.workers, config.queue_depth));
-        let mut early = Self {
-            kind: config.kind,
-            metrics: Arc::new(Metrics::new(config.workers)),
-            exec: Executor::new(service, sink),
-            credits,
-            senders: Vec::new(),
-            workers: Vec::new(),
-            routes,
+        let meeting = match config.kind {
+            SchedulerKind::Early | SchedulerKind::EarlyWsQueue => Meeting::Barrier,
+            SchedulerKind::EarlyWsSemi => Meeting::Semi,
+            _ => Meeting::Cycles,
         };
-        for id in 0..config.workers {
-            // Unbounded channel, bounded by `Credits`.
-            let (tx, rx) = unbounded();
-            let (exec, plans, credits) = (early.exec.clone(), plans.clone(), early.credits.clone());
-            let (metrics, timing) = (early.metrics.clone(), config.metrics);
-            match early.exec.spawn_worker(format!("psmr-early-{id}"), id, move || {
-                let env = WorkerEnv {
-                    id,
-                    plans: &plans,
-                    exec: &exec,
-                    credits: &credits,
-                    spin,
-                    counters: metrics.worker(id),
-                    timing,
-                };
-                worker(&rx, &env);
-                metrics.worker(id).executed.load(Ordering::Relaxed)
-            }) {
-                Ok(h) => {
-                    early.senders.push(tx);
-                    early.workers.push(h);
-                }
-                Err(e) => {
-                    early.close_and_join();
-                    return Err(e);
-                }
-            }
+        let waits_stealing = config.kind.steals() && meeting != Meeting::Barrier;
+        let stealing = config.kind.steals().then(|| Stealing {
+            victims: config.victim_policy(),
+            optimistic: config.kind == SchedulerKind::EarlyWsOptimistic,
+            avoid: if waits_stealing {
+                model.class_ids().map(|id| conflicting(model, id)).collect()
+            } else {
+                Vec::new()
+            },
+        });
+        let shared = Arc::new(Shared {
+            queues: (0..config.workers).map(|_| WsQueue::new(config.workers)).collect(),
+            plans: ClassPlan::all(&mapping, meeting),
+            exec: Executor::new(service, sink),
+            credits: Credits::new(config.workers, config.queue_depth),
+            metrics: Arc::new(Metrics::new(config.workers)),
+            stealing,
+            spin: config.spin_budget(),
+            timing: config.metrics,
+        });
+        let exec = shared.exec.clone();
+        let name = if config.kind.steals() { "ws" } else { "early" };
+        Ok(Self {
+            kind: config.kind,
+            class_words: if waits_stealing { model.len().div_ceil(64) } else { 0 },
+            runs: Vec::new(),
+            routes: routes_of(&mapping),
+            pool: Pool::start(&exec, name, config.workers, shared, worker)?,
+        })
+    }
+
+    /// Cuts worker `w`'s commands of `d` into runs in `self.runs`: one run
+    /// for the whole batch, or, when stealing, runs that start at each
+    /// sequential command.
+    fn cut(&mut self, d: &Arc<Dispatch<S::Op>>, w: usize) -> Arc<Job<S::Op>> {
+        let bit = 1u64 << w;
+        let job = Arc::new(Job { d: d.clone(), left: AtomicU32::new(0) });
+        let shared = self.pool.crew();
+        if shared.stealing.is_none() {
+            self.runs.push((Slice { job: job.clone(), start: 0, end: d.targets.len() as u32 }, false, ClassSet::new()));
+            return job;
         }
-        Ok(early)
-    }
-
-    fn close_and_join(&mut self) -> Vec<Result<u64, usize>> {
-        // Dropping the senders ends each worker once its queue is drained.
-        self.senders.clear();
-        self.workers.drain(..).enumerate().map(|(id, h)| h.join().map_err(|_| id)).collect()
-    }
-}
-
-/// What a worker thread needs besides its queue.
-struct WorkerEnv<'a, S: Service> {
-    id: usize,
-    plans: &'a [ClassPlan],
-    exec: &'a Executor<S>,
-    credits: &'a Credits,
-    spin: u32,
-    counters: &'a WorkerCounters,
-    /// Measure idleness (two clock reads per wait).
-    timing: bool,
-}
-
-impl<S: Service> WorkerEnv<'_, S> {
-    /// Starts timing a wait, if metrics are on.
-    #[inline]
-    fn start(&self) -> Option<Instant> {
-        self.timing.then(Instant::now)
-    }
-
-    /// Adds the time since `start` to `counter`.
-    #[inline]
-    fn stop(&self, start: Option<Instant>, counter: &AtomicU64) {
-        WorkerCounters::add_since(counter, start);
-    }
-
-    #[inline]
-    fn run(&self, cmd: &psmr_model::Command<S::Op>) {
-        if self.exec.run(self.id, cmd) {
-            WorkerCounters::add(&self.counters.executed, 1);
-        }
-    }
-}
-
-fn worker<S: Service>(rx: &Receiver<Arc<Dispatch<S::Op>>>, env: &WorkerEnv<'_, S>) {
-    let (id, c) = (env.id, env.counters);
-    let bit = 1u64 << id;
-    // This worker's cycle bit per class (000 Alg. 5, `cycles`).
-    let mut cycles = vec![0usize; env.plans.len()];
-    loop {
-        let waited = env.start();
-        let Ok(d) = rx.recv() else { return };
-        env.stop(waited, &c.queue_idle_ns);
-        let mut mine = 0u64;
-        for (cmd, &targets) in d.batch.commands().iter().zip(&d.targets) {
-            if targets & bit == 0 {
+        for (i, (c, &t)) in d.batch.commands().iter().zip(&d.targets).enumerate() {
+            if t & bit == 0 {
                 continue;
             }
-            mine += 1;
-            match &env.plans[cmd.class.index()] {
-                ClassPlan::Alone => env.run(cmd),
-                ClassPlan::Barrier { barrier, executor } => {
-                    let waited = env.start();
-                    if *executor == id {
-                        barrier.wait(); // every thread of the class is here
-                        env.stop(waited, &c.sync_idle_ns);
-                        env.run(cmd);
-                        barrier.wait(); // release them
-                    } else {
-                        barrier.wait(); // signal the executor
-                        barrier.wait(); // wait for the execution
-                        env.stop(waited, &c.sync_idle_ns);
-                    }
-                }
-                ClassPlan::Cycles(counters) => {
-                    let cycle = &mut cycles[cmd.class.index()];
-                    match counters.arrive(cycle) {
-                        // The last to arrive finds everybody there.
-                        Role::Execute => {
-                            env.run(cmd);
-                            counters.done(*cycle);
-                        }
-                        Role::Wait => {
-                            let (waited, cycle) = (env.start(), *cycle);
-                            wait_until(env.spin, || counters.released(cycle));
-                            env.stop(waited, &c.sync_idle_ns);
-                        }
-                    }
-                }
+            let i = i as u32;
+            let sequential = shared.plans[c.class.index()].sequential();
+            if sequential || self.runs.is_empty() {
+                let slice = Slice { job: job.clone(), start: i, end: i + 1 };
+                self.runs.push((slice, sequential, smallvec::smallvec![0; self.class_words]));
+            }
+            let (run, _, classes) = self.runs.last_mut().expect("a run is open");
+            run.end = i + 1;
+            if let Some(word) = classes.get_mut(c.class.index() / 64) {
+                *word |= 1 << (c.class.index() % 64);
             }
         }
-        WorkerCounters::add(&c.dequeues, 1);
-        WorkerCounters::add(&c.dequeued_commands, mine);
-        drop(d);
-        env.credits.release(id);
+        job
+    }
+}
+
+/// Executes the commands of `slice` addressed to worker `owner` (its own,
+/// or a victim's when stealing), on behalf of worker `thief.me`. Returns
+/// how many there were.
+pub(crate) fn execute_entry<S: Service>(
+    thief: &mut Thief,
+    owner: usize,
+    slice: &Slice<S::Op>,
+    shared: &Shared<S>,
+) -> u64 {
+    let bit = 1u64 << owner;
+    let mut mine = 0;
+    let range = slice.start as usize..slice.end as usize;
+    let d = &slice.job.d;
+    for (cmd, &targets) in d.batch.commands()[range.clone()].iter().zip(&d.targets[range]) {
+        if targets & bit == 0 {
+            continue;
+        }
+        mine += 1;
+        let plan = &shared.plans[cmd.class.index()];
+        if !plan.sequential() {
+            shared.run(thief.me, cmd);
+            continue;
+        }
+        debug_assert_eq!(thief.me, owner, "sequential commands are never stolen");
+        if shared.stealing.is_some() {
+            wait_for_stealers(thief, shared, cmd.class.index());
+        }
+        meet(thief, plan, cmd, shared);
+    }
+    mine
+}
+
+/// Before a sequential command, every thread of the class waits until
+/// what was stolen from it has executed: a stolen command may precede this
+/// one and conflict with it. The variants that steal while they wait for a
+/// sequential command steal here too: this is part of that wait, and the
+/// stealers may be stuck on work only the waiting thread is free to run.
+fn wait_for_stealers<S: Service>(thief: &mut Thief, shared: &Shared<S>, class: usize) {
+    let own = &shared.queues[thief.me];
+    let waited = shared.clock();
+    let busy = match shared.avoid(class) {
+        None => {
+            own.wait_for_stealers(Patience::new(shared.spin));
+            0
+        }
+        Some(avoid) => steal_until(thief, shared, avoid, own.signal(), || own.no_stealers()),
+    };
+    WorkerCounters::add_since_less(&shared.metrics.worker(thief.me).sync_idle_ns, waited, busy);
+}
+
+/// Runs a sequential command with the other threads of its class, as the
+/// class's plan says; counts the time spent waiting for them.
+fn meet<S: Service>(thief: &mut Thief, plan: &ClassPlan, cmd: &Command<S::Op>, shared: &Shared<S>) {
+    let me = thief.me;
+    let idle = &shared.metrics.worker(me).sync_idle_ns;
+    let waited = shared.clock();
+    let avoid = shared.avoid(cmd.class.index());
+    match plan {
+        ClassPlan::Concurrent | ClassPlan::Alone => shared.run(me, cmd),
+        ClassPlan::Barrier { barrier, executor } => {
+            let executes = *executor == me;
+            at_barrier(barrier, executes, || {
+                WorkerCounters::add_since(idle, waited);
+                shared.run(me, cmd);
+            });
+            if !executes {
+                WorkerCounters::add_since(idle, waited);
+            }
+        }
+        ClassPlan::Cycles(counters) => {
+            let mut cycle = thief.cycles[cmd.class.index()];
+            on_cycles(
+                counters,
+                &mut cycle,
+                || shared.run(me, cmd),
+                |c| {
+                    let busy = match avoid {
+                        Some(avoid) => steal_until(thief, shared, avoid, counters.signal(), || counters.released(c)),
+                        None => {
+                            counters.wait(c, Patience::new(shared.spin));
+                            0
+                        }
+                    };
+                    WorkerCounters::add_since_less(idle, waited, busy);
+                },
+            );
+            thief.cycles[cmd.class.index()] = cycle;
+        }
+        ClassPlan::Semi { barrier, mark, parties } => {
+            let mut busy = 0;
+            if mark.fetch_add(1, Ordering::AcqRel) + 1 == *parties {
+                // The last to arrive executes.
+                shared.run(me, cmd);
+                mark.store(0, Ordering::Release);
+            } else {
+                // Steal while the others arrive and the executor runs.
+                let (avoid, own) = (avoid.unwrap_or(&[]), &shared.queues[me]);
+                busy = steal_until(thief, shared, avoid, own.signal(), || mark.load(Ordering::Acquire) == 0);
+            }
+            barrier.wait();
+            WorkerCounters::add_since_less(idle, waited, busy);
+        }
+    }
+}
+
+/// A worker: executes what its queue receives; when it has nothing, steals
+/// (if its scheduler does) or sleeps until it has.
+fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
+    let own = &shared.queues[me];
+    let counters = shared.metrics.worker(me);
+    let mut thief = Thief::new(me, shared.plans.len());
+    let mut batch = Vec::new();
+    loop {
+        own.take_all_into(&mut batch);
+        if !batch.is_empty() {
+            for (d, _) in batch.drain(..) {
+                let mine = execute_entry(&mut thief, me, &d, shared);
+                WorkerCounters::add(&counters.dequeues, 1);
+                WorkerCounters::add(&counters.dequeued_commands, mine);
+                d.done(&shared.credits, me);
+            }
+            continue;
+        }
+        let waited = shared.clock();
+        match &shared.stealing {
+            None if own.drained() => return counters.executed.load(Ordering::Relaxed),
+            None => own
+                .signal()
+                .wait_until(Patience::new(shared.spin.min(200)), Naps::Notified, || own.has_ready() || own.drained()),
+            Some(_) => {
+                if steal_once(&mut thief, shared, &[]).is_some() {
+                    continue;
+                }
+                // A worker leaves only when no queue will ever hold work
+                // again: until then it may still steal from busy ones.
+                if shared.queues.iter().all(WsQueue::drained) {
+                    return counters.executed.load(Ordering::Relaxed);
+                }
+                // Stealing chances wake nobody (whoever makes one does not
+                // know who could use it), so a sleeping worker also wakes
+                // by itself, after 50 µs, then twice as long each time, up
+                // to 1 ms.
+                let naps = Naps::Capped { first: Duration::from_micros(50), cap: Duration::from_millis(1) };
+                own.signal().wait_until(Patience::new(shared.spin.min(200)), naps, || {
+                    own.has_ready()
+                        || shared.queues.iter().any(WsQueue::stealable)
+                        || shared.queues.iter().all(WsQueue::drained)
+                });
+            }
+        }
+        WorkerCounters::add_since(&counters.queue_idle_ns, waited);
     }
 }
 
@@ -329,35 +431,29 @@ impl<S: Service> Scheduler<S> for Early<S> {
     }
 
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
-        self.exec.failure.check()?;
+        self.pool.crew().exec.failure.check()?;
         check_classes(&batch, self.routes.len())?;
-        let (dispatch, any) = dispatch(&mut self.routes, batch);
-        for (id, tx) in self.senders.iter().enumerate() {
-            if any & (1u64 << id) != 0 {
-                self.credits.acquire(id);
-                if tx.send(dispatch.clone()).is_err() {
-                    // A receiver only goes away if its worker died.
-                    return Err(SchedError::WorkerPanicked(id));
-                }
+        let (d, any) = dispatch(&mut self.routes, batch);
+        for w in 0..self.pool.crew().queues.len() {
+            if any & (1u64 << w) == 0 {
+                continue;
             }
+            let job = self.cut(&d, w);
+            // Published to the workers by the queue's lock.
+            job.left.store(self.runs.len() as u32, Ordering::Relaxed);
+            let shared = self.pool.crew();
+            shared.credits.acquire(w);
+            shared.queues[w].push_all(&mut self.runs);
         }
         Ok(())
     }
 
     fn metrics(&self) -> Option<Arc<Metrics>> {
-        Some(self.metrics.clone())
+        Some(self.pool.crew().metrics.clone())
     }
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
-        let results = self.close_and_join();
-        stats_of(results, &self.exec.failure)
-    }
-}
-
-impl<S: Service> Drop for Early<S> {
-    fn drop(&mut self) {
-        if !self.workers.is_empty() {
-            self.close_and_join();
-        }
+        let exec = self.pool.crew().exec.clone();
+        self.pool.finish(&exec)
     }
 }

@@ -23,21 +23,25 @@
 //!
 //! The graph holds at most `graph_max` nodes; the scheduler blocks in
 //! `insert` while it is full, which bounds memory and slows the log down to
-//! the speed of execution. A blocked scheduler is woken when the graph has
+//! the speed of execution. A blocked scheduler goes on when the graph has
 //! drained to half its bound, not at every removal (see `worker`).
+//!
+//! Idle workers and a blocked scheduler wait as every thread of psmr-sched
+//! does ([`crate::Patience`], [`crate::Signal`]): briefly watching a
+//! lock-free copy of what they wait for, then asleep until notified.
 
-use crate::exec::{stats_of, Executor};
+use crate::exec::Executor;
+use crate::pool::{Crew, Pool};
 use crate::sink::ReplySink;
+use crate::sync::{AtomicBool, AtomicUsize, Naps, Patience, Signal};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
-use crossbeam::utils::Backoff;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Mutex, MutexGuard};
 use psmr_model::{Batch, Service};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// How two nodes are compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,25 +214,50 @@ impl<O> Graph<O> {
     }
 }
 
-struct Shared<O> {
-    graph: Mutex<Graph<O>>,
+struct Shared<S: Service> {
+    graph: Mutex<Graph<S::Op>>,
     /// Workers wait here for a free node.
-    work: Condvar,
+    work: Signal,
     /// The scheduler waits here for room in the graph.
-    room: Condvar,
+    room: Signal,
     graph_max: usize,
     test: ConflictTest,
-    /// Number of free nodes, written under the lock, read without it by
-    /// workers deciding whether to keep spinning.
+    /// Copies of the graph's state, written under its lock, read without
+    /// it by the threads deciding whether to keep waiting: free nodes,
+    /// nodes, and whether the graph is closed and empty for good.
     ready_hint: AtomicUsize,
+    len_hint: AtomicUsize,
+    drained: AtomicBool,
+    exec: Executor<S>,
+}
+
+impl<S: Service> Shared<S> {
+    /// Refreshes the hints; called under the graph's lock after a change.
+    fn publish(&self, g: &Graph<S::Op>) {
+        self.ready_hint.store(g.ready.len(), Ordering::Relaxed);
+        self.len_hint.store(g.len(), Ordering::Relaxed);
+        self.drained.store(g.closed && g.len() == 0, Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Graph<S::Op>> {
+        self.graph.lock()
+    }
+}
+
+impl<S: Service> Crew for Shared<S> {
+    fn close(&self) {
+        let mut g = self.lock();
+        g.closed = true;
+        self.publish(&g);
+        drop(g);
+        self.work.notify_all();
+    }
 }
 
 /// The three late schedulers.
 pub(crate) struct Late<S: Service> {
     kind: SchedulerKind,
-    shared: Arc<Shared<S::Op>>,
-    exec: Executor<S>,
-    workers: Vec<JoinHandle<u64>>,
+    pool: Pool<Shared<S>>,
     classes: usize,
 }
 
@@ -245,91 +274,78 @@ impl<S: Service> Late<S> {
             SchedulerKind::LateBatchBitmap => ConflictTest::Bitmap,
             other => unreachable!("{other} is not a late scheduler"),
         };
+        let exec = Executor::new(service, sink);
         let shared = Arc::new(Shared {
             graph: Mutex::new(Graph::new(config.graph_max)),
-            work: Condvar::new(),
-            room: Condvar::new(),
+            work: Signal::new(),
+            room: Signal::new(),
             graph_max: config.graph_max,
             test,
             ready_hint: AtomicUsize::new(0),
+            len_hint: AtomicUsize::new(0),
+            drained: AtomicBool::new(false),
+            exec: exec.clone(),
         });
-        let exec = Executor::new(service, sink);
-        let mut late = Self { kind: config.kind, shared, exec, workers: Vec::new(), classes };
-        for id in 0..config.workers {
-            let (shared, exec) = (late.shared.clone(), late.exec.clone());
-            let handle = late.exec.spawn_worker(format!("psmr-late-{id}"), id, move || worker(id, &shared, &exec));
-            match handle {
-                Ok(h) => late.workers.push(h),
-                Err(e) => {
-                    late.close_and_join();
-                    return Err(e);
-                }
-            }
-        }
-        Ok(late)
+        let pool = Pool::start(&exec, "late", config.workers, shared, worker)?;
+        Ok(Self { kind: config.kind, pool, classes })
     }
 
     fn insert(&self, item: Item<S::Op>) {
-        let mut g = self.shared.graph.lock();
-        while g.len() >= self.shared.graph_max {
-            self.shared.room.wait(&mut g);
-        }
-        if g.insert(item, self.shared.test) {
-            self.shared.ready_hint.store(g.ready.len(), Ordering::Relaxed);
+        let shared = self.pool.crew();
+        let mut g = shared.lock();
+        if g.len() >= shared.graph_max {
             drop(g);
-            self.shared.work.notify_one();
+            let half = shared.graph_max / 2;
+            shared
+                .room
+                .wait_until(Patience::brief(), Naps::Notified, || shared.len_hint.load(Ordering::Relaxed) <= half);
+            g = shared.lock();
         }
-    }
-
-    fn close_and_join(&mut self) -> Vec<Result<u64, usize>> {
-        self.shared.graph.lock().closed = true;
-        self.shared.work.notify_all();
-        self.workers.drain(..).enumerate().map(|(id, h)| h.join().map_err(|_| id)).collect()
+        let free = g.insert(item, shared.test);
+        shared.publish(&g);
+        drop(g);
+        if free {
+            shared.work.notify_one();
+        }
     }
 }
 
-fn worker<S: Service>(id: usize, shared: &Shared<S::Op>, exec: &Executor<S>) -> u64 {
+fn worker<S: Service>(id: usize, shared: &Shared<S>) -> u64 {
     let mut executed = 0u64;
-    let mut g = shared.graph.lock();
+    let mut g = shared.lock();
     loop {
         let Some((slot, item)) = g.take() else {
             if g.closed && g.len() == 0 {
                 return executed;
             }
-            // Before sleeping on the condition variable, back off for a few
-            // rounds (spin, then yield) watching the lock-free hint: when
-            // commands are light the next node is usually microseconds away,
-            // and a futex sleep and wake per node would cost more than
-            // executing it. The hint is only a hint; `take` under the lock
-            // decides.
+            // When commands are light the next node is usually
+            // microseconds away, and a sleep and a wake-up per node would
+            // cost more than executing it: watch the hints first. They are
+            // only hints; `take` under the lock decides.
             drop(g);
-            let backoff = Backoff::new();
-            while shared.ready_hint.load(Ordering::Relaxed) == 0 && !backoff.is_completed() {
-                backoff.snooze();
-            }
-            g = shared.graph.lock();
-            if g.ready.is_empty() && !(g.closed && g.len() == 0) {
-                shared.work.wait(&mut g);
-            }
+            shared.work.wait_until(Patience::brief(), Naps::Notified, || {
+                shared.ready_hint.load(Ordering::Relaxed) > 0 || shared.drained.load(Ordering::Relaxed)
+            });
+            g = shared.lock();
             continue;
         };
-        shared.ready_hint.store(g.ready.len(), Ordering::Relaxed);
+        shared.publish(&g);
         drop(g);
         for cmd in &item.batch.commands()[item.range.start as usize..item.range.end as usize] {
-            if exec.run(id, cmd) {
+            if shared.exec.run(id, cmd) {
                 executed += 1;
             }
         }
         drop(item);
-        g = shared.graph.lock();
+        g = shared.lock();
         let freed = g.remove(slot);
-        shared.ready_hint.store(g.ready.len(), Ordering::Relaxed);
+        shared.publish(&g);
         // One freed node per waiting worker; this worker loops and takes
         // one itself, so wake the others only for the rest.
         for _ in 1..freed {
             shared.work.notify_one();
         }
-        // Wake a scheduler blocked on a full graph only once the graph has
+        // A scheduler blocked on a full graph goes on once the graph has
         // drained to half: it then inserts many nodes in one go instead of
         // being woken (a context switch on each side) for every removal.
         if g.len() <= shared.graph_max / 2 {
@@ -348,13 +364,13 @@ impl<S: Service> Scheduler<S> for Late<S> {
     }
 
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
-        self.exec.failure.check()?;
+        self.pool.crew().exec.failure.check()?;
         check_classes(&batch, self.classes)?;
         if batch.is_empty() {
             return Ok(());
         }
         let batch = Arc::new(batch);
-        if self.shared.test == ConflictTest::Command {
+        if self.pool.crew().test == ConflictTest::Command {
             for i in 0..batch.len() as u32 {
                 self.insert(Item { batch: batch.clone(), range: i..i + 1 });
             }
@@ -366,16 +382,7 @@ impl<S: Service> Scheduler<S> for Late<S> {
     }
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
-        let results = self.close_and_join();
-        stats_of(results, &self.exec.failure)
-    }
-}
-
-impl<S: Service> Drop for Late<S> {
-    fn drop(&mut self) {
-        // A scheduler dropped without `finish` still leaves no thread behind.
-        if !self.workers.is_empty() {
-            self.close_and_join();
-        }
+        let exec = self.pool.crew().exec.clone();
+        self.pool.finish(&exec)
     }
 }

@@ -18,6 +18,7 @@
 //! | `early-ws-semi` | `early-ws-queue` that also steals while waiting for a sequential command, then meets at a barrier (000 Alg. 9-11) |
 //! | `early-ws-nonblocking` | `early-ws-semi` without barriers: two-cycle counters, waiters steal until the command has run (000 Alg. 12-13) |
 //! | `early-ws-optimistic` | `early-ws-nonblocking` checking a victim without its lock first, visiting the next worker first (000 Alg. 14) |
+//! | `auto` | measures the workload and the machine and runs whichever of `sequential`, `late-batch-bitmap` and `early` serves it best, switching at batch boundaries ([`auto`]) |
 //!
 //! All of them implement [`Scheduler`]: [`Scheduler::submit`] one batch at a
 //! time (blocking when the scheduler's bounded queues are full, which is how
@@ -34,6 +35,7 @@
 //! are skipped (the state is no longer trusted) while the workers still run
 //! their synchronization so that every thread drains and exits.
 
+pub mod auto;
 mod barrier;
 pub mod check;
 mod cycles;
@@ -42,6 +44,9 @@ mod exec;
 mod late;
 mod metrics;
 pub mod optimizer;
+mod plan;
+mod pool;
+mod queue;
 mod sequential;
 mod sink;
 mod switch;
@@ -52,9 +57,11 @@ pub use barrier::Barrier;
 pub use cycles::{CycleCounters, Role};
 pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
+pub use queue::WsQueue;
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 pub use switch::{SwitchError, Switchable};
-pub use ws::{Victims, WsQueue};
+pub use sync::{Naps, Patience, Signal};
+pub use ws::Victims;
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
 use std::fmt;
@@ -104,11 +111,13 @@ pub enum SchedulerKind {
     /// Barrier-free work stealing with optimistic (lock-free first)
     /// validation of each steal.
     EarlyWsOptimistic,
+    /// Chosen and changed at run time by a controller ([`auto`]).
+    Auto,
 }
 
 impl SchedulerKind {
     /// Every scheduler, in the order tables print them.
-    pub const ALL: [SchedulerKind; 10] = [
+    pub const ALL: [SchedulerKind; 11] = [
         SchedulerKind::Sequential,
         SchedulerKind::LateCbase,
         SchedulerKind::LateBatchKeys,
@@ -119,6 +128,7 @@ impl SchedulerKind {
         SchedulerKind::EarlyWsSemi,
         SchedulerKind::EarlyWsNonBlocking,
         SchedulerKind::EarlyWsOptimistic,
+        SchedulerKind::Auto,
     ];
 
     /// The scheduler's name, as accepted by `FromStr`.
@@ -134,6 +144,7 @@ impl SchedulerKind {
             SchedulerKind::EarlyWsSemi => "early-ws-semi",
             SchedulerKind::EarlyWsNonBlocking => "early-ws-nonblocking",
             SchedulerKind::EarlyWsOptimistic => "early-ws-optimistic",
+            SchedulerKind::Auto => "auto",
         }
     }
 
@@ -204,6 +215,10 @@ pub struct SchedConfig {
     /// `None` chooses as 000 did: [`Victims::Next`] for
     /// `early-ws-optimistic`, [`Victims::First`] for the others.
     pub victims: Option<Victims>,
+    /// `auto`: the length of one observation window
+    /// ([`auto::WINDOW`] by default; tests shorten it to see many
+    /// decisions in a short run).
+    pub auto_window: std::time::Duration,
 }
 
 impl SchedConfig {
@@ -218,6 +233,7 @@ impl SchedConfig {
             spin: None,
             metrics: false,
             victims: None,
+            auto_window: auto::WINDOW,
         }
     }
 
@@ -324,6 +340,30 @@ pub trait Scheduler<S: Service>: Send {
     /// bounded queues are full. Fails once a command has panicked.
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError>;
 
+    /// The scheduler executing now: [`Scheduler::kind`], except for those
+    /// that change it at run time (`auto`).
+    fn running(&self) -> SchedulerKind {
+        self.kind()
+    }
+
+    /// The latest decisions of a scheduler that changes itself at run time
+    /// (`auto`), oldest first, at most [`auto::DECISIONS_KEPT`]; empty for
+    /// the others.
+    fn decisions(&self) -> Vec<auto::Decision> {
+        Vec::new()
+    }
+
+    /// How many decisions it has taken so far: cheap, for callers that
+    /// check after every batch whether to look at [`Scheduler::decisions`].
+    fn decisions_made(&self) -> u64 {
+        0
+    }
+
+    /// What runs, in words: the scheduler and its workers.
+    fn describe(&self) -> String {
+        self.running().name().to_string()
+    }
+
     /// The per-worker metrics (000 §5.3) of the schedulers that keep them
     /// (the early ones), to sample from any thread while it runs.
     fn metrics(&self) -> Option<Arc<Metrics>> {
@@ -363,6 +403,7 @@ pub fn build<S: Service>(
         SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
             Box::new(late::Late::new(config, service, sink, classes)?)
         }
+        SchedulerKind::Auto => Box::new(auto::Auto::new(config, service, model, sink)?),
         kind => {
             debug_assert!(kind.needs_mapping());
             let mapping = config
@@ -377,11 +418,7 @@ pub fn build<S: Service>(
                 )));
             }
             mapping.validate(model)?;
-            if kind.steals() {
-                Box::new(ws::WorkStealing::new(config, mapping.clone(), model, service, sink)?)
-            } else {
-                Box::new(early::Early::new(config, mapping.clone(), service, sink)?)
-            }
+            Box::new(early::Early::new(config, mapping.clone(), model, service, sink)?)
         }
     })
 }

@@ -106,6 +106,26 @@ impl<S: Service> Scheduler<S> for Switchable<S> {
         self.current.metrics()
     }
 
+    fn running(&self) -> SchedulerKind {
+        self.current.running()
+    }
+
+    fn decisions(&self) -> Vec<crate::auto::Decision> {
+        self.current.decisions()
+    }
+
+    fn decisions_made(&self) -> u64 {
+        self.current.decisions_made()
+    }
+
+    fn describe(&self) -> String {
+        match self.current.kind() {
+            SchedulerKind::Auto => self.current.describe(),
+            SchedulerKind::Sequential => "sequential".to_string(),
+            kind => format!("{kind} with {} workers", self.config.workers),
+        }
+    }
+
     /// Finishes the running scheduler; the counts cover every scheduler
     /// this one ran, per worker id.
     fn finish(self: Box<Self>) -> Result<SchedStats, SchedError> {

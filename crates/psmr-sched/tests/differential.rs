@@ -51,6 +51,8 @@ fn sched_config(kind: SchedulerKind, workers: usize, mapping: Option<Mapping>, g
     config.graph_max = graph_max;
     config.queue_depth = 4;
     config.victims = Some([Victims::First, Victims::Random, Victims::Next][workers % 3]);
+    // `auto` decides every few batches here, switching mid-stream.
+    config.auto_window = std::time::Duration::from_micros(200);
     config
 }
 

@@ -1,7 +1,8 @@
 //! Model checks of the two-cycle busy-wait protocol of `early-busywait`
 //! (000 Alg. 5) with loom: two threads of one sequential class run three
 //! commands in a row; each command executes exactly once, after both
-//! threads arrived, alone, in order, and nobody is left waiting.
+//! threads arrived, alone, in order, and nobody is left waiting, though
+//! waiters sleep until the executor's `done` wakes them.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p psmr-sched --test loom_cycles --release`
 //! (`.ci/run` does). Without `--cfg loom` this file compiles to nothing.
@@ -10,7 +11,7 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use psmr_sched::{CycleCounters, Role};
+use psmr_sched::{CycleCounters, Patience, Role};
 
 const COMMANDS: usize = 3;
 
@@ -27,9 +28,9 @@ fn worker(counters: &CycleCounters, arrived: &[AtomicUsize; COMMANDS], executed:
                 counters.done(cycle);
             }
             Role::Wait => {
-                while !counters.released(cycle) {
-                    thread::yield_now();
-                }
+                // The scheduler's wait: active, then asleep until `done`
+                // notifies (a lost wake-up is a deadlock loom reports).
+                counters.wait(cycle, Patience::new(0));
                 assert!(executed.load(Ordering::Relaxed) > k, "released before command {k} executed");
             }
         }

@@ -109,10 +109,13 @@ pub struct ClusterArgs {
     /// such as `R=conc:0,1;W=seq:0-1` (`psmr mapping` prints one).
     #[arg(long, default_value = "default")]
     mapping: String,
-    /// Execution scheduler of every replica.
-    #[arg(long, default_value = "early")]
+    /// Execution scheduler of every replica: `auto` (each replica measures
+    /// its workload and machine and picks among sequential,
+    /// late-batch-bitmap and early, changing when they change), or one of
+    /// the fixed ones (`psmr sched-bench --help` lists them).
+    #[arg(long, default_value = "auto")]
     scheduler: String,
-    /// Worker threads per replica.
+    /// Worker threads per replica (for `auto`: at most this many).
     #[arg(long, default_value_t = 2)]
     workers: usize,
     /// Where each replica keeps its log: disk (synced, survives crashes) or
@@ -363,7 +366,8 @@ enum ClientOp {
         replica: u64,
         /// The scheduler: sequential, late-cbase, late-batch-keys,
         /// late-batch-bitmap, early, early-busywait, early-ws-queue,
-        /// early-ws-semi, early-ws-nonblocking or early-ws-optimistic.
+        /// early-ws-semi, early-ws-nonblocking, early-ws-optimistic or
+        /// auto.
         #[arg(long)]
         scheduler: String,
         /// Worker threads.

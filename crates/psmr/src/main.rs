@@ -118,6 +118,7 @@ struct FuzzArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_override_self = true)]
 struct SchedBenchArgs {
     /// Service: kv (key-value store) or list (sharded linked list).
     #[arg(long, default_value = "kv", value_parser = parse_service)]
@@ -207,6 +208,15 @@ struct SchedBenchArgs {
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Run every variant in this process instead of a fresh child process
+    /// per run. Runs that share a process do not start equal (a run after
+    /// others allocates in memory they fragmented), so this is for
+    /// debugging, not for comparisons.
+    #[arg(long)]
+    in_process: bool,
+    /// Run only variant I of the plan (what each child process does).
+    #[arg(long, hide = true, value_name = "I")]
+    only: Option<usize>,
     /// Print one JSON object per run instead of a table.
     #[arg(long)]
     json: bool,
@@ -230,6 +240,19 @@ fn parse_spread(s: &str) -> Result<Spread, String> {
 
 fn parse_mix(s: &str) -> Result<Mix, String> {
     s.parse().map_err(|e| format!("{e}"))
+}
+
+/// Every run in a child process of its own, unless told otherwise or
+/// already a child: this program again, with the same arguments and the
+/// seed made explicit.
+fn isolation(in_process: bool, config: &SchedBenchConfig) -> Result<Option<psmr_bench::Isolate>> {
+    if in_process || config.only.is_some() {
+        return Ok(None);
+    }
+    let program = std::env::current_exe().context("cannot find this program to run each variant in a child")?;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    args.extend(["--seed".to_string(), config.workload.seed.to_string()]);
+    Ok(Some(psmr_bench::Isolate { program, args }))
 }
 
 fn sched_bench(args: SchedBenchArgs) -> Result<()> {
@@ -273,8 +296,11 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         spin: args.spin,
         metrics_interval_ms: args.metrics,
         victims: args.victims,
+        isolate: None,
+        only: args.only,
     };
     config.validate()?;
+    let config = SchedBenchConfig { isolate: isolation(args.in_process, &config)?, ..config };
     let json = args.json;
     let stdout = std::io::stdout();
     if !json {

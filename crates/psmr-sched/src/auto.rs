@@ -1,0 +1,686 @@
+//! `auto`: each replica picks its own scheduler, worker count and mapping,
+//! and changes its mind when the workload or the machine does.
+//!
+//! Every scheduler gives the replies and state of sequential execution, so
+//! the choice is a local performance decision ([`crate::Switchable`] makes
+//! it at a batch boundary). A [`Controller`] looks at one window of
+//! execution at a time ([`Window`]: what the scheduler thread already
+//! sees, plus the time the process's threads spent runnable without a
+//! CPU) and picks among three candidates ([`Choice`]):
+//!
+//! * `sequential` when parallel workers cannot gain: the machine has one
+//!   core, or the process's threads wait for CPUs more than the running
+//!   choice's own threads explain (something else takes the cores, and
+//!   workers would only take them from each other and from the replica's
+//!   other stages);
+//! * otherwise, while execution is the bottleneck (the scheduler thread is
+//!   busy in `submit` most of the window), it measures each candidate for
+//!   the current workload — `sequential`, `late-batch-bitmap`, `early` with
+//!   a mapping optimized for the observed class frequencies — and keeps the
+//!   fastest. When execution is not the bottleneck, no choice can gain and
+//!   nothing changes.
+//!
+//! The workload is summarized by its class frequencies and its share of
+//! writes ([`Signature`]); when it shifts, the measurements are forgotten
+//! and the candidates measured again, unless the workload is one seen
+//! before ([`WORKLOADS_KEPT`]), whose measurements come back with it.
+//! Hysteresis keeps the controller from flapping: a shifted workload must
+//! hold for [`STABLE_WINDOWS`] windows before anything is measured or
+//! decided, a parallel candidate must beat `sequential` by [`GAIN`],
+//! and a decision is followed by [`DWELL_WINDOWS`] windows without
+//! another. Every decision carries its reason.
+
+use crate::optimizer::{naive, Problem};
+use crate::{ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Switchable};
+use psmr_model::{Batch, ClassModel, Mapping, Service};
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Length of one observation window.
+pub const WINDOW: Duration = Duration::from_millis(100);
+/// Windows a shifted workload must hold before the controller acts on it.
+pub const STABLE_WINDOWS: u32 = 2;
+/// Windows after a decision during which no other is taken and nothing
+/// is measured: the window holding the switch's stall.
+pub const DWELL_WINDOWS: u32 = 1;
+/// Workloads whose measurements are remembered, so that a workload that
+/// comes back goes straight to its best choice.
+pub const WORKLOADS_KEPT: usize = 8;
+/// How much faster a parallel candidate must be measured than `sequential`
+/// to be chosen.
+pub const GAIN: f64 = 0.08;
+/// Threads runnable without a CPU, on average over a window, above which
+/// the workers are starved of cores.
+pub const STARVED_THREADS: f64 = 0.5;
+/// Share of a window the scheduler thread spends in `submit` above which
+/// execution is the bottleneck.
+pub const SATURATED: f64 = 0.6;
+/// Windows after which measurements are taken again even if the workload
+/// looks the same (the machine around it may have changed).
+pub const REMEASURE_WINDOWS: u64 = 300;
+/// Decisions kept for [`Scheduler::decisions`].
+pub const DECISIONS_KEPT: usize = 32;
+
+/// What the controller may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Choice {
+    /// `sequential`.
+    Sequential,
+    /// `late-batch-bitmap` with this many workers.
+    Late(usize),
+    /// `early` with this many workers and a mapping for the observed
+    /// class frequencies.
+    Early(usize),
+}
+
+impl Choice {
+    /// Worker threads besides the scheduler thread (0 for `sequential`).
+    pub fn workers(self) -> usize {
+        match self {
+            Choice::Sequential => 0,
+            Choice::Late(w) | Choice::Early(w) => w,
+        }
+    }
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Choice::Sequential => f.write_str("sequential"),
+            Choice::Late(w) => write!(f, "late-batch-bitmap with {w} workers"),
+            Choice::Early(w) => write!(f, "early with {w} workers"),
+        }
+    }
+}
+
+/// What one window of execution showed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Window {
+    /// Wall time of the window.
+    pub elapsed: Duration,
+    /// Commands submitted.
+    pub commands: u64,
+    /// Commands that write.
+    pub writes: u64,
+    /// Commands per class.
+    pub classes: Vec<u64>,
+    /// Time the scheduler thread spent in `submit`: executing
+    /// (`sequential`), dispatching, or blocked on full queues.
+    pub submitting: Duration,
+    /// Time the process's threads spent runnable without a CPU, summed
+    /// over the threads (`None` where the kernel does not say).
+    pub runnable: Option<Duration>,
+}
+
+impl Window {
+    fn share(&self, part: Duration) -> f64 {
+        part.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Commands per second.
+    pub fn throughput(&self) -> f64 {
+        self.commands as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The workload of a window, as far as the choice depends on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Signature {
+    /// Share of each class among the commands.
+    pub classes: Vec<f64>,
+    /// Share of commands that write.
+    pub writes: f64,
+}
+
+impl Signature {
+    fn of(w: &Window) -> Option<Self> {
+        let n = w.commands as f64;
+        (w.commands > 0)
+            .then(|| Self { classes: w.classes.iter().map(|&c| c as f64 / n).collect(), writes: w.writes as f64 / n })
+    }
+
+    /// True when `other` is a different workload: the class shares moved
+    /// by more than 0.2 in total, or the write share by more than 0.1.
+    fn differs(&self, other: &Signature) -> bool {
+        let moved: f64 = self.classes.iter().zip(&other.classes).map(|(a, b)| (a - b).abs()).sum();
+        moved > 0.2 || (self.writes - other.writes).abs() > 0.1
+    }
+}
+
+/// A decision of the controller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The window it was taken after (counted from 1).
+    pub window: u64,
+    /// What runs from now on.
+    pub to: Choice,
+    /// Why, in words.
+    pub reason: String,
+    /// How long execution stalled while the previous choice drained.
+    pub stall: Duration,
+}
+
+/// The decision logic, apart from the schedulers it drives (see the module
+/// documentation); deterministic for a given sequence of windows.
+#[derive(Debug)]
+pub struct Controller {
+    cores: usize,
+    workers: usize,
+    current: Choice,
+    signature: Option<Signature>,
+    /// Windows the current signature has held.
+    stable: u32,
+    /// Throughput of each candidate measured for the current signature.
+    measured: Vec<(Choice, f64)>,
+    /// Earlier workloads and their measurements, most recent last.
+    known: VecDeque<(Signature, Vec<(Choice, f64)>)>,
+    /// Windows to wait before the next decision.
+    dwell: u32,
+    window: u64,
+    measured_at: u64,
+}
+
+impl Controller {
+    /// A controller for a machine with `cores` cores, using at most
+    /// `workers` workers; it starts with `sequential`.
+    pub fn new(cores: usize, workers: usize) -> Self {
+        Self {
+            cores: cores.max(1),
+            workers: workers.max(1),
+            current: Choice::Sequential,
+            signature: None,
+            stable: 0,
+            measured: Vec::new(),
+            known: VecDeque::new(),
+            dwell: 0,
+            window: 0,
+            measured_at: 0,
+        }
+    }
+
+    /// What runs now.
+    pub fn current(&self) -> Choice {
+        self.current
+    }
+
+    /// The signature of the current workload, once a window has shown it.
+    pub fn signature(&self) -> Option<&Signature> {
+        self.signature.as_ref()
+    }
+
+    /// The candidates worth measuring: parallel ones with as many workers
+    /// as there are cores, at most the configured count.
+    fn candidates(&self) -> Vec<Choice> {
+        let w = self.workers.min(self.cores);
+        if w < 2 {
+            return vec![Choice::Sequential];
+        }
+        vec![Choice::Sequential, Choice::Late(w), Choice::Early(w)]
+    }
+
+    /// Takes in one window; returns the decision it leads to, if any.
+    pub fn observe(&mut self, w: &Window) -> Option<Decision> {
+        self.window += 1;
+        let settling = self.dwell > 0;
+        self.track_signature(w);
+        let starved = w.runnable.map(|r| w.share(r)).unwrap_or(0.0);
+        let busy = w.share(w.submitting);
+        if !settling && busy >= SATURATED && self.stable >= STABLE_WINDOWS {
+            self.record(w.throughput());
+        }
+        if settling {
+            self.dwell -= 1;
+            return None;
+        }
+        if self.cores < 2 {
+            return self.go(Choice::Sequential, "one core: parallel workers cannot gain".into());
+        }
+        // Threads the running choice itself keeps runnable beyond the
+        // cores (its workers and the scheduler thread); more than that,
+        // and something else takes the cores.
+        let own = (self.current.workers() + 1).saturating_sub(self.cores) as f64;
+        if starved >= own + STARVED_THREADS {
+            let why = format!(
+                "threads runnable without a CPU: {starved:.2} on average over the window, on {} cores",
+                self.cores
+            );
+            // Sequential stays, and nothing parallel is tried meanwhile.
+            return self.go(Choice::Sequential, why);
+        }
+        if self.stable < STABLE_WINDOWS {
+            return None;
+        }
+        if let Some(best) = self.known_best().filter(|&b| b != self.current) {
+            let rates: Vec<String> = self.measured.iter().map(|(c, r)| format!("{c}: {r:.0}")).collect();
+            let why = format!("fastest for this workload ({}), commands/s: {}", self.describe(), rates.join(", "));
+            return self.go(best, why);
+        }
+        if busy < SATURATED {
+            return None;
+        }
+        if let Some(next) = self.candidates().into_iter().find(|c| !self.measured.iter().any(|(m, _)| m == c)) {
+            return self.go(next, format!("measuring {next} for this workload ({})", self.describe()));
+        }
+        None
+    }
+
+    /// Follows the workload: a shift restarts the stability count and
+    /// swaps the measurements for those of the new workload, if it ran
+    /// before; age forgets them.
+    fn track_signature(&mut self, w: &Window) {
+        let Some(sig) = Signature::of(w) else { return };
+        match &self.signature {
+            Some(old) if !old.differs(&sig) => self.stable = self.stable.saturating_add(1),
+            _ => {
+                if let Some(old) = self.signature.take() {
+                    self.remember(old);
+                }
+                let seen = self.known.iter().position(|(s, _)| !s.differs(&sig));
+                self.measured = seen.and_then(|i| self.known.remove(i)).map(|(_, m)| m).unwrap_or_default();
+                self.signature = Some(sig);
+                self.stable = 1;
+            }
+        }
+        if self.window - self.measured_at > REMEASURE_WINDOWS {
+            self.measured.clear();
+            self.known.clear();
+            self.measured_at = self.window;
+        }
+    }
+
+    fn remember(&mut self, signature: Signature) {
+        if self.measured.is_empty() {
+            return;
+        }
+        if self.known.len() == WORKLOADS_KEPT {
+            self.known.pop_front();
+        }
+        self.known.push_back((signature, std::mem::take(&mut self.measured)));
+    }
+
+    /// The fastest choice measured for this workload, once every candidate
+    /// has been. A parallel choice must beat `sequential` by [`GAIN`]: it
+    /// costs more CPU for what it gains.
+    fn known_best(&self) -> Option<Choice> {
+        let candidates = self.candidates();
+        let rates: Option<Vec<f64>> = candidates.iter().map(|&c| self.rate(c)).collect();
+        let score = |c: Choice, r: f64| if c == Choice::Sequential { r * (1.0 + GAIN) } else { r };
+        let scored = candidates.iter().zip(rates?).map(|(&c, r)| (c, score(c, r)));
+        scored
+            .fold(None, |a: Option<(Choice, f64)>, b| match a {
+                Some(a) if a.1 >= b.1 => Some(a),
+                _ => Some(b),
+            })
+            .map(|(c, _)| c)
+    }
+
+    fn record(&mut self, rate: f64) {
+        self.measured.retain(|(c, _)| *c != self.current);
+        self.measured.push((self.current, rate));
+        self.measured_at = self.window;
+    }
+
+    fn rate(&self, c: Choice) -> Option<f64> {
+        self.measured.iter().find(|(m, _)| *m == c).map(|(_, r)| *r)
+    }
+
+    /// The switch to `refused` failed and `running` still runs: the
+    /// refused choice counts as measured at nothing for this workload.
+    pub fn refused(&mut self, refused: Choice, running: Choice) {
+        self.current = running;
+        self.measured.retain(|(c, _)| *c != refused);
+        self.measured.push((refused, 0.0));
+    }
+
+    fn go(&mut self, to: Choice, reason: String) -> Option<Decision> {
+        if to == self.current {
+            return None;
+        }
+        self.current = to;
+        self.dwell = DWELL_WINDOWS;
+        Some(Decision { window: self.window, to, reason, stall: Duration::ZERO })
+    }
+
+    fn describe(&self) -> String {
+        self.signature.as_ref().map_or_else(String::new, |s| format!("{:.0} % writes", 100.0 * s.writes))
+    }
+}
+
+/// Reads the time this process's threads have spent runnable without a
+/// CPU, summed over the threads (`None` where it cannot be known).
+pub type RunnableProbe = fn() -> Option<Duration>;
+
+/// The `auto` scheduler: a [`Switchable`] driven by a [`Controller`]
+/// (built by [`crate::build`] for [`SchedulerKind::Auto`]).
+pub struct Auto<S: Service> {
+    inner: Switchable<S>,
+    controller: Controller,
+    base: SchedConfig,
+    model: ClassModel,
+    window: Window,
+    started: Instant,
+    runnable_at_start: Option<Duration>,
+    decisions: VecDeque<Decision>,
+    made: u64,
+    probe: RunnableProbe,
+}
+
+impl<S: Service> Auto<S> {
+    /// `auto` over `service`, starting with `sequential`; `config.workers`
+    /// bounds the workers it may use.
+    pub fn new(
+        config: &SchedConfig,
+        service: Arc<S>,
+        model: &ClassModel,
+        sink: Arc<dyn ReplySink<S::Reply>>,
+    ) -> Result<Self, SchedError> {
+        Self::with_probe(config, service, model, sink, runnable)
+    }
+
+    /// Like [`Auto::new`], reading the time runnable without a CPU from
+    /// `probe` instead of the kernel (tests use it to fake an idle or a
+    /// busy machine).
+    pub fn with_probe(
+        config: &SchedConfig,
+        service: Arc<S>,
+        model: &ClassModel,
+        sink: Arc<dyn ReplySink<S::Reply>>,
+        probe: RunnableProbe,
+    ) -> Result<Self, SchedError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let controller = Controller::new(cores, config.workers);
+        let first = SchedConfig { kind: SchedulerKind::Sequential, workers: 1, mapping: None, ..config.clone() };
+        Ok(Self {
+            inner: Switchable::new(first, service, model, sink)?,
+            controller,
+            base: config.clone(),
+            model: model.clone(),
+            window: Window { classes: vec![0; model.len()], ..Window::default() },
+            started: Instant::now(),
+            runnable_at_start: probe(),
+            decisions: VecDeque::new(),
+            made: 0,
+            probe,
+        })
+    }
+
+    /// The configuration of `choice` for the workload seen last.
+    fn config_of(&self, choice: Choice) -> SchedConfig {
+        let base = SchedConfig { mapping: None, ..self.base.clone() };
+        match choice {
+            Choice::Sequential => SchedConfig { kind: SchedulerKind::Sequential, workers: 1, ..base },
+            Choice::Late(w) => SchedConfig { kind: SchedulerKind::LateBatchBitmap, workers: w, ..base },
+            Choice::Early(w) => {
+                let mapping = self.mapping_for(w);
+                SchedConfig { kind: SchedulerKind::Early, workers: w, mapping, ..base }
+            }
+        }
+    }
+
+    /// A mapping for `workers` weighted by the observed class frequencies:
+    /// the optimizer's, within a short time limit, or the naive one.
+    fn mapping_for(&self, workers: usize) -> Option<Mapping> {
+        let weights = self.controller.signature().map(|s| s.classes.iter().map(|&c| c.max(1e-3)).collect::<Vec<_>>());
+        let problem = Problem::new(self.model.clone(), workers).ok()?;
+        let problem = match weights {
+            Some(w) => problem.clone().with_weights(w).unwrap_or(problem),
+            None => problem,
+        };
+        #[cfg(feature = "optimizer")]
+        if let Ok(s) = crate::optimizer::optimize_with(&problem, crate::optimizer::Limits { time: OPTIMIZER_TIME }) {
+            return Some(s.mapping);
+        }
+        Some(naive(&problem))
+    }
+
+    /// Closes the window, asks the controller, and switches if it says so.
+    fn end_window(&mut self) -> Result<(), SchedError> {
+        let now = (self.probe)();
+        self.window.runnable = now.zip(self.runnable_at_start).map(|(b, a)| b.saturating_sub(a));
+        self.window.elapsed = self.started.elapsed();
+        let w = &self.window;
+        tracing::debug!(
+            running = %self.controller.current(),
+            commands_per_s = w.throughput() as u64,
+            submitting = w.share(w.submitting),
+            runnable = w.runnable.map_or(0.0, |r| w.share(r)),
+            "auto: window"
+        );
+        let before = self.controller.current();
+        let decision = self.controller.observe(&self.window);
+        self.window = Window { classes: vec![0; self.model.len()], ..Window::default() };
+        self.started = Instant::now();
+        self.runnable_at_start = now;
+        let Some(mut decision) = decision else { return Ok(()) };
+        let config = self.config_of(decision.to);
+        match self.inner.switch(config) {
+            Ok(stall) => {
+                decision.stall = stall;
+                self.made += 1;
+                let mapping = self.inner.config().mapping.as_ref().map(|m| m.to_spec(&self.model));
+                tracing::info!(
+                    to = %decision.to,
+                    mapping = mapping.as_deref().unwrap_or("-"),
+                    stall_us = stall.as_micros() as u64,
+                    reason = %decision.reason,
+                    "auto: switched"
+                );
+                if self.decisions.len() == DECISIONS_KEPT {
+                    self.decisions.pop_front();
+                }
+                self.decisions.push_back(decision);
+                Ok(())
+            }
+            Err(crate::SwitchError::Build(e)) => {
+                tracing::warn!(to = %decision.to, "auto: cannot start the chosen scheduler, keeping the running one: {e}");
+                self.controller.refused(decision.to, before);
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// How long `auto` lets the optimizer search for a mapping: it runs on the
+/// scheduler thread, between two batches.
+#[cfg(feature = "optimizer")]
+const OPTIMIZER_TIME: Duration = Duration::from_millis(50);
+
+/// Time this process's threads have spent runnable without a CPU, summed:
+/// the second field of each `/proc/self/task/*/schedstat`. `None` where
+/// the kernel does not provide it.
+fn runnable() -> Option<Duration> {
+    let dir = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut total = 0u64;
+    for task in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else { continue };
+        total += text.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Some(Duration::from_nanos(total))
+}
+
+impl<S: Service> Scheduler<S> for Auto<S> {
+    fn kind(&self) -> SchedulerKind {
+        SchedulerKind::Auto
+    }
+
+    fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
+        let w = &mut self.window;
+        w.commands += batch.len() as u64;
+        for cmd in batch.commands() {
+            w.writes += u64::from(!cmd.is_read_only());
+            if let Some(c) = w.classes.get_mut(cmd.class.index()) {
+                *c += 1;
+            }
+        }
+        let began = Instant::now();
+        let result = self.inner.submit(batch);
+        self.window.submitting += began.elapsed();
+        result?;
+        if self.started.elapsed() >= self.base.auto_window {
+            self.end_window()?;
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> Option<Arc<crate::Metrics>> {
+        self.inner.metrics()
+    }
+
+    fn decisions(&self) -> Vec<Decision> {
+        self.decisions.iter().cloned().collect()
+    }
+
+    fn running(&self) -> SchedulerKind {
+        self.inner.kind()
+    }
+
+    fn decisions_made(&self) -> u64 {
+        self.made
+    }
+
+    fn describe(&self) -> String {
+        format!("auto: {}", self.controller.current())
+    }
+
+    fn finish(self: Box<Self>) -> Result<SchedStats, SchedError> {
+        Box::new(self.inner).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A window of 100 ms with `commands` commands, half of class 0, a
+    /// share `writes` of them writes, the scheduler thread busy `busy` of
+    /// it, and `waiting` threads runnable without a CPU on average.
+    fn window(commands: u64, writes: f64, busy: f64, waiting: f64) -> Window {
+        let elapsed = Duration::from_millis(100);
+        Window {
+            elapsed,
+            commands,
+            writes: (commands as f64 * writes) as u64,
+            classes: vec![commands / 2, commands - commands / 2],
+            submitting: elapsed.mul_f64(busy),
+            runnable: Some(elapsed.mul_f64(waiting)),
+        }
+    }
+
+    /// Feeds windows whose throughput depends on what runs, as `rate` says;
+    /// returns the decisions.
+    fn run(c: &mut Controller, windows: usize, writes: f64, rate: impl Fn(Choice) -> u64) -> Vec<Decision> {
+        (0..windows).filter_map(|_| c.observe(&window(rate(c.current()), writes, 0.9, 0.0))).collect()
+    }
+
+    #[test]
+    fn measures_each_candidate_then_keeps_the_fastest() {
+        let mut c = Controller::new(4, 4);
+        let rates = |ch: Choice| match ch {
+            Choice::Sequential => 10_000,
+            Choice::Late(_) => 30_000,
+            Choice::Early(_) => 20_000,
+        };
+        let decisions = run(&mut c, 30, 0.15, rates);
+        let tos: Vec<Choice> = decisions.iter().map(|d| d.to).collect();
+        assert_eq!(tos, vec![Choice::Late(4), Choice::Early(4), Choice::Late(4)], "{decisions:#?}");
+        assert_eq!(c.current(), Choice::Late(4));
+    }
+
+    #[test]
+    fn stays_sequential_when_it_is_fastest() {
+        let mut c = Controller::new(2, 2);
+        let rates = |ch: Choice| if ch == Choice::Sequential { 50_000 } else { 30_000 };
+        run(&mut c, 40, 0.15, rates);
+        assert_eq!(c.current(), Choice::Sequential);
+    }
+
+    #[test]
+    fn a_small_gain_is_not_worth_a_switch() {
+        let mut c = Controller::new(2, 2);
+        let rates = |ch: Choice| if ch == Choice::Sequential { 50_000 } else { 52_000 };
+        run(&mut c, 40, 0.15, rates);
+        assert_eq!(c.current(), Choice::Sequential, "4 % is within the hysteresis");
+    }
+
+    #[test]
+    fn starved_workers_go_back_to_sequential_at_once() {
+        let mut c = Controller::new(4, 4);
+        run(&mut c, 30, 0.15, |ch| if ch == Choice::Sequential { 1 } else { 2 });
+        assert_ne!(c.current(), Choice::Sequential);
+        while c.dwell > 0 {
+            c.observe(&window(1000, 0.15, 0.9, 0.0));
+        }
+        let d = c.observe(&window(1000, 0.15, 0.9, 2.0)).expect("a decision");
+        assert_eq!(d.to, Choice::Sequential);
+        assert!(d.reason.contains("runnable without a CPU"), "{}", d.reason);
+    }
+
+    #[test]
+    fn a_machine_short_of_cores_is_not_tried_in_parallel() {
+        let mut c = Controller::new(4, 4);
+        let d: Vec<_> = (0..30).filter_map(|_| c.observe(&window(1000, 0.15, 0.9, 0.6))).collect();
+        assert!(d.is_empty(), "{d:?}");
+        // Two workers and the scheduler thread on two cores keep one
+        // thread waiting: that is the choice itself, not a busy machine.
+        let mut c = Controller::new(2, 2);
+        let d: Vec<_> = (0..30)
+            .filter_map(|_| {
+                let parallel = c.current() != Choice::Sequential;
+                c.observe(&window(if parallel { 2000 } else { 1000 }, 0.15, 0.9, if parallel { 1.0 } else { 0.0 }))
+            })
+            .collect();
+        assert_ne!(c.current(), Choice::Sequential, "{d:#?}");
+    }
+
+    #[test]
+    fn one_core_or_an_idle_replica_never_goes_parallel() {
+        let mut c = Controller::new(1, 8);
+        assert!(run(&mut c, 30, 0.15, |_| 1000).is_empty());
+        let mut c = Controller::new(8, 8);
+        let idle: Vec<_> = (0..30).filter_map(|_| c.observe(&window(1000, 0.0, 0.1, 0.0))).collect();
+        assert!(idle.is_empty(), "execution is not the bottleneck: {idle:?}");
+    }
+
+    #[test]
+    fn a_flapping_workload_does_not_make_it_oscillate() {
+        let mut c = Controller::new(4, 4);
+        // The write share jumps every window: never stable long enough.
+        let decisions: Vec<_> =
+            (0..200).filter_map(|i| c.observe(&window(1000, if i % 2 == 0 { 0.0 } else { 0.9 }, 0.9, 0.0))).collect();
+        assert!(decisions.is_empty(), "{decisions:?}");
+        // Two workloads taking turns every 10 windows, one best run by
+        // `late-batch-bitmap`, the other by `sequential`: once both are
+        // measured, each turn costs at most one switch, and decisions are
+        // never closer than the dwell allows.
+        let mut c = Controller::new(4, 4);
+        let decisions: Vec<_> = (0..300)
+            .filter_map(|i| {
+                let reads = (i / 10) % 2 == 0;
+                let rate = match (reads, c.current()) {
+                    (true, Choice::Late(_)) | (false, Choice::Sequential) => 3000,
+                    _ => 1000,
+                };
+                c.observe(&window(rate, if reads { 0.0 } else { 0.9 }, 0.9, 0.0))
+            })
+            .collect();
+        let windows: Vec<u64> = decisions.iter().map(|d| d.window).collect();
+        assert!(windows.windows(2).all(|p| p[1] - p[0] > u64::from(DWELL_WINDOWS)), "{windows:?}");
+        let late_turns = windows.iter().filter(|&&w| w > 100).count();
+        assert!(late_turns <= 20, "{late_turns} decisions in 20 turns: {decisions:#?}");
+        assert!(late_turns >= 10, "the controller stopped following the workload: {decisions:#?}");
+    }
+
+    #[test]
+    fn a_workload_shift_measures_again() {
+        let mut c = Controller::new(4, 4);
+        let fast_late = |ch: Choice| if matches!(ch, Choice::Late(_)) { 3000 } else { 1000 };
+        run(&mut c, 30, 0.0, fast_late);
+        assert_eq!(c.current(), Choice::Late(4));
+        let fast_seq = |ch: Choice| if ch == Choice::Sequential { 3000 } else { 1000 };
+        run(&mut c, 40, 0.5, fast_seq);
+        assert_eq!(c.current(), Choice::Sequential);
+    }
+}
