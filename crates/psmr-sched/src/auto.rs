@@ -32,7 +32,7 @@
 
 use crate::optimizer::{naive, Problem};
 use crate::{ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Switchable};
-use psmr_model::{Batch, ClassModel, Mapping, Service};
+use psmr_model::{Batch, BatchSummary, ClassModel, Mapping, Service};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -62,6 +62,13 @@ pub const SATURATED: f64 = 0.6;
 pub const REMEASURE_WINDOWS: u64 = 300;
 /// Decisions kept for [`Scheduler::decisions`].
 pub const DECISIONS_KEPT: usize = 32;
+/// One batch in this many has its keys compared with the previous sampled
+/// one, for the conflict share of a window.
+pub const SAMPLE_EVERY: u64 = 8;
+/// Share of sampled batch pairs that conflict above which late scheduling
+/// is not tried: nearly every batch would wait for the one before it in
+/// the dependency graph.
+pub const LATE_CONFLICTS_MAX: f64 = 0.9;
 
 /// What the controller may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,6 +119,11 @@ pub struct Window {
     /// Time the process's threads spent runnable without a CPU, summed
     /// over the threads (`None` where the kernel does not say).
     pub runnable: Option<Duration>,
+    /// Sampled pairs of batches (see [`SAMPLE_EVERY`]) whose keys were
+    /// compared.
+    pub pairs: u64,
+    /// Of `pairs`, those that conflict.
+    pub conflicting_pairs: u64,
 }
 
 impl Window {
@@ -132,20 +144,30 @@ pub struct Signature {
     pub classes: Vec<f64>,
     /// Share of commands that write.
     pub writes: f64,
+    /// Share of sampled batch pairs that conflict (`None`: none sampled).
+    pub conflicts: Option<f64>,
 }
 
 impl Signature {
     fn of(w: &Window) -> Option<Self> {
         let n = w.commands as f64;
-        (w.commands > 0)
-            .then(|| Self { classes: w.classes.iter().map(|&c| c as f64 / n).collect(), writes: w.writes as f64 / n })
+        (w.commands > 0).then(|| Self {
+            classes: w.classes.iter().map(|&c| c as f64 / n).collect(),
+            writes: w.writes as f64 / n,
+            conflicts: (w.pairs > 0).then(|| w.conflicting_pairs as f64 / w.pairs as f64),
+        })
     }
 
     /// True when `other` is a different workload: the class shares moved
-    /// by more than 0.2 in total, or the write share by more than 0.1.
+    /// by more than 0.2 in total, the write share by more than 0.1, or the
+    /// conflict share by more than 0.2.
     fn differs(&self, other: &Signature) -> bool {
         let moved: f64 = self.classes.iter().zip(&other.classes).map(|(a, b)| (a - b).abs()).sum();
-        moved > 0.2 || (self.writes - other.writes).abs() > 0.1
+        let conflicts = match (self.conflicts, other.conflicts) {
+            (Some(a), Some(b)) => (a - b).abs() > 0.2,
+            _ => false,
+        };
+        moved > 0.2 || (self.writes - other.writes).abs() > 0.1 || conflicts
     }
 }
 
@@ -211,13 +233,18 @@ impl Controller {
     }
 
     /// The candidates worth measuring: parallel ones with as many workers
-    /// as there are cores, at most the configured count.
+    /// as there are cores, at most the configured count; late scheduling
+    /// only while batches rarely conflict.
     fn candidates(&self) -> Vec<Choice> {
         let w = self.workers.min(self.cores);
         if w < 2 {
             return vec![Choice::Sequential];
         }
-        vec![Choice::Sequential, Choice::Late(w), Choice::Early(w)]
+        let conflicts = self.signature.as_ref().and_then(|s| s.conflicts).unwrap_or(0.0);
+        match conflicts >= LATE_CONFLICTS_MAX {
+            true => vec![Choice::Sequential, Choice::Early(w)],
+            false => vec![Choice::Sequential, Choice::Late(w), Choice::Early(w)],
+        }
     }
 
     /// Takes in one window; returns the decision it leads to, if any.
@@ -344,7 +371,11 @@ impl Controller {
     }
 
     fn describe(&self) -> String {
-        self.signature.as_ref().map_or_else(String::new, |s| format!("{:.0} % writes", 100.0 * s.writes))
+        let Some(s) = &self.signature else { return String::new() };
+        match s.conflicts {
+            Some(c) => format!("{:.0} % writes, {:.0} % of sampled batch pairs conflict", 100.0 * s.writes, 100.0 * c),
+            None => format!("{:.0} % writes", 100.0 * s.writes),
+        }
     }
 }
 
@@ -365,6 +396,9 @@ pub struct Auto<S: Service> {
     decisions: VecDeque<Decision>,
     made: u64,
     probe: RunnableProbe,
+    /// Batches submitted, and the keys of the last sampled one.
+    batches: u64,
+    sampled: Option<BatchSummary>,
 }
 
 impl<S: Service> Auto<S> {
@@ -403,6 +437,8 @@ impl<S: Service> Auto<S> {
             decisions: VecDeque::new(),
             made: 0,
             probe,
+            batches: 0,
+            sampled: None,
         })
     }
 
@@ -483,6 +519,24 @@ impl<S: Service> Auto<S> {
     }
 }
 
+impl<S: Service> Auto<S> {
+    /// Compares one batch in [`SAMPLE_EVERY`] with the one sampled before
+    /// it (the summary is cached in the batch, and `late-batch-bitmap`
+    /// reuses it).
+    fn sample(&mut self, batch: &Batch<S::Op>) {
+        self.batches += 1;
+        if self.batches % SAMPLE_EVERY != 0 || batch.is_empty() {
+            return;
+        }
+        let summary = batch.summary();
+        if let Some(before) = &self.sampled {
+            self.window.pairs += 1;
+            self.window.conflicting_pairs += u64::from(before.keys_conflict(summary));
+        }
+        self.sampled = Some(summary.clone());
+    }
+}
+
 /// How long `auto` lets the optimizer search for a mapping: it runs on the
 /// scheduler thread, between two batches.
 #[cfg(feature = "optimizer")]
@@ -507,6 +561,7 @@ impl<S: Service> Scheduler<S> for Auto<S> {
     }
 
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
+        self.sample(&batch);
         let w = &mut self.window;
         w.commands += batch.len() as u64;
         for cmd in batch.commands() {
@@ -566,6 +621,8 @@ mod tests {
             classes: vec![commands / 2, commands - commands / 2],
             submitting: elapsed.mul_f64(busy),
             runnable: Some(elapsed.mul_f64(waiting)),
+            pairs: 0,
+            conflicting_pairs: 0,
         }
     }
 
@@ -587,6 +644,20 @@ mod tests {
         let tos: Vec<Choice> = decisions.iter().map(|d| d.to).collect();
         assert_eq!(tos, vec![Choice::Late(4), Choice::Early(4), Choice::Late(4)], "{decisions:#?}");
         assert_eq!(c.current(), Choice::Late(4));
+    }
+
+    #[test]
+    fn late_scheduling_is_not_tried_when_batches_nearly_always_conflict() {
+        let mut c = Controller::new(4, 4);
+        let decisions: Vec<_> = (0..30)
+            .filter_map(|_| {
+                let w = Window { pairs: 10, conflicting_pairs: 10, ..window(1000, 0.15, 0.9, 0.0) };
+                c.observe(&w)
+            })
+            .collect();
+        assert!(decisions.iter().all(|d| !matches!(d.to, Choice::Late(_))), "{decisions:#?}");
+        assert!(decisions.iter().any(|d| d.to == Choice::Early(4)), "{decisions:#?}");
+        assert!(decisions[0].reason.contains("100 % of sampled batch pairs conflict"), "{}", decisions[0].reason);
     }
 
     #[test]
