@@ -22,9 +22,10 @@
 //! steal: it takes the concurrent commands at the front of a victim's
 //! ready queue, up to its first sequential command (000 takes the whole
 //! queue and only when it holds no sequential command; see
-//! [`WsQueue::try_steal`](crate::WsQueue::try_steal)), but only when the batch the victim is
-//! executing holds no sequential command (`exec_flag`), and it raises the
-//! victim's `marker` for itself until the stolen commands have executed.
+//! [`WsQueue::try_steal`](crate::WsQueue::try_steal)), but only when the
+//! batch the victim is executing holds no sequential command
+//! (`exec_flag`), and it raises the victim's `marker` for itself until the
+//! stolen commands have executed.
 //!
 //! Why this keeps the order of conflicting commands: concurrent commands
 //! never conflict with each other (R.3), and a sequential command that
@@ -49,10 +50,10 @@
 //! workers, their queues and their meetings are those of every early
 //! scheduler ([`crate::early`]); this module holds what stealing adds.
 //!
-//! The queue protocol lives in [`WsQueue`](crate::WsQueue) and is model-checked with loom
-//! in `tests/loom_steal.rs` (idle stealing, markers, flags) and
-//! `tests/loom_semi.rs` (stealing while waiting on two-cycle counters,
-//! with and without a conflicting class).
+//! The queue protocol lives in [`WsQueue`](crate::WsQueue) and is
+//! model-checked with loom in `tests/loom_steal.rs` (idle stealing,
+//! markers, flags) and `tests/loom_semi.rs` (stealing while waiting on
+//! two-cycle counters, with and without a conflicting class).
 
 use crate::early::{execute_entry, Shared};
 use crate::metrics::WorkerCounters;
