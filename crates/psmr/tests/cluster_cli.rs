@@ -218,18 +218,28 @@ fn a_disk_cluster_loses_nothing_when_a_majority_or_everything_is_killed() {
     cluster.kill_replica(0);
     cluster.kill_replica(1);
     let config = dir.join("cluster.toml");
+    // Their logs, to say why if one of them does not come back (its port
+    // taken meanwhile by another test's cluster, say).
+    let log = |id: u64| dir.join(format!("restarted-{id}.log"));
     let restart = |id: u64| {
         Command::new(env!("CARGO_BIN_EXE_psmr"))
             .args(["replica", "--config", config.to_str().unwrap(), "--id", &id.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(log(id)).unwrap())
             .spawn()
             .unwrap()
     };
     let mut restarted = vec![restart(1), restart(2)];
-    check_keys(&cluster, 0..10);
-    put_keys(&cluster, 10..20);
-    cluster.converged();
+    let logs = || [1, 2].map(|id| format!("replica {id}: {}", std::fs::read_to_string(log(id)).unwrap_or_default()));
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check_keys(&cluster, 0..10);
+        put_keys(&cluster, 10..20);
+        cluster.converged();
+    }));
+    if let Err(e) = checked {
+        let why = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        panic!("{why}\nthe restarted replicas logged:\n{}", logs().join("\n"));
+    }
     // Everything dies at once, the cluster process too; `psmr cluster`
     // over the same directory brings the same cluster back.
     for c in &mut restarted {
