@@ -513,8 +513,12 @@ where
 {
     let n = commands.len();
     let weights = class_frequencies(&setup.model, &commands);
-    let batches: Vec<Batch<S::Op>> =
-        commands.chunks(config.batch).map(|c| Batch::new(c.to_vec(), config.bitmap_bits)).collect();
+    // Runs in child processes build their own batches: a copy here would
+    // only double the memory of a large workload.
+    let batches: Vec<Batch<S::Op>> = match config.isolate {
+        Some(_) => Vec::new(),
+        None => commands.chunks(config.batch).map(|c| Batch::new(c.to_vec(), config.bitmap_bits)).collect(),
+    };
     drop(commands);
     // One variant per (scheduler, workers, mapping source); schedulers
     // without a mapping run once per worker count.
