@@ -638,6 +638,8 @@ fn corpus_wire_server() -> Vec<Vec<u8>> {
             at_ns: 5,
             threads: vec![ThreadStat { name: "exec".into(), tid: 9, cpu_ns: 10, runq_ns: 11 }],
             workers: vec![WorkerSample { executed: 4, dequeues: 2, ..WorkerSample::default() }],
+            scheduler: "auto: sequential".into(),
+            decision: String::new(),
         },
         ServerMsg::Metrics("# EOF\n".into()),
         ServerMsg::Members(vec![

@@ -11,7 +11,8 @@
 //!
 //! [`scenario`] names the end-to-end experiments of `psmr bench` and
 //! expands their parameter sweeps; [`report`] writes their results as
-//! JSON, CSV, SVG plots and a Markdown report; [`simulate`] is the bitmap
+//! JSON, CSV, SVG plots and a Markdown report, with [`timeline`] for
+//! workloads that shift during a run; [`simulate`] is the bitmap
 //! false-positive simulation of 004 Table I.
 //!
 //! [`history`] reads client histories of the key-value store and checks
@@ -28,6 +29,9 @@
 //! of each replica); [`kv_stream`] is the kv load's random stream of keys
 //! and values; [`peers`] runs etcd and Redis next to psmr (`psmr bench
 //! --scenario peers`).
+//!
+//! [`rt_bench`] runs psmr-rt's task pools next to tokio on the workloads
+//! of 001 (`psmr rt-bench`).
 //!
 //! [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
 //! network and the disk (`psmr fuzz`).
@@ -47,10 +51,12 @@ pub mod load;
 pub mod peers;
 pub mod probe;
 pub mod report;
+pub mod rt_bench;
 pub mod runner;
 pub mod scenario;
 pub mod sched_bench;
 pub mod simulate;
+pub mod timeline;
 
 pub use sched_bench::{
     format_metrics_table, format_table, run, BenchError, Isolate, MappingSource, MetricsSample, RunReport,

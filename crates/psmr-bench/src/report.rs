@@ -91,6 +91,21 @@ pub struct Event {
     pub error: Option<String>,
 }
 
+/// A change of what a replica executes with (a decision of `auto`, or a
+/// `psmr client reconfigure`), seen in its counters read every second.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Switch {
+    /// Seconds into the measured window of the reading that first showed
+    /// it (the change happened in the second before).
+    pub at_s: f64,
+    /// The replica's client address.
+    pub replica: String,
+    /// What it executes with since (`auto: early, 2 workers`).
+    pub scheduler: String,
+    /// `auto`'s last decision and its reason, if it decided.
+    pub decision: String,
+}
+
 /// The measurements of one point.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PointResult {
@@ -116,6 +131,9 @@ pub struct PointResult {
     pub workers: Vec<WorkerRow>,
     /// The same for each second of the window (000 Fig. 5.3).
     pub worker_timeline: Vec<Vec<WorkerRow>>,
+    /// Changes of the replicas' schedulers during the window, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub switches: Vec<Switch>,
     /// Faults injected, in order.
     pub events: Vec<Event>,
     /// Each replica's CPU time over the window, per command, from its
@@ -151,6 +169,7 @@ impl PointResult {
             stages: Vec::new(),
             workers: Vec::new(),
             worker_timeline: Vec::new(),
+            switches: Vec::new(),
             events: Vec::new(),
             cpu: Vec::new(),
             cpu_note: None,
@@ -225,6 +244,9 @@ pub fn write_all(
         if let Some(svg) = workers_svg(p) {
             files.push((format!("workers-{i}.svg"), svg));
         }
+    }
+    if let Some(svg) = crate::timeline::svg(scenario.name, points) {
+        files.push(("timeline.svg".to_string(), svg));
     }
     write_files(dir, files)
 }
@@ -414,13 +436,36 @@ pub fn chart(
     lines: &[(String, Vec<(f64, f64)>)],
     categories: &[String],
 ) -> String {
+    chart_marked(title, x_label, y_label, lines, categories, &[])
+}
+
+/// A vertical line across a chart at `x`, labeled at its top.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mark {
+    /// Where, in x units.
+    pub x: f64,
+    /// Its label, set upright along the line.
+    pub label: String,
+    /// Its color: dashed grey for `false`, red for `true`.
+    pub strong: bool,
+}
+
+/// [`chart`] with vertical `marks` (phase boundaries, decisions).
+pub fn chart_marked(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+    categories: &[String],
+    marks: &[Mark],
+) -> String {
     // Category names are set at a slant below the axis and need more room.
     let bottom = if categories.is_empty() { 60.0 } else { 110.0 };
     let (w, h, left, right, top) = (720.0, 400.0 + bottom, 80.0, 200.0, 40.0);
     let (pw, ph) = (w - left - right, h - top - bottom);
     let all = lines.iter().flat_map(|(_, p)| p.iter());
     let x_max = if categories.is_empty() {
-        nice_ceiling(all.clone().map(|p| p.0).fold(0.0, f64::max))
+        nice_ceiling(all.clone().map(|p| p.0).chain(marks.iter().map(|m| m.x)).fold(0.0, f64::max))
     } else {
         (categories.len().max(2) - 1) as f64
     };
@@ -479,6 +524,19 @@ pub fn chart(
         top + ph / 2.0,
         escape(y_label)
     );
+    for m in marks {
+        let (x, color, dash) =
+            (sx(m.x), if m.strong { "#d62728" } else { "#888" }, if m.strong { "2,2" } else { "6,4" });
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{axis_y}" stroke="{color}" stroke-dasharray="{dash}"/><text x="{:.1}" y="{}" font-size="10" fill="{color}" transform="rotate(90 {:.1} {})">{}</text>"#,
+            x + 3.0,
+            top + 4.0,
+            x + 3.0,
+            top + 4.0,
+            escape(&m.label)
+        );
+    }
     for (k, (name, pts)) in lines.iter().enumerate() {
         let color = COLORS[k % COLORS.len()];
         let path: Vec<String> = pts.iter().map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y))).collect();
@@ -653,6 +711,7 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
             let _ = writeln!(s, "- {}: `{}`", p.name, p.mapping_spec.as_deref().unwrap_or(""));
         }
     }
+    crate::timeline::markdown(&mut s, points);
     let _ = writeln!(s, "\n![throughput](throughput.svg)\n\n![latency](latency.svg)\n");
     for (i, p) in points.iter().enumerate() {
         if !p.worker_timeline.iter().all(Vec::is_empty) {

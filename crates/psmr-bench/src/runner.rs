@@ -171,21 +171,27 @@ pub fn check_point(point: &Point, existing: bool, faults: &Faults, seed: u64) ->
 
 /// The load of `p`, its operations written to `history` if given.
 pub fn load_spec(p: &Params, history: Option<PathBuf>, seed: u64) -> Result<LoadSpec, RunError> {
-    let ops = match p.service.as_str() {
-        "list" => {
-            let cost: Cost = p.cost.parse()?;
-            Ops::List { model: p.model.parse()?, workload: list_workload(p)?, list_size: cost.list_size() }
-        }
-        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct, value_bytes: p.value_bytes },
-    };
+    let mut phases = p.phase_params()?.iter().map(ops).collect::<Result<Vec<Ops>, RunError>>()?;
     Ok(LoadSpec {
         seed,
         clients: p.clients,
         per_request: p.per_request,
         warmup: Duration::from_secs_f64(p.warmup_s),
         duration: Duration::from_secs_f64(p.duration_s),
-        ops,
+        ops: phases.remove(0),
+        phases,
         history,
+    })
+}
+
+/// The commands of `p`'s workload.
+fn ops(p: &Params) -> Result<Ops, RunError> {
+    Ok(match p.service.as_str() {
+        "list" => {
+            let cost: Cost = p.cost.parse()?;
+            Ops::List { model: p.model.parse()?, workload: list_workload(p)?, list_size: cost.list_size() }
+        }
+        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct, value_bytes: p.value_bytes },
     })
 }
 
@@ -401,6 +407,7 @@ fn to_result(point: &Point, load: &LoadResult) -> PointResult {
     r.timeline = load.timeline.clone();
     r.workers = load.workers.clone();
     r.worker_timeline = load.worker_timeline.clone();
+    r.switches = load.switches.clone();
     r.stages = load.stages.clone();
     r.cpu = load.cpu.clone();
     r.cpu_note = load.cpu_note.clone();

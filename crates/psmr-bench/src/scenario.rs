@@ -118,6 +118,13 @@ pub struct Params {
     pub warmup_s: f64,
     /// Measured time, seconds.
     pub duration_s: f64,
+    /// How the workload shifts during the measured window: the later
+    /// phases, each a `+`-joined list of workload settings (`workload`,
+    /// `skew`, `write_skew`, `write_pct`, `keys`, `value_bytes`) applied to
+    /// the point's own, phases separated by `;`. The window is cut into
+    /// equal parts, the first (and the warm-up) running the point's own
+    /// workload. Empty (`none`): one phase.
+    pub phases: Vec<String>,
 }
 
 impl Default for Params {
@@ -148,6 +155,7 @@ impl Default for Params {
             value_bytes: None,
             warmup_s: 1.0,
             duration_s: 5.0,
+            phases: Vec::new(),
         }
     }
 }
@@ -173,7 +181,7 @@ pub const CLUSTER_KEYS: [&str; 15] = [
 ];
 
 /// Parameters of the load alone.
-pub const LOAD_KEYS: [&str; 10] = [
+pub const LOAD_KEYS: [&str; 11] = [
     "workload",
     "skew",
     "write_skew",
@@ -184,7 +192,12 @@ pub const LOAD_KEYS: [&str; 10] = [
     "value_bytes",
     "warmup_s",
     "duration_s",
+    "phases",
 ];
+
+/// The settings a phase of [`Params::phases`] may change: what the
+/// commands are, not how many clients send them or for how long.
+pub const PHASE_KEYS: [&str; 6] = ["workload", "skew", "write_skew", "write_pct", "keys", "value_bytes"];
 
 /// Every parameter a sweep or `--set` may name: the cluster's, then the
 /// load's.
@@ -288,9 +301,51 @@ impl Params {
                     self.duration_s = s;
                 }
             }
+            "phases" => {
+                let phases: Vec<String> = match value.trim() {
+                    "none" | "" => Vec::new(),
+                    v => v.split(';').map(|p| p.trim().to_string()).collect(),
+                };
+                let mut probe = self.clone();
+                for phase in &phases {
+                    probe.apply_phase(phase)?;
+                }
+                self.phases = phases;
+            }
             _ => return Err(ScenarioError::UnknownKey { key, known: keys().collect::<Vec<_>>().join(", ") }),
         }
         Ok(())
+    }
+
+    /// Applies one phase of [`Params::phases`]: `KEY=VALUE+KEY=VALUE`
+    /// over [`PHASE_KEYS`].
+    pub fn apply_phase(&mut self, phase: &str) -> Result<(), ScenarioError> {
+        let malformed = || ScenarioError::BadValue {
+            key: "phases".into(),
+            value: phase.into(),
+            why: format!("a phase is KEY=VALUE+KEY=VALUE... over {}", PHASE_KEYS.join(", ")),
+        };
+        for setting in phase.split('+') {
+            let (key, value) = setting.split_once('=').ok_or_else(malformed)?;
+            let key = key.trim().replace('-', "_");
+            if !PHASE_KEYS.contains(&key.as_str()) {
+                return Err(malformed());
+            }
+            self.set(&key, value)?;
+        }
+        Ok(())
+    }
+
+    /// The parameters of each phase of the measured window, the first
+    /// being `self` as it is.
+    pub fn phase_params(&self) -> Result<Vec<Params>, ScenarioError> {
+        let mut out = vec![Params { phases: Vec::new(), ..self.clone() }];
+        for phase in &self.phases {
+            let mut p = out[0].clone();
+            p.apply_phase(phase)?;
+            out.push(p);
+        }
+        Ok(out)
     }
 
     /// The value of `key` as text, as [`Params::set`] reads it.
@@ -321,6 +376,10 @@ impl Params {
             "value_bytes" => self.value_bytes.map_or("decimal".to_string(), |b| b.to_string()),
             "warmup_s" => self.warmup_s.to_string(),
             "duration_s" => self.duration_s.to_string(),
+            "phases" => match self.phases.is_empty() {
+                true => "none".to_string(),
+                false => self.phases.join(";"),
+            },
             _ => return None,
         })
     }
@@ -565,9 +624,26 @@ pub fn scenarios() -> Vec<Scenario> {
                 workload: "25-5-25".into(),
                 skew: 0.8,
                 workers: 4,
-                ..base
+                ..base.clone()
             },
             sweeps: vec![sweep("scheduler", &["early", "early-ws-optimistic"])],
+        },
+        Scenario {
+            kind: ScenarioKind::Cluster,
+            name: "adaptive",
+            source: "003 §6.8 lesson 3 (adapting on the fly), 000 §7",
+            about: "a workload that shifts during the window, the sharded list with 2 shards at moderate cost: read-only, then 50 % local writes, then those writes 90 % on one shard, then read-only again; auto against each fixed scheduler second by second, auto's decisions marked",
+            base: Params {
+                service: "list".into(),
+                model: "sharded-global".into(),
+                shards: 2,
+                cost: "moderate".into(),
+                workload: "0-0-0".into(),
+                phases: ["workload=50-0-0", "workload=50-0-0+skew=0.9", "workload=0-0-0"].map(String::from).to_vec(),
+                duration_s: 20.0,
+                ..base
+            },
+            sweeps: vec![sweep("scheduler", &["sequential", "late-batch-bitmap", "early", "auto"])],
         },
         Scenario {
             kind: ScenarioKind::Peers,
@@ -683,6 +759,25 @@ mod tests {
         assert!(matches!("value_bytes=big".parse::<Sweep>(), Err(ScenarioError::BadValue { .. })));
         let v: Sweep = "value-bytes=decimal,64".parse().unwrap();
         assert_eq!(v, sweep("value_bytes", &["decimal", "64"]));
+        let phases: Sweep = "phases=none,workload=1-0-0;skew=0.5/0.2+write_pct=10".parse().unwrap();
+        assert_eq!(phases.values.len(), 2);
+        let mut p = Params::default();
+        p.set("phases", &phases.values[1]).unwrap();
+        let each = p.phase_params().unwrap();
+        assert_eq!(each.len(), 3);
+        assert_eq!(
+            (each[1].workload.as_str(), each[2].skew, each[2].write_skew, each[2].write_pct),
+            ("1-0-0", 0.5, Some(0.2), 10)
+        );
+        assert_eq!(
+            (each[2].workload.as_str(), each[0].phases.len()),
+            ("0-0-0", 0),
+            "each phase changes the point's own"
+        );
+        assert_eq!(p.get("phases").unwrap(), "workload=1-0-0;skew=0.5/0.2+write_pct=10");
+        for bad in ["clients=4", "workload", "workload=1-0-0+duration_s=3", "skew=2", "phases=none"] {
+            assert!(Params::default().set("phases", bad).is_err(), "{bad}");
+        }
         let mut p = Params::default();
         p.set("skew", "0.33/0.67").unwrap();
         assert_eq!((p.skew, p.write_skew), (0.33, Some(0.67)));
@@ -698,7 +793,7 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        assert_eq!(keys().count(), 25);
+        assert_eq!(keys().count(), 26);
         for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();

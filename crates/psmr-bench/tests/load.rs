@@ -23,6 +23,7 @@ fn a_load_counts_the_commands_it_sent_and_none_fails() {
         warmup: Duration::from_millis(200),
         duration: Duration::from_secs(1),
         ops: Ops::Kv { keys: 20, write_pct: 50, value_bytes: None },
+        phases: Vec::new(),
         history: Some(path.clone()),
         seed: 7,
     };
@@ -54,6 +55,7 @@ fn a_bad_spec_fails_before_any_client_starts() {
         warmup: Duration::ZERO,
         duration: Duration::from_secs(1),
         ops: Ops::Kv { keys: 1, write_pct: 0, value_bytes: None },
+        phases: Vec::new(),
         history: None,
         seed: 1,
     };

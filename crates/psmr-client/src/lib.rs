@@ -256,7 +256,9 @@ impl AsyncClient {
     /// [`ServerMsg::Stats`]).
     pub async fn stats_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
         match Self::ask(addr, ClientMsg::Stats, timeout).await? {
-            ServerMsg::Stats { at_ns, threads, workers } => Ok(ReplicaStats { at_ns, threads, workers }),
+            ServerMsg::Stats { at_ns, threads, workers, scheduler, decision } => {
+                Ok(ReplicaStats { at_ns, threads, workers, scheduler, decision })
+            }
             other => Err(format!("unexpected answer {other:?}")),
         }
     }
@@ -442,6 +444,10 @@ pub struct ReplicaStats {
     pub threads: Vec<ThreadStat>,
     /// Every execution worker's counters (early schedulers; else empty).
     pub workers: Vec<WorkerSample>,
+    /// The execution scheduler running, as `status` names it.
+    pub scheduler: String,
+    /// `auto`'s last decision and its reason; empty if none.
+    pub decision: String,
 }
 
 /// The blocking client: [`AsyncClient`] on a private runtime.

@@ -23,8 +23,9 @@ use thiserror::Error;
 
 /// The protocol version this build speaks. 2: stats carry the scheduler's
 /// per-worker counters; 3: status carries the running scheduler and the
-/// last decision of `auto`.
-pub const WIRE_VERSION: u8 = 3;
+/// last decision of `auto`; 4: so do stats, for reading both every
+/// second without a status's drain of the pipeline.
+pub const WIRE_VERSION: u8 = 4;
 
 /// Default limit on a frame's length (version, kind and body), in bytes.
 pub const FRAME_MAX_DEFAULT: usize = 4 << 20;
@@ -564,6 +565,10 @@ pub enum ServerMsg {
         /// The scheduler's workers, by worker id (empty for schedulers that
         /// keep no per-worker counters).
         workers: Vec<WorkerSample>,
+        /// The execution scheduler running now, as in [`ReplicaStatus`].
+        scheduler: String,
+        /// `auto`'s last decision, as in [`ReplicaStatus`].
+        decision: String,
     },
     /// Answer to [`ClientMsg::Metrics`]: the OpenMetrics text exposition,
     /// at most [`METRICS_TEXT_MAX`] bytes.
@@ -698,7 +703,7 @@ impl ServerMsg {
                 e.str(&s.scheduler).str(&s.decision);
                 K_STATUS_REPLY
             }
-            ServerMsg::Stats { at_ns, threads, workers } => {
+            ServerMsg::Stats { at_ns, threads, workers, scheduler, decision } => {
                 e.u64(*at_ns).u32(threads.len() as u32);
                 for t in threads {
                     e.str(&t.name).u64(t.tid).u64(t.cpu_ns).u64(t.runq_ns);
@@ -713,6 +718,7 @@ impl ServerMsg {
                         .u64(w.steals_tried)
                         .u64(w.steals_ok);
                 }
+                e.str(scheduler).str(decision);
                 K_STATS_REPLY
             }
             ServerMsg::Metrics(text) => {
@@ -797,8 +803,9 @@ impl ServerMsg {
                         steals_ok: d.u64()?,
                     });
                 }
+                let (scheduler, decision) = (d.str()?, d.str()?);
                 d.end()?;
-                ServerMsg::Stats { at_ns, threads, workers }
+                ServerMsg::Stats { at_ns, threads, workers, scheduler, decision }
             }
             K_METRICS_REPLY => {
                 let mut d = Decoder::new(&f.body, "metrics");
@@ -921,6 +928,8 @@ mod tests {
                     },
                     WorkerSample::default(),
                 ],
+                scheduler: "auto: early, 2 workers".into(),
+                decision: "to early after window 3: conflicts rare".into(),
             },
             ServerMsg::Status(ReplicaStatus {
                 id: 1,

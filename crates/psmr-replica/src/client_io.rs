@@ -302,8 +302,9 @@ impl ClientIo {
                 }
                 ClientMsg::Stats => {
                     let workers = self.shared.worker_samples();
-                    let msg =
-                        ServerMsg::Stats { at_ns: crate::stages::now_ns(), threads: crate::stages::threads(), workers };
+                    let (scheduler, decision) = self.shared.scheduler_status();
+                    let (at_ns, threads) = (crate::stages::now_ns(), crate::stages::threads());
+                    let msg = ServerMsg::Stats { at_ns, threads, workers, scheduler, decision };
                     if outbox.send(Outgoing::Msg(msg)).await.is_err() {
                         return Ok(());
                     }

@@ -9,16 +9,24 @@
 //! CPU) and picks among three candidates ([`Choice`]):
 //!
 //! * `sequential` when parallel workers cannot gain: the machine has one
-//!   core, or the process's threads wait for CPUs more than the running
-//!   choice's own threads explain (something else takes the cores, and
-//!   workers would only take them from each other and from the replica's
-//!   other stages);
+//!   core;
 //! * otherwise, while execution is the bottleneck (the scheduler thread is
 //!   busy in `submit` most of the window), it measures each candidate for
-//!   the current workload — `sequential`, `late-batch-bitmap`, `early` with
-//!   a mapping optimized for the observed class frequencies — and keeps the
-//!   fastest. When execution is not the bottleneck, no choice can gain and
+//!   the current workload — `sequential`, `late-batch-bitmap` (unless
+//!   nearly every sampled pair of batches conflicts), `early` with a
+//!   mapping optimized for the observed class frequencies (unless that
+//!   mapping synchronizes more than [`EARLY_SYNC_MAX`] of the commands) —
+//!   and keeps the fastest. When execution is not the bottleneck, no choice can gain and
 //!   nothing changes.
+//!
+//! A machine short of cores is measured, not guessed at: where the
+//! replicas' threads wait for CPUs, parallel workers may lose (they take
+//! cores from each other) or win (a process with more runnable threads
+//! gets a larger share of contended cores, and the scheduler's stages
+//! overlap), and only the measurement tells. The running choice's rate is
+//! measured again every window, so when something else starts taking the
+//! cores and it slows down, a choice measured faster takes over, and is
+//! measured again in turn.
 //!
 //! The workload is summarized by its class frequencies and its share of
 //! writes ([`Signature`]); when it shifts, the measurements are forgotten
@@ -51,9 +59,10 @@ pub const WORKLOADS_KEPT: usize = 8;
 /// How much faster a parallel candidate must be measured than `sequential`
 /// to be chosen.
 pub const GAIN: f64 = 0.08;
-/// Threads runnable without a CPU, on average over a window, above which
-/// the workers are starved of cores.
-pub const STARVED_THREADS: f64 = 0.5;
+/// How much faster than the running choice another must have been
+/// measured to replace it (on top of [`GAIN`] where `sequential` is
+/// replaced): single windows are noisy.
+pub const MARGIN: f64 = 0.05;
 /// Share of a window the scheduler thread spends in `submit` above which
 /// execution is the bottleneck.
 pub const SATURATED: f64 = 0.6;
@@ -69,6 +78,11 @@ pub const SAMPLE_EVERY: u64 = 8;
 /// is not tried: nearly every batch would wait for the one before it in
 /// the dependency graph.
 pub const LATE_CONFLICTS_MAX: f64 = 0.9;
+/// Share of commands that `early`'s mapping for the workload synchronizes
+/// all of a class's threads for (sequential classes on several threads)
+/// above which `early` is not tried: a barrier every few commands costs
+/// more than the workers gain (003 §6.3).
+pub const EARLY_SYNC_MAX: f64 = 0.1;
 
 /// What the controller may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -200,6 +214,12 @@ pub struct Controller {
     known: VecDeque<(Signature, Vec<(Choice, f64)>)>,
     /// Windows to wait before the next decision.
     dwell: u32,
+    /// Share of the workload's commands `early`'s mapping synchronizes
+    /// (see [`Controller::set_synchronized`]).
+    synchronized: Option<f64>,
+    /// The running choice was picked as the fastest (not merely being
+    /// measured).
+    chosen: bool,
     window: u64,
     measured_at: u64,
 }
@@ -217,6 +237,8 @@ impl Controller {
             measured: Vec::new(),
             known: VecDeque::new(),
             dwell: 0,
+            synchronized: None,
+            chosen: false,
             window: 0,
             measured_at: 0,
         }
@@ -234,17 +256,28 @@ impl Controller {
 
     /// The candidates worth measuring: parallel ones with as many workers
     /// as there are cores, at most the configured count; late scheduling
-    /// only while batches rarely conflict.
+    /// only while batches rarely conflict, early only while its mapping
+    /// rarely synchronizes.
     fn candidates(&self) -> Vec<Choice> {
         let w = self.workers.min(self.cores);
         if w < 2 {
             return vec![Choice::Sequential];
         }
         let conflicts = self.signature.as_ref().and_then(|s| s.conflicts).unwrap_or(0.0);
-        match conflicts >= LATE_CONFLICTS_MAX {
-            true => vec![Choice::Sequential, Choice::Early(w)],
-            false => vec![Choice::Sequential, Choice::Late(w), Choice::Early(w)],
+        let mut out = vec![Choice::Sequential];
+        if conflicts < LATE_CONFLICTS_MAX {
+            out.push(Choice::Late(w));
         }
+        if self.synchronized.unwrap_or(0.0) <= EARLY_SYNC_MAX {
+            out.push(Choice::Early(w));
+        }
+        out
+    }
+
+    /// Tells the share of the current workload's commands that `early`'s
+    /// mapping for it synchronizes (`None`: unknown, `early` is tried).
+    pub fn set_synchronized(&mut self, share: Option<f64>) {
+        self.synchronized = share;
     }
 
     /// Takes in one window; returns the decision it leads to, if any.
@@ -252,7 +285,6 @@ impl Controller {
         self.window += 1;
         let settling = self.dwell > 0;
         self.track_signature(w);
-        let starved = w.runnable.map(|r| w.share(r)).unwrap_or(0.0);
         let busy = w.share(w.submitting);
         if !settling && busy >= SATURATED && self.stable >= STABLE_WINDOWS {
             self.record(w.throughput());
@@ -264,31 +296,28 @@ impl Controller {
         if self.cores < 2 {
             return self.go(Choice::Sequential, "one core: parallel workers cannot gain".into());
         }
-        // Threads the running choice itself keeps runnable beyond the
-        // cores (its workers and the scheduler thread); more than that,
-        // and something else takes the cores.
-        let own = (self.current.workers() + 1).saturating_sub(self.cores) as f64;
-        if starved >= own + STARVED_THREADS {
-            let why = format!(
-                "threads runnable without a CPU: {starved:.2} on average over the window, on {} cores",
-                self.cores
-            );
-            // Sequential stays, and nothing parallel is tried meanwhile.
-            return self.go(Choice::Sequential, why);
-        }
         if self.stable < STABLE_WINDOWS {
             return None;
         }
-        if let Some(best) = self.known_best().filter(|&b| b != self.current) {
+        let best = self.known_best();
+        self.chosen = best == Some(self.current);
+        if let Some(best) = best.filter(|&b| b != self.current) {
+            self.chosen = true;
             let rates: Vec<String> = self.measured.iter().map(|(c, r)| format!("{c}: {r:.0}")).collect();
-            let why = format!("fastest for this workload ({}), commands/s: {}", self.describe(), rates.join(", "));
+            let why = format!(
+                "fastest for this workload ({}), commands/s: {}{}",
+                self.describe(),
+                rates.join(", "),
+                starved(w, self.cores)
+            );
             return self.go(best, why);
         }
         if busy < SATURATED {
             return None;
         }
         if let Some(next) = self.candidates().into_iter().find(|c| !self.measured.iter().any(|(m, _)| m == c)) {
-            return self.go(next, format!("measuring {next} for this workload ({})", self.describe()));
+            let why = format!("measuring {next} for this workload ({}){}", self.describe(), starved(w, self.cores));
+            return self.go(next, why);
         }
         None
     }
@@ -298,8 +327,16 @@ impl Controller {
     /// before; age forgets them.
     fn track_signature(&mut self, w: &Window) {
         let Some(sig) = Signature::of(w) else { return };
-        match &self.signature {
-            Some(old) if !old.differs(&sig) => self.stable = self.stable.saturating_add(1),
+        match &mut self.signature {
+            Some(old) if !old.differs(&sig) => {
+                self.stable = self.stable.saturating_add(1);
+                // The first windows of a run may sample no pair of
+                // batches: the conflict share is filled in, and follows
+                // the windows after.
+                if let Some(c) = sig.conflicts {
+                    old.conflicts = Some(old.conflicts.map_or(c, |o| (o + c) / 2.0));
+                }
+            }
             _ => {
                 if let Some(old) = self.signature.take() {
                     self.remember(old);
@@ -329,11 +366,19 @@ impl Controller {
 
     /// The fastest choice measured for this workload, once every candidate
     /// has been. A parallel choice must beat `sequential` by [`GAIN`]: it
-    /// costs more CPU for what it gains.
+    /// costs more CPU for what it gains; and once a choice was picked as
+    /// the fastest, another must beat it by [`MARGIN`] to replace it.
     fn known_best(&self) -> Option<Choice> {
         let candidates = self.candidates();
         let rates: Option<Vec<f64>> = candidates.iter().map(|&c| self.rate(c)).collect();
-        let score = |c: Choice, r: f64| if c == Choice::Sequential { r * (1.0 + GAIN) } else { r };
+        let score = |c: Choice, r: f64| {
+            let r = if c == Choice::Sequential { r * (1.0 + GAIN) } else { r };
+            if c == self.current && self.chosen {
+                r * (1.0 + MARGIN)
+            } else {
+                r
+            }
+        };
         let scored = candidates.iter().zip(rates?).map(|(&c, r)| (c, score(c, r)));
         scored
             .fold(None, |a: Option<(Choice, f64)>, b| match a {
@@ -399,6 +444,10 @@ pub struct Auto<S: Service> {
     /// Batches submitted, and the keys of the last sampled one.
     batches: u64,
     sampled: Option<BatchSummary>,
+    /// `early`'s mapping for each recent workload and the share of its
+    /// commands it synchronizes, computed once the workload is seen (the
+    /// optimizer runs then, once, not at every switch).
+    mappings: VecDeque<(Signature, Mapping, f64)>,
 }
 
 impl<S: Service> Auto<S> {
@@ -439,6 +488,7 @@ impl<S: Service> Auto<S> {
             probe,
             batches: 0,
             sampled: None,
+            mappings: VecDeque::new(),
         })
     }
 
@@ -449,7 +499,8 @@ impl<S: Service> Auto<S> {
             Choice::Sequential => SchedConfig { kind: SchedulerKind::Sequential, workers: 1, ..base },
             Choice::Late(w) => SchedConfig { kind: SchedulerKind::LateBatchBitmap, workers: w, ..base },
             Choice::Early(w) => {
-                let mapping = self.mapping_for(w);
+                let mapping = self.cached_mapping().filter(|(m, _)| m.workers() == w).map(|(m, _)| m.clone());
+                let mapping = mapping.or_else(|| self.mapping_for(w));
                 SchedConfig { kind: SchedulerKind::Early, workers: w, mapping, ..base }
             }
         }
@@ -486,6 +537,7 @@ impl<S: Service> Auto<S> {
         );
         let before = self.controller.current();
         let decision = self.controller.observe(&self.window);
+        self.follow_signature();
         self.window = Window { classes: vec![0; self.model.len()], ..Window::default() };
         self.started = Instant::now();
         self.runnable_at_start = now;
@@ -520,6 +572,38 @@ impl<S: Service> Auto<S> {
 }
 
 impl<S: Service> Auto<S> {
+    /// Solves `early`'s mapping for a workload the controller has not
+    /// seen before, and tells it how much of the workload that mapping
+    /// synchronizes.
+    fn follow_signature(&mut self) {
+        if let Some((_, share)) = self.cached_mapping() {
+            self.controller.set_synchronized(Some(share));
+            return;
+        }
+        let Some(sig) = self.controller.signature().cloned() else { return };
+        let workers = self.base.workers.min(self.controller.cores).max(2);
+        let Some(mapping) = self.mapping_for(workers) else { return };
+        let synchronized: f64 = mapping
+            .classes()
+            .iter()
+            .zip(&sig.classes)
+            .filter(|(c, _)| c.mode == psmr_model::Mode::Sequential && c.threads.len() > 1)
+            .map(|(_, share)| share)
+            .sum();
+        self.controller.set_synchronized(Some(synchronized));
+        if self.mappings.len() == WORKLOADS_KEPT {
+            self.mappings.pop_front();
+        }
+        self.mappings.push_back((sig, mapping, synchronized));
+    }
+
+    /// The mapping computed for the current workload, and the share of it
+    /// that mapping synchronizes.
+    fn cached_mapping(&self) -> Option<(&Mapping, f64)> {
+        let sig = self.controller.signature()?;
+        self.mappings.iter().find(|(s, _, _)| !s.differs(sig)).map(|(_, m, share)| (m, *share))
+    }
+
     /// Compares one batch in [`SAMPLE_EVERY`] with the one sampled before
     /// it (the summary is cached in the batch, and `late-batch-bitmap`
     /// reuses it).
@@ -545,6 +629,15 @@ const OPTIMIZER_TIME: Duration = Duration::from_millis(50);
 /// Time this process's threads have spent runnable without a CPU, summed:
 /// the second field of each `/proc/self/task/*/schedstat`. `None` where
 /// the kernel does not provide it.
+/// `; threads runnable without a CPU: N on average, on C cores` when the
+/// window's threads waited for CPUs, for a decision's reason.
+fn starved(w: &Window, cores: usize) -> String {
+    match w.runnable.map(|r| w.share(r)).filter(|&s| s >= 0.05) {
+        Some(s) => format!("; threads runnable without a CPU: {s:.2} on average, on {cores} cores"),
+        None => String::new(),
+    }
+}
+
 fn runnable() -> Option<Duration> {
     let dir = std::fs::read_dir("/proc/self/task").ok()?;
     let mut total = 0u64;
@@ -661,6 +754,31 @@ mod tests {
     }
 
     #[test]
+    fn early_is_not_tried_when_its_mapping_synchronizes_often() {
+        let mut c = Controller::new(4, 4);
+        c.set_synchronized(Some(0.15));
+        let decisions = run(&mut c, 30, 0.15, |ch| if matches!(ch, Choice::Early(_)) { 9_000 } else { 1_000 });
+        assert!(decisions.iter().all(|d| !matches!(d.to, Choice::Early(_))), "{decisions:#?}");
+        assert!(decisions.iter().any(|d| matches!(d.to, Choice::Late(_))), "late is still measured: {decisions:#?}");
+        let mut c = Controller::new(4, 4);
+        c.set_synchronized(Some(0.02));
+        run(&mut c, 30, 0.15, |ch| if matches!(ch, Choice::Early(_)) { 9_000 } else { 1_000 });
+        assert_eq!(c.current(), Choice::Early(4));
+    }
+
+    #[test]
+    fn the_conflict_share_is_learned_after_the_first_window() {
+        let mut c = Controller::new(4, 4);
+        c.observe(&window(1000, 0.15, 0.9, 0.0));
+        assert_eq!(c.signature().unwrap().conflicts, None);
+        let decisions: Vec<_> = (0..30)
+            .filter_map(|_| c.observe(&Window { pairs: 4, conflicting_pairs: 4, ..window(1000, 0.15, 0.9, 0.0) }))
+            .collect();
+        assert_eq!(c.signature().unwrap().conflicts, Some(1.0));
+        assert!(decisions.iter().all(|d| !matches!(d.to, Choice::Late(_))), "{decisions:#?}");
+    }
+
+    #[test]
     fn stays_sequential_when_it_is_fastest() {
         let mut c = Controller::new(2, 2);
         let rates = |ch: Choice| if ch == Choice::Sequential { 50_000 } else { 30_000 };
@@ -677,23 +795,34 @@ mod tests {
     }
 
     #[test]
-    fn starved_workers_go_back_to_sequential_at_once() {
+    fn a_choice_that_slows_down_gives_way_to_one_measured_faster() {
         let mut c = Controller::new(4, 4);
-        run(&mut c, 30, 0.15, |ch| if ch == Choice::Sequential { 1 } else { 2 });
+        run(&mut c, 30, 0.15, |ch| if ch == Choice::Sequential { 1000 } else { 2000 });
         assert_ne!(c.current(), Choice::Sequential);
-        while c.dwell > 0 {
-            c.observe(&window(1000, 0.15, 0.9, 0.0));
-        }
-        let d = c.observe(&window(1000, 0.15, 0.9, 2.0)).expect("a decision");
-        assert_eq!(d.to, Choice::Sequential);
-        assert!(d.reason.contains("runnable without a CPU"), "{}", d.reason);
+        // Something else takes the cores: the parallel choices now run at
+        // half of what sequential was measured at.
+        let d: Vec<_> = (0..10)
+            .filter_map(|_| {
+                let rate = if c.current() == Choice::Sequential { 1000 } else { 500 };
+                c.observe(&window(rate, 0.15, 0.9, 2.0))
+            })
+            .collect();
+        assert_eq!(c.current(), Choice::Sequential, "{d:#?}");
+        assert!(d.last().unwrap().reason.contains("runnable without a CPU"), "{d:#?}");
     }
 
     #[test]
-    fn a_machine_short_of_cores_is_not_tried_in_parallel() {
-        let mut c = Controller::new(4, 4);
-        let d: Vec<_> = (0..30).filter_map(|_| c.observe(&window(1000, 0.15, 0.9, 0.6))).collect();
-        assert!(d.is_empty(), "{d:?}");
+    fn a_machine_short_of_cores_is_measured_not_guessed_at() {
+        // Threads wait for CPUs whatever runs; parallel is measured slower
+        // and sequential stays, or faster and it runs.
+        for (parallel_rate, parallel_wins) in [(800, false), (1500, true)] {
+            let mut c = Controller::new(2, 2);
+            for _ in 0..40 {
+                let rate = if c.current() == Choice::Sequential { 1000 } else { parallel_rate };
+                c.observe(&window(rate, 0.15, 0.9, 1.5));
+            }
+            assert_eq!(c.current() != Choice::Sequential, parallel_wins, "parallel at {parallel_rate}");
+        }
         // Two workers and the scheduler thread on two cores keep one
         // thread waiting: that is the choice itself, not a busy machine.
         let mut c = Controller::new(2, 2);

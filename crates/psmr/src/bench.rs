@@ -244,8 +244,10 @@ fn run_each<T>(
 /// `--quick` and every `--set` applied to `base`.
 fn apply_quick_and_sets(args: &BenchArgs, base: &mut Params) -> Result<()> {
     if args.quick {
+        // A shifting workload keeps 2 s per phase: long enough for `auto`
+        // to see it and decide.
         base.warmup_s = 0.5;
-        base.duration_s = 2.0;
+        base.duration_s = 2.0 * (base.phases.len() + 1) as f64;
     }
     for set in &args.sets {
         let Some((key, value)) = set.split_once('=') else {

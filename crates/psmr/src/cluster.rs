@@ -594,6 +594,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         warmup: Duration::from_secs(1),
         duration: secs(l.duration, "--duration")?,
         ops: Ops::Kv { keys: l.keys, write_pct: l.write_pct, value_bytes: None },
+        phases: Vec::new(),
         history: l.history,
         seed: l.seed,
     };

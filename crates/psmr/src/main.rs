@@ -8,6 +8,7 @@ mod bench;
 mod certs;
 mod cluster;
 mod mapping;
+mod rt_bench;
 mod simulate;
 
 use anyhow::{bail, Context, Result};
@@ -90,6 +91,11 @@ enum Command {
     /// equal states, exactly-once and linearizability; `--replay SEED`
     /// prints one seed's trace. Exit code 0 only when every seed passes.
     Simulate(simulate::SimulateArgs),
+    /// Run psmr-rt's task pools, policy by policy, next to tokio's
+    /// multi-thread runtime on the workloads of 001 (packets, cache
+    /// effects, bimodal chains, option pricing) and two micro-benchmarks
+    /// (spawn, yield): throughput, tail latency, steals and overflows.
+    RtBench(rt_bench::RtBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -419,6 +425,7 @@ fn main() -> ExitCode {
         Command::Certs(args) => certs::certs(args),
         Command::Fuzz(args) => fuzz(args),
         Command::Simulate(args) => simulate::simulate(args),
+        Command::RtBench(args) => rt_bench::rt_bench(args),
         Command::CheckHistory(args) => match cluster::check_history(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -24,20 +24,31 @@ pub(super) fn histogram() -> Result<Histogram<u64>, LoadError> {
 }
 
 /// When a load runs: warm-up from `start`, then the measured window of
-/// `buckets` seconds (the last one possibly shorter).
+/// `buckets` seconds (the last one possibly shorter), cut into `phases`
+/// equal parts.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Window {
     pub start: Instant,
     pub measure_from: Instant,
     pub measure_to: Instant,
     pub buckets: usize,
+    pub phases: usize,
 }
 
 impl Window {
     pub fn new(start: Instant, spec: &LoadSpec) -> Self {
         let measure_from = start + spec.warmup;
         let buckets = (spec.duration.as_secs_f64().ceil() as usize).max(1);
-        Self { start, measure_from, measure_to: measure_from + spec.duration, buckets }
+        let phases = spec.phases.len() + 1;
+        Self { start, measure_from, measure_to: measure_from + spec.duration, buckets, phases }
+    }
+
+    /// The phase running at `t`: 0 during the warm-up, the last one after
+    /// the window.
+    pub fn phase(&self, t: Instant) -> usize {
+        let window = self.measure_to.duration_since(self.measure_from).as_secs_f64();
+        let into = t.saturating_duration_since(self.measure_from).as_secs_f64();
+        ((into / window * self.phases as f64) as usize).min(self.phases - 1)
     }
 
     /// The second of the window `t` falls in; `measure_to` itself, one
@@ -109,6 +120,16 @@ pub(super) struct Request {
 }
 
 impl Generator {
+    /// Client `client`'s generator for each phase of `spec`, each phase
+    /// its own stream.
+    pub fn phases(spec: &LoadSpec, client: usize) -> Result<Vec<Self>, LoadError> {
+        std::iter::once(&spec.ops)
+            .chain(&spec.phases)
+            .enumerate()
+            .map(|(k, ops)| Generator::new(ops, spec.seed.wrapping_add(k as u64), client))
+            .collect()
+    }
+
     pub fn new(ops: &Ops, seed: u64, client: usize) -> Result<Self, LoadError> {
         // Each client its own stream, the same seed the same streams.
         let mixed = kv_stream::client_seed(seed, client);
@@ -165,10 +186,11 @@ impl Generator {
     }
 }
 
-/// One client thread: requests back to back until the window ends.
+/// One client thread: requests back to back until the window ends, each
+/// from the generator of the phase it starts in.
 pub(super) struct Driver {
     pub client: Client,
-    pub generator: Generator,
+    pub generators: Vec<Generator>,
     pub per: usize,
     pub window: Window,
     pub recorder: Option<Arc<Recorder>>,
@@ -182,7 +204,7 @@ impl Driver {
             if now >= self.window.measure_to {
                 return Ok(tally);
             }
-            let Request { encoded, kinds, kv } = self.generator.request(self.per);
+            let Request { encoded, kinds, kv } = self.generators[self.window.phase(now)].request(self.per);
             let outcome = self.client.submit(encoded);
             let done = Instant::now();
             if let Some(r) = &self.recorder {
@@ -208,6 +230,31 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phases_cut_the_window_into_equal_parts() {
+        let spec = LoadSpec {
+            clients: 1,
+            per_request: 1,
+            warmup: Duration::from_secs(1),
+            duration: Duration::from_secs(8),
+            ops: Ops::Kv { keys: 10, write_pct: 0, value_bytes: None },
+            phases: vec![Ops::Kv { keys: 10, write_pct: 100, value_bytes: None }; 3],
+            history: None,
+            seed: 1,
+        };
+        let start = Instant::now();
+        let w = Window::new(start, &spec);
+        let at = |s: f64| w.phase(start + Duration::from_secs_f64(s));
+        assert_eq!(
+            [at(0.0), at(1.5), at(2.99), at(3.01), at(5.5), at(8.99), at(9.0), at(30.0)],
+            [0, 0, 0, 1, 2, 3, 3, 3]
+        );
+        let mut generators = Generator::phases(&spec, 0).unwrap();
+        assert_eq!(generators.len(), 4);
+        assert!(generators[0].request(20).kv.iter().all(|op| matches!(op, KvOp::Read { .. })));
+        assert!(generators[3].request(20).kv.iter().all(|op| matches!(op, KvOp::Put { .. })));
+    }
 
     #[test]
     fn sized_loads_put_values_of_exactly_their_size() {

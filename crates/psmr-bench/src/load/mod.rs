@@ -21,6 +21,7 @@
 //!     warmup: Duration::from_secs(1),
 //!     duration: Duration::from_secs(5),
 //!     ops: Ops::Kv { keys: 10_000, write_pct: 50, value_bytes: None },
+//!     phases: Vec::new(),
 //!     history: None,
 //!     seed: 1,
 //! };
@@ -36,7 +37,7 @@ mod summary;
 
 use crate::cpu::ReplicaCpu;
 use crate::probe::Probe;
-use crate::report::{StageRow, WorkerRow};
+use crate::report::{StageRow, Switch, WorkerRow};
 use client::{histogram, ClientTally, Driver, Generator, Window};
 use hdrhistogram::Histogram;
 use psmr_client::{Client, ClientConfig, ClientError};
@@ -54,6 +55,9 @@ use thiserror::Error;
 
 /// Most closed-loop clients (one thread each).
 pub const CLIENTS_MAX: usize = 4096;
+
+/// Most phases of one load (each has a generator per client).
+pub const PHASES_MAX: usize = 16;
 
 /// Largest value a sized kv load writes, bytes.
 pub const VALUE_BYTES_MAX: usize = 4096;
@@ -80,6 +84,9 @@ pub enum LoadError {
     /// A history was asked of the list load.
     #[error("histories are of key-value operations; the list load cannot write one")]
     ListHistory,
+    /// Too many phases.
+    #[error("a load has at most {PHASES_MAX} phases, got {0}")]
+    Phases(usize),
     /// [`LoadSpec::duration`] is zero.
     #[error("the measured duration must be positive")]
     Duration,
@@ -152,6 +159,10 @@ pub struct LoadSpec {
     pub duration: Duration,
     /// What the commands are.
     pub ops: Ops,
+    /// What they become as the load goes on: with `n` later phases the
+    /// measured window is cut into `n + 1` equal parts, the first (and
+    /// the warm-up) running `ops`, part `k` running `phases[k - 1]`.
+    pub phases: Vec<Ops>,
     /// Where to write every operation (the `psmr check-history` schema).
     pub history: Option<PathBuf>,
     /// Seed of the clients' random keys, operations and values.
@@ -167,7 +178,24 @@ impl LoadSpec {
         if !(1..=psmr_model::wire::REQUEST_COMMANDS_MAX).contains(&self.per_request) {
             return Err(LoadError::PerRequest(self.per_request));
         }
-        match &self.ops {
+        for ops in std::iter::once(&self.ops).chain(&self.phases) {
+            ops.validate(self.history.is_some())?;
+        }
+        if self.phases.len() >= PHASES_MAX {
+            return Err(LoadError::Phases(self.phases.len() + 1));
+        }
+        if self.duration.is_zero() {
+            return Err(LoadError::Duration);
+        }
+        Ok(())
+    }
+}
+
+impl Ops {
+    /// Checks the ranges (and that a history, if `recorded`, can be
+    /// written of these operations).
+    fn validate(&self, recorded: bool) -> Result<(), LoadError> {
+        match self {
             Ops::Kv { keys, write_pct, value_bytes } => {
                 if *keys == 0 {
                     return Err(LoadError::Keys);
@@ -180,14 +208,11 @@ impl LoadSpec {
                 }
             }
             Ops::List { model, workload, list_size } => {
-                if self.history.is_some() {
+                if recorded {
                     return Err(LoadError::ListHistory);
                 }
                 OpStream::new(*model, workload, *list_size)?;
             }
-        }
-        if self.duration.is_zero() {
-            return Err(LoadError::Duration);
         }
         Ok(())
     }
@@ -218,6 +243,8 @@ pub struct LoadResult {
     pub workers: Vec<WorkerRow>,
     /// The same for each second of the window.
     pub worker_timeline: Vec<Vec<WorkerRow>>,
+    /// Changes of the replicas' schedulers seen during the window.
+    pub switches: Vec<Switch>,
     /// Each replica process's CPU time over the window (see [`CpuSource`]).
     pub cpu: Vec<ReplicaCpu>,
     /// Why `cpu` is empty or its roles uncertain, if they are.
@@ -301,7 +328,7 @@ pub fn run_with_cpu(
     for i in 0..spec.clients {
         let driver = Driver {
             client: Client::new(config())?,
-            generator: Generator::new(&spec.ops, spec.seed, i)?,
+            generators: Generator::phases(spec, i)?,
             per: spec.per_request,
             window,
             recorder: recorder.clone(),
@@ -320,6 +347,7 @@ pub fn run_with_cpu(
         stages: sampled.stages,
         workers: sampled.workers,
         worker_timeline: sampled.worker_timeline,
+        switches: sampled.switches,
         cpu: Vec::new(),
         cpu_note: watch.note.clone(),
     };
@@ -348,6 +376,7 @@ mod tests {
             warmup: Duration::ZERO,
             duration: Duration::from_secs(1),
             ops: Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(value_bytes) },
+            phases: Vec::new(),
             history: None,
             seed: 1,
         };

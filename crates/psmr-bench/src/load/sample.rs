@@ -6,7 +6,7 @@ use super::client::Window;
 use super::CpuSource;
 use crate::cpu::{CpuSample, Reading as CpuReading, ReplicaCpu, Role};
 use crate::probe::{leader_of, Probe};
-use crate::report::{StageRow, WorkerRow};
+use crate::report::{StageRow, Switch, WorkerRow};
 use psmr_client::ReplicaStats;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -106,6 +106,7 @@ pub(super) struct Sampled {
     pub stages: Vec<StageRow>,
     pub workers: Vec<WorkerRow>,
     pub worker_timeline: Vec<Vec<WorkerRow>>,
+    pub switches: Vec<Switch>,
     pub cpu_before: Vec<CpuReading>,
     pub cpu_after: Vec<CpuReading>,
 }
@@ -119,6 +120,7 @@ pub(super) fn window(probe: &Probe, window: &Window, watch: &CpuWatch) -> Sample
     let cpu_before = watch.sample();
     let before = probe.stats(STATS_TIMEOUT);
     let mut worker_timeline = Vec::with_capacity(window.buckets);
+    let mut switches = Vec::new();
     let mut last = before.clone();
     let mut cpu_after = Vec::new();
     for second in 1..=window.buckets {
@@ -129,12 +131,15 @@ pub(super) fn window(probe: &Probe, window: &Window, watch: &CpuWatch) -> Sample
         }
         let now = probe.stats(STATS_TIMEOUT);
         worker_timeline.push(worker_shares(addrs, &last, &now));
+        let at_s = tick.duration_since(window.measure_from).as_secs_f64();
+        switches.extend(changed_schedulers(addrs, &last, &now, at_s));
         last = now;
     }
     Sampled {
         stages: stage_shares(addrs, &before, &last),
         workers: worker_shares(addrs, &before, &last),
         worker_timeline,
+        switches,
         cpu_before,
         cpu_after,
     }
@@ -189,6 +194,20 @@ fn worker_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) ->
                 steals_tried: wa.steals_tried.saturating_sub(wb.steals_tried),
                 steals_ok: wa.steals_ok.saturating_sub(wb.steals_ok),
             });
+        }
+    }
+    out
+}
+
+/// The replicas whose scheduler (or `auto`'s last decision) differs
+/// between two readings, as seen `at_s` into the window.
+fn changed_schedulers(addrs: &[SocketAddr], before: &[Reading], after: &[Reading], at_s: f64) -> Vec<Switch> {
+    let mut out = Vec::new();
+    for ((addr, b), a) in addrs.iter().zip(before).zip(after) {
+        let (Some(b), Some(a)) = (b, a) else { continue };
+        if (&a.scheduler, &a.decision) != (&b.scheduler, &b.decision) {
+            let (scheduler, decision) = (a.scheduler.clone(), a.decision.clone());
+            out.push(Switch { at_s, replica: addr.to_string(), scheduler, decision });
         }
     }
     out

@@ -1,0 +1,569 @@
+//! A pool of worker threads with one local queue each, a shared injector,
+//! a yield queue, work stealing and parking (001 §4.4.1, §4.5).
+//!
+//! Where a task goes: spawned or woken on a worker of its own pool, into
+//! that worker's local queue (or slot); from anywhere else, into the
+//! pool's injector; woken by itself while it runs (a yield), into the
+//! pool's yield queue. A worker takes, in order: its slot (within its
+//! budget), its own queue by its policy, a batch from the injector, a
+//! steal from its victims, the yield queue; and every few tasks it looks
+//! at the yield queue and the injector first, so that neither starves.
+//! With nothing found it parks on the pool's [`Signal`], which every
+//! insertion notifies.
+
+use crate::config::{Full, Policy, PoolConfig, Steal, Victims};
+use crate::shim::deque::{Injector, SegQueue, Steal as Stolen, Stealer, Worker};
+use crate::stats::{Counters, PoolStats, WaitHistogram};
+use crate::task::{Stamp, Task};
+use crate::wait::{AtomicBool, Naps, Patience, Signal};
+use crate::RtError;
+use async_task::{Runnable, ScheduleInfo, WithInfo};
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Slot tasks a worker runs in a row before it takes from its queue.
+pub const SLOT_BUDGET: u32 = 3;
+
+/// Every this many tasks a worker looks at the yield queue first.
+const YIELD_EVERY: u64 = 31;
+
+/// Every this many tasks a worker looks at the injector first.
+const INJECT_EVERY: u64 = 61;
+
+/// A job that never suspends: a closure, run once.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// What queues hold.
+pub(crate) enum Item {
+    /// A future's task, with its stamp in its metadata.
+    Task(Runnable<Stamp>),
+    /// A job, with the time it was queued (ns since the pool started).
+    Job(Job, u64),
+}
+
+/// What the workers of a pool share.
+pub(crate) struct Shared {
+    pub(crate) config: PoolConfig,
+    injector: Injector<Item>,
+    yields: SegQueue<Item>,
+    stealers: Vec<Stealer<Item>>,
+    signal: Signal,
+    stopping: AtomicBool,
+    epoch: Instant,
+    pub(crate) counters: Vec<Counters>,
+    pub(crate) waits: Vec<WaitHistogram>,
+    /// Tasks spawned or woken from outside the pool.
+    pub(crate) injected: std::sync::atomic::AtomicU64,
+    /// Spawns refused because the pool stops.
+    pub(crate) rejected: std::sync::atomic::AtomicU64,
+    panics: Mutex<Vec<String>>,
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static CURRENT: RefCell<Option<Rc<Local>>> = RefCell::new(None);
+}
+#[cfg(not(loom))]
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
+}
+
+impl Shared {
+    /// Nanoseconds since the pool started: the stamps of queue waits.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Queues `item`: on this pool's worker if the caller is one (its
+    /// slot or queue), else in the injector; yields in the yield queue.
+    fn schedule(self: &Arc<Self>, item: Item, yielded: bool) {
+        if self.stopping.load(Ordering::Acquire) && !self.on_worker() {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if yielded {
+            self.yields.push(item);
+            self.signal.notify_one();
+            return;
+        }
+        let left = CURRENT.with(|c| match c.borrow().as_ref() {
+            Some(local) if Arc::ptr_eq(&local.shared, self) => {
+                local.push(item);
+                None
+            }
+            _ => Some(item),
+        });
+        if let Some(item) = left {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            self.injector.push(item);
+            self.signal.notify_one();
+        }
+    }
+
+    /// Whether the calling thread is a worker of this pool.
+    pub(crate) fn on_worker(self: &Arc<Self>) -> bool {
+        CURRENT.with(|c| c.borrow().as_ref().is_some_and(|l| Arc::ptr_eq(&l.shared, self)))
+    }
+
+    /// Whether any queue another worker could take from holds a task.
+    fn has_work(&self) -> bool {
+        !self.injector.is_empty() || !self.yields.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    fn panicked(&self, message: String) {
+        tracing::error!(pool = %self.config.name, "a task panicked: {message}");
+        self.panics.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+    }
+}
+
+/// A handle on a pool, for spawning into it from anywhere (another pool's
+/// task included: staged composition, 001 §4.4.2). Cheap to clone.
+#[derive(Clone)]
+pub struct Handle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handle({})", self.shared.config.name)
+    }
+}
+
+impl Handle {
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.shared.config.name
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.config
+    }
+
+    /// Runs `future` on the pool. The task runs whether or not anybody
+    /// awaits the returned [`Task`] (an eager promise, 001 §4.5.4).
+    pub fn spawn<F>(&self, future: F) -> Task<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let shared = self.shared.clone();
+        let schedule = move |runnable: Runnable<Stamp>, info: ScheduleInfo| {
+            runnable.metadata().set(shared.now_ns());
+            shared.schedule(Item::Task(runnable), info.woken_while_running);
+        };
+        let (runnable, task) =
+            async_task::Builder::new().metadata(Stamp::default()).spawn(move |_| future, WithInfo(schedule));
+        runnable.schedule();
+        Task::new(task, self.shared.clone())
+    }
+
+    /// Runs `job` on the pool: a closure that never suspends, with no
+    /// future, no waker and no result (cheaper than [`Handle::spawn`]).
+    pub fn spawn_fn(&self, job: impl FnOnce() + Send + 'static) {
+        self.shared.schedule(Item::Job(Box::new(job), self.shared.now_ns()), false);
+    }
+
+    /// The pool whose worker runs the caller, if any.
+    pub fn current() -> Option<Handle> {
+        CURRENT.with(|c| c.borrow().as_ref().map(|l| Handle { shared: l.shared.clone() }))
+    }
+
+    /// Its counters and queue-wait histogram so far.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats::of(&self.shared)
+    }
+
+    /// What the pool's tasks panicked with, in order.
+    pub fn panics(&self) -> Vec<String> {
+        self.shared.panics.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// A running pool: its threads, stopped and joined by
+/// [`Pool::shutdown`] or on drop. Spawn through it (it derefs to its
+/// [`Handle`]) or through a handle.
+pub struct Pool {
+    handle: Handle,
+    threads: Vec<crate::shim::JoinHandle>,
+}
+
+impl std::ops::Deref for Pool {
+    type Target = Handle;
+
+    fn deref(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+impl Pool {
+    /// Starts a pool of `config.workers` threads.
+    pub fn start(config: PoolConfig) -> Result<Pool, RtError> {
+        config.validate()?;
+        let queues: Vec<Worker<Item>> = (0..config.workers)
+            .map(|_| if config.policy.is_lifo() { Worker::new_lifo() } else { Worker::new_fifo() })
+            .collect();
+        let shared = Arc::new(Shared {
+            injector: Injector::new(),
+            yields: SegQueue::new(),
+            stealers: queues.iter().map(Worker::stealer).collect(),
+            signal: Signal::new(),
+            stopping: AtomicBool::new(false),
+            epoch: Instant::now(),
+            counters: (0..config.workers).map(|_| Counters::default()).collect(),
+            waits: (0..config.workers).map(|_| WaitHistogram::new()).collect(),
+            injected: Default::default(),
+            rejected: Default::default(),
+            panics: Mutex::new(Vec::new()),
+            config,
+        });
+        let mut pool = Pool { handle: Handle { shared: shared.clone() }, threads: Vec::new() };
+        for (index, queue) in queues.into_iter().enumerate() {
+            let local = Local::new(shared.clone(), index, queue);
+            let name = format!("rt-{}-{index}", shared.config.name);
+            let thread = crate::shim::spawn(name, move || local.run()).map_err(RtError::Thread)?;
+            pool.threads.push(thread);
+        }
+        Ok(pool)
+    }
+
+    /// A handle for spawning into the pool from elsewhere.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Lets the workers run every task queued so far (and those these
+    /// spawn), then stops and joins them; refuses spawns from outside the
+    /// pool from now on. The pool's final counters, or the panics of its
+    /// tasks.
+    pub fn shutdown(mut self) -> Result<PoolStats, RtError> {
+        self.stop();
+        let panics = self.panics();
+        if !panics.is_empty() {
+            return Err(RtError::Panicked { pool: self.name().to_string(), messages: panics });
+        }
+        Ok(self.stats())
+    }
+
+    fn stop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.signal.notify_all();
+        for t in std::mem::take(&mut self.threads) {
+            if t.join().is_err() {
+                self.shared.panicked("a worker thread panicked outside any task".into());
+            }
+        }
+        // What a stopping pool refused, or a task woke too late, is
+        // dropped here: its awaiters see it cancelled.
+        while !self.shared.injector.is_empty() {
+            let _ = self.shared.injector.steal();
+        }
+        while self.shared.yields.pop().is_some() {}
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One worker's own state, on its thread only.
+struct Local {
+    shared: Arc<Shared>,
+    index: usize,
+    queue: Worker<Item>,
+    /// The worker's own queue seen as a thief sees it: its oldest task.
+    own: Stealer<Item>,
+    slot: Cell<Option<Item>>,
+    slot_run: Cell<u32>,
+    tick: Cell<u64>,
+    rng: Cell<u64>,
+    /// LIFO heuristics: the next removal is FIFO (alternating), and FIFO
+    /// removals still owed (reverse) and tasks since the last reversal.
+    flip: Cell<bool>,
+    owed: Cell<usize>,
+    since: Cell<u32>,
+}
+
+impl Local {
+    fn new(shared: Arc<Shared>, index: usize, queue: Worker<Item>) -> Self {
+        let seed = shared.config.seed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        Local {
+            own: queue.stealer(),
+            queue,
+            slot: Cell::new(None),
+            slot_run: Cell::new(0),
+            tick: Cell::new(0),
+            rng: Cell::new(seed | 1),
+            flip: Cell::new(false),
+            owed: Cell::new(0),
+            since: Cell::new(0),
+            shared,
+            index,
+        }
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.shared.counters[self.index]
+    }
+
+    fn random(&self) -> u64 {
+        // xorshift64: victims and self-steals need no more.
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+
+    fn run(self) {
+        let me = Rc::new(self);
+        CURRENT.with(|c| *c.borrow_mut() = Some(me.clone()));
+        loop {
+            if let Some(item) = me.next() {
+                me.execute(item);
+            } else if me.shared.stopping.load(Ordering::Acquire) {
+                // A task queued just before the stop may have been missed
+                // by the look above: one more look, after the stop is seen.
+                match me.next() {
+                    Some(item) => me.execute(item),
+                    None => break,
+                }
+            } else {
+                me.idle();
+            }
+        }
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+
+    /// A task from the worker's own (slot within budget, or queue).
+    fn push(&self, item: Item) {
+        let item = match self.shared.config.policy {
+            Policy::FifoSlot => match self.slot.replace(Some(item)) {
+                Some(previous) => previous,
+                None => return,
+            },
+            _ => item,
+        };
+        self.enqueue(item);
+    }
+
+    /// Into the local queue, which overflows or grows when full; thieves
+    /// may take it, so a sleeper is woken.
+    fn enqueue(&self, item: Item) {
+        if self.queue.len() >= self.shared.config.capacity {
+            match self.shared.config.full {
+                Full::Overflow => self.overflow(),
+                Full::Resize => Counters::add(&self.counters().resizes, 1),
+            }
+        }
+        self.queue.push(item);
+        self.shared.signal.notify_one();
+    }
+
+    /// Moves the older half of the local queue to the injector.
+    fn overflow(&self) {
+        let mut moved = 0u64;
+        while moved < (self.shared.config.capacity / 2) as u64 {
+            match self.own.steal() {
+                Stolen::Success(item) => {
+                    self.shared.injector.push(item);
+                    moved += 1;
+                }
+                Stolen::Empty => break,
+                Stolen::Retry => {}
+            }
+        }
+        Counters::add(&self.counters().overflows, 1);
+        Counters::add(&self.counters().overflowed, moved);
+    }
+
+    fn next(&self) -> Option<Item> {
+        let tick = self.tick.get() + 1;
+        self.tick.set(tick);
+        if tick % YIELD_EVERY == 0 {
+            if let Some(item) = self.shared.yields.pop() {
+                return Some(item);
+            }
+        }
+        if tick % INJECT_EVERY == 0 {
+            if let Some(item) = self.take_injected() {
+                return Some(item);
+            }
+        }
+        self.take_own().or_else(|| self.take_injected()).or_else(|| self.steal()).or_else(|| self.shared.yields.pop())
+    }
+
+    fn take_own(&self) -> Option<Item> {
+        match self.shared.config.policy {
+            Policy::FifoSlot => {
+                if let Some(item) = self.slot.take() {
+                    if self.slot_run.get() < SLOT_BUDGET {
+                        self.slot_run.set(self.slot_run.get() + 1);
+                        return Some(item);
+                    }
+                    // Over budget: behind the queue's older tasks it goes.
+                    self.enqueue(item);
+                }
+                self.slot_run.set(0);
+                self.queue.pop()
+            }
+            Policy::Fifo | Policy::Lifo => self.queue.pop(),
+            Policy::LifoAlternate => {
+                self.flip.set(!self.flip.get());
+                if self.flip.get() {
+                    self.oldest()
+                } else {
+                    self.queue.pop()
+                }
+            }
+            Policy::LifoStochastic(p) => {
+                if (self.random() >> 11) as f64 / (1u64 << 53) as f64 <= p {
+                    self.oldest()
+                } else {
+                    self.queue.pop()
+                }
+            }
+            Policy::LifoReverse(n) => {
+                if self.owed.get() > 0 {
+                    self.owed.set(self.owed.get() - 1);
+                    return self.oldest();
+                }
+                self.since.set(self.since.get() + 1);
+                if self.since.get() >= n {
+                    self.since.set(0);
+                    self.owed.set(self.queue.len());
+                }
+                self.queue.pop()
+            }
+        }
+    }
+
+    /// The oldest task of the worker's own stack: a FIFO removal.
+    fn oldest(&self) -> Option<Item> {
+        loop {
+            match self.own.steal() {
+                Stolen::Success(item) => return Some(item),
+                Stolen::Empty => return None,
+                Stolen::Retry => {}
+            }
+        }
+    }
+
+    fn take_injected(&self) -> Option<Item> {
+        loop {
+            let got = match self.shared.config.steal {
+                Steal::Half => self.shared.injector.steal_batch_and_pop(&self.queue),
+                Steal::One => self.shared.injector.steal(),
+            };
+            match got {
+                Stolen::Success(item) => return Some(item),
+                Stolen::Empty => return None,
+                Stolen::Retry => {}
+            }
+        }
+    }
+
+    /// Tries each victim once (twice if it was busy).
+    fn steal(&self) -> Option<Item> {
+        let n = self.shared.stealers.len();
+        let candidates: Vec<usize> = match self.shared.config.victims {
+            Victims::Random => (1..n).map(|d| (self.index + d) % n).collect(),
+            Victims::Neighbourhood(k) => neighbours(self.index, n, k),
+        };
+        if candidates.is_empty() {
+            return None;
+        }
+        let start = self.random() as usize % candidates.len();
+        for i in 0..candidates.len() {
+            let victim = &self.shared.stealers[candidates[(start + i) % candidates.len()]];
+            for _ in 0..2 {
+                Counters::add(&self.counters().steals_tried, 1);
+                let got = match self.shared.config.steal {
+                    Steal::Half => victim.steal_batch_and_pop(&self.queue),
+                    Steal::One => victim.steal(),
+                };
+                match got {
+                    Stolen::Success(item) => {
+                        Counters::add(&self.counters().steals_ok, 1);
+                        Counters::add(&self.counters().stolen, 1 + self.queue.len() as u64);
+                        return Some(item);
+                    }
+                    Stolen::Empty => break,
+                    Stolen::Retry => {}
+                }
+            }
+        }
+        None
+    }
+
+    fn execute(&self, item: Item) {
+        let stamp = match &item {
+            Item::Task(r) => r.metadata().get(),
+            Item::Job(_, at) => *at,
+        };
+        self.shared.waits[self.index].record(self.shared.now_ns().saturating_sub(stamp));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match item {
+            Item::Task(r) => {
+                r.run();
+            }
+            Item::Job(job, _) => job(),
+        }));
+        Counters::add(&self.counters().tasks_run, 1);
+        if let Err(payload) = outcome {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic with no message".into());
+            self.shared.panicked(message);
+        }
+    }
+
+    /// Waits for work anywhere in the pool, or for the pool to stop.
+    fn idle(&self) {
+        let shared = &self.shared;
+        let done = || shared.has_work() || shared.stopping.load(Ordering::Acquire);
+        let mut patience = Patience::brief();
+        while !done() {
+            if patience.tired() {
+                Counters::add(&self.counters().parks, 1);
+            }
+            patience.snooze(&shared.signal, Naps::Notified, &done);
+        }
+    }
+}
+
+/// The `k` workers nearest to `me` in a ring of `n`: `+1, -1, +2, -2, ...`.
+fn neighbours(me: usize, n: usize, k: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(k.min(n.saturating_sub(1)));
+    let mut d = 1;
+    while out.len() < k.min(n - 1) {
+        for cand in [(me + d) % n, (me + n - d % n) % n] {
+            if cand != me && !out.contains(&cand) && out.len() < k {
+                out.push(cand);
+            }
+        }
+        d += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::neighbours;
+
+    #[test]
+    fn neighbourhoods_are_the_nearest_in_the_ring() {
+        assert_eq!(neighbours(0, 8, 2), [1, 7]);
+        assert_eq!(neighbours(3, 8, 3), [4, 2, 5]);
+        assert_eq!(neighbours(0, 2, 4), [1]);
+        assert!(neighbours(0, 1, 4).is_empty());
+    }
+}

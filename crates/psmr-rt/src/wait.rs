@@ -1,0 +1,259 @@
+//! How a thread waits: spin, yield, then sleep until notified. One
+//! mechanism for psmr's worker pools (the execution schedulers of
+//! psmr-sched and the task pools of this crate).
+//!
+//! A waiting thread first waits actively, then sleeps ([`Patience`]): it
+//! spins for a budget of rounds (the busy-wait of 000 §6.1, which pays off
+//! when every thread has a core), then yields its core a few times, then
+//! sleeps on a [`Signal`] until the thread that ends the wait notifies it.
+//! Where a wait can also end without a notification (a chance to steal
+//! appears when some other worker's queue fills), the sleeps are naps that
+//! double up to a cap, and the waiter polls between them.
+//!
+//! The primitives are swapped for loom's under `--cfg loom`, so the
+//! protocols built on them can be model-checked; psmr-sched's
+//! `tests/loom_signal.rs` checks that a [`Signal`] loses no wake-up, and
+//! this crate's `tests/loom_rt.rs` that an idle worker misses no task.
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(loom)]
+pub use loom::sync::{Condvar, Mutex, MutexGuard};
+
+#[cfg(not(loom))]
+pub use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(not(loom))]
+pub use std::sync::{Condvar, Mutex, MutexGuard};
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Spin rounds of a brief wait ([`Patience::brief`]): about what crossbeam's
+/// `Backoff` spins before it yields.
+const BRIEF_SPIN: u32 = 128;
+/// Yields of a brief wait before it sleeps.
+const BRIEF_YIELDS: u32 = 4;
+/// Yields of a wait with a spin budget before it sleeps.
+const YIELDS: u32 = 64;
+
+/// How a sleeping waiter learns that its wait may be over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naps {
+    /// Whoever ends the wait notifies the signal: sleep until then.
+    Notified,
+    /// The wait may end without a notification: sleep at most `first`,
+    /// then twice as long each time, up to `cap`, polling in between (a
+    /// notification still ends a nap early).
+    Capped {
+        /// The first nap.
+        first: Duration,
+        /// The longest nap.
+        cap: Duration,
+    },
+}
+
+/// The waiting policy, one step at a time (see the module documentation).
+#[derive(Debug)]
+pub struct Patience {
+    spin: u32,
+    yields: u32,
+    step: u32,
+    nap: Option<Duration>,
+}
+
+impl Patience {
+    /// Spin `spin` rounds, then yield 64 times, then sleep: the waits of
+    /// the busy-waiting schedulers, whose spin budget is a setting.
+    pub fn new(spin: u32) -> Self {
+        Self { spin, yields: YIELDS, step: 0, nap: None }
+    }
+
+    /// A short spin and a few yields before sleeping: for waits that are
+    /// usually over within microseconds (a barrier whose parties arrive
+    /// together, a queue with room again), where a sleep and a wake-up per
+    /// wait would cost more than the wait.
+    pub fn brief() -> Self {
+        Self { spin: BRIEF_SPIN, yields: BRIEF_YIELDS, step: 0, nap: None }
+    }
+
+    /// True once spinning and yielding are over: the next step sleeps.
+    pub fn tired(&self) -> bool {
+        self.step >= self.spin.saturating_add(self.yields)
+    }
+
+    /// Progress was made: start again from spinning.
+    pub fn reset(&mut self) {
+        self.step = 0;
+        self.nap = None;
+    }
+
+    /// Waits one step: a spin, a yield, or a sleep on `signal` that ends
+    /// when `done` holds (see [`Naps`]).
+    pub fn snooze(&mut self, signal: &Signal, naps: Naps, done: &impl Fn() -> bool) {
+        if !self.tired() {
+            self.active_step();
+            return;
+        }
+        match naps {
+            Naps::Notified => signal.sleep(done, None),
+            Naps::Capped { first, cap } => {
+                let nap = self.nap.map_or(first, |n| (n * 2).min(cap));
+                self.nap = Some(nap);
+                signal.sleep(done, Some(nap));
+            }
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn active_step(&mut self) {
+        if self.step < self.spin {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        self.step += 1;
+    }
+
+    /// Under loom one yield stands for the whole active phase: it explores
+    /// both outcomes (the wait ended while spinning, or the thread goes on
+    /// to sleep) without an unbounded state space.
+    #[cfg(loom)]
+    fn active_step(&mut self) {
+        loom::thread::yield_now();
+        self.step = self.spin.saturating_add(self.yields);
+    }
+}
+
+/// Where waiting threads sleep and are woken: an event count.
+///
+/// A waiter that has waited actively long enough registers as a sleeper,
+/// checks its condition once more and sleeps on a condition variable. A
+/// thread that may have ended somebody's wait publishes what it changed,
+/// then calls [`Signal::notify_one`] or [`Signal::notify_all`], which cost
+/// one fence and one load when nobody sleeps. No wake-up is lost: the
+/// sleeper's registration and the notifier's publication are each followed
+/// by a sequentially consistent fence, so either the notifier sees the
+/// sleeper, or the sleeper sees the change before it sleeps; and the
+/// notifier takes the lock before it notifies, so the sleeper is either
+/// still before its last check (which then sees the change) or already
+/// waiting.
+#[derive(Debug, Default)]
+pub struct Signal {
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    cvar: Condvar,
+}
+
+impl Signal {
+    /// A signal nobody sleeps on yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Waits until `done` holds, with `patience`, sleeping as `naps` says.
+    pub fn wait_until(&self, mut patience: Patience, naps: Naps, done: impl Fn() -> bool) {
+        while !done() {
+            patience.snooze(self, naps, &done);
+        }
+    }
+
+    /// Wakes one sleeper, if any; call after publishing the change.
+    pub fn notify_one(&self) {
+        if self.has_sleepers() {
+            drop(self.lock());
+            self.cvar.notify_one();
+        }
+    }
+
+    /// Wakes every sleeper, if any; call after publishing the change.
+    pub fn notify_all(&self) {
+        if self.has_sleepers() {
+            drop(self.lock());
+            self.cvar.notify_all();
+        }
+    }
+
+    fn has_sleepers(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.sleepers.load(Ordering::Relaxed) > 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // The lock guards no data; a panic elsewhere cannot break it.
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sleeps until `done` holds (or, with a nap, at most that long).
+    fn sleep(&self, done: &impl Fn() -> bool, nap: Option<Duration>) {
+        self.sleepers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let mut guard = self.lock();
+        if !done() {
+            guard = match nap {
+                None => self.cvar.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                Some(nap) => self.nap(guard, nap),
+            };
+        }
+        drop(guard);
+        self.sleepers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    #[cfg(not(loom))]
+    fn nap<'a>(&self, guard: MutexGuard<'a, ()>, nap: Duration) -> MutexGuard<'a, ()> {
+        self.cvar.wait_timeout(guard, nap).map_or_else(|e| e.into_inner().0, |(g, _)| g)
+    }
+
+    /// Loom has no timeouts: a nap is a yield, and the caller polls.
+    #[cfg(loom)]
+    fn nap<'a>(&'a self, guard: MutexGuard<'a, ()>, _nap: Duration) -> MutexGuard<'a, ()> {
+        drop(guard);
+        loom::thread::yield_now();
+        self.lock()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn patience_spins_then_yields_then_is_tired_and_starts_over_on_reset() {
+        let mut p = Patience::new(3);
+        let signal = Signal::new();
+        for _ in 0..3 + YIELDS {
+            assert!(!p.tired());
+            p.snooze(&signal, Naps::Notified, &|| true);
+        }
+        assert!(p.tired());
+        p.reset();
+        assert!(!p.tired());
+    }
+
+    #[test]
+    fn a_sleeper_is_woken_by_a_notification() {
+        let signal = Arc::new(Signal::new());
+        let flag = Arc::new(AtomicBool::new(false));
+        let (s, f) = (signal.clone(), flag.clone());
+        let waiter =
+            std::thread::spawn(move || s.wait_until(Patience::new(0), Naps::Notified, || f.load(Ordering::Acquire)));
+        flag.store(true, Ordering::Release);
+        signal.notify_all();
+        waiter.join().unwrap();
+    }
+
+    #[test]
+    fn capped_naps_double_and_end_without_a_notification() {
+        let mut p = Patience::new(0);
+        let signal = Signal::new();
+        let naps = Naps::Capped { first: Duration::from_micros(1), cap: Duration::from_micros(4) };
+        for _ in 0..YIELDS {
+            p.snooze(&signal, naps, &|| false);
+        }
+        for expected in [1, 2, 4, 4] {
+            p.snooze(&signal, naps, &|| false);
+            assert_eq!(p.nap, Some(Duration::from_micros(expected)));
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! psmr-rt's pools, policy by policy: every task runs exactly once, one
+//! worker runs its own tasks in its policy's order, full queues overflow
+//! or grow, yields cannot livelock, pools compose, panics are reported.
+#![cfg(not(loom))]
+
+use psmr_rt::{yield_now, Full, Handle, Policy, Pool, PoolConfig, RtError, Runtime, Steal, Victims, SLOT_BUDGET};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn config(policy: Policy, workers: usize) -> PoolConfig {
+    PoolConfig { policy, ..PoolConfig::new("test", workers) }
+}
+
+/// Spawns `n` jobs from outside, each of which spawns a chain of `depth`
+/// more from inside; counts runs.
+fn run_all(config: PoolConfig, n: u64, depth: u64) -> (u64, psmr_rt::PoolStats) {
+    fn chain(h: Handle, left: u64, runs: Arc<AtomicU64>) {
+        runs.fetch_add(1, Ordering::Relaxed);
+        if left > 0 {
+            let next = h.clone();
+            h.spawn_fn(move || chain(next, left - 1, runs));
+        }
+    }
+    let pool = Pool::start(config).unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    for _ in 0..n {
+        let (h, r) = (pool.handle(), runs.clone());
+        pool.spawn_fn(move || chain(h, depth, r));
+    }
+    let stats = pool.shutdown().unwrap();
+    (runs.load(Ordering::Relaxed), stats)
+}
+
+#[test]
+fn every_policy_runs_every_task_exactly_once() {
+    for policy in Policy::ALL {
+        for steal in [Steal::Half, Steal::One] {
+            for victims in [Victims::Random, Victims::Neighbourhood(1)] {
+                for full in [Full::Overflow, Full::Resize] {
+                    let c = PoolConfig { steal, victims, full, capacity: 8, ..config(policy, 3) };
+                    let (runs, stats) = run_all(c, 500, 4);
+                    assert_eq!(runs, 2_500, "{policy} {steal} {victims} {full}");
+                    let total = stats.total();
+                    assert_eq!(total.tasks_run, 2_500);
+                    assert_eq!(stats.queue_wait_ns.len(), 2_500, "a queue wait per task");
+                    assert!(total.steals_ok <= total.steals_tried);
+                }
+            }
+        }
+    }
+}
+
+/// The order one worker runs the jobs a root job spawned, all queued
+/// before the first runs.
+fn order(policy: Policy, n: u32) -> Vec<u32> {
+    let pool = Pool::start(config(policy, 1)).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (h, s) = (pool.handle(), seen.clone());
+    pool.spawn_fn(move || {
+        for i in 1..=n {
+            let s = s.clone();
+            h.spawn_fn(move || s.lock().unwrap().push(i));
+        }
+    });
+    pool.shutdown().unwrap();
+    let v = seen.lock().unwrap().clone();
+    v
+}
+
+#[test]
+fn one_worker_runs_its_tasks_in_its_policys_order() {
+    assert_eq!(order(Policy::Fifo, 5), [1, 2, 3, 4, 5]);
+    assert_eq!(order(Policy::Lifo, 5), [5, 4, 3, 2, 1]);
+    assert_eq!(order(Policy::FifoSlot, 4), [4, 1, 2, 3], "the last spawned waits in the slot");
+    // The root job took the first turn, an oldest-first one.
+    assert_eq!(order(Policy::LifoAlternate, 6), [6, 1, 5, 2, 4, 3]);
+    assert_eq!(order(Policy::LifoStochastic(0.0), 4), [4, 3, 2, 1]);
+    assert_eq!(order(Policy::LifoStochastic(1.0), 4), [1, 2, 3, 4]);
+    // After the root and one task (2 tasks since the last reversal), the
+    // 3 left come oldest first.
+    assert_eq!(order(Policy::LifoReverse(2), 4), [4, 1, 2, 3]);
+}
+
+#[test]
+fn the_slot_gives_way_to_the_queue_after_its_budget() {
+    // One worker: a job queued first, then a chain that always refills
+    // the slot. The queued job runs after at most SLOT_BUDGET chain links.
+    let pool = Pool::start(config(Policy::FifoSlot, 1)).unwrap();
+    let links = Arc::new(AtomicU64::new(0));
+    let at = Arc::new(AtomicU64::new(u64::MAX));
+    let (h, l, a) = (pool.handle(), links.clone(), at.clone());
+    pool.spawn_fn(move || {
+        let (l2, a2) = (l.clone(), a.clone());
+        h.spawn_fn(move || a2.store(l2.load(Ordering::SeqCst), Ordering::SeqCst));
+        fn link(h: Handle, l: Arc<AtomicU64>, left: u32) {
+            l.fetch_add(1, Ordering::SeqCst);
+            if left > 0 {
+                let h2 = h.clone();
+                h.spawn_fn(move || link(h2, l, left - 1));
+            }
+        }
+        let h2 = h.clone();
+        h.spawn_fn(move || link(h2, l, 20));
+    });
+    pool.shutdown().unwrap();
+    assert_eq!(links.load(Ordering::SeqCst), 21);
+    assert!(at.load(Ordering::SeqCst) <= u64::from(SLOT_BUDGET), "queued job ran after {:?} links", at);
+}
+
+#[test]
+fn full_queues_overflow_or_grow() {
+    for (full, capacity) in [(Full::Overflow, 4), (Full::Resize, 4)] {
+        let pool = Pool::start(PoolConfig { full, capacity, ..config(Policy::Fifo, 1) }).unwrap();
+        let runs = Arc::new(AtomicU64::new(0));
+        let (h, r) = (pool.handle(), runs.clone());
+        pool.spawn_fn(move || {
+            for _ in 0..20 {
+                let r = r.clone();
+                h.spawn_fn(move || {
+                    r.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        });
+        let t = pool.shutdown().unwrap().total();
+        assert_eq!(runs.load(Ordering::Relaxed), 20);
+        match full {
+            Full::Overflow => assert!(t.overflows > 0 && t.overflowed >= t.overflows && t.resizes == 0, "{t:?}"),
+            Full::Resize => assert!(t.resizes > 0 && t.overflows == 0, "{t:?}"),
+        }
+    }
+}
+
+#[test]
+fn futures_return_values_and_run_without_an_awaiter() {
+    for policy in Policy::ALL {
+        let pool = Pool::start(config(policy, 2)).unwrap();
+        let task = pool.spawn(async {
+            let h = Handle::current().expect("on a worker");
+            let parts: Vec<_> = (1..=10u64).map(|i| h.spawn(async move { i })).collect();
+            let mut sum = 0;
+            for p in parts {
+                sum += p.await.unwrap();
+            }
+            sum
+        });
+        assert_eq!(task.wait().unwrap(), 55, "{policy}");
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        drop(pool.spawn(async move { r.store(true, Ordering::SeqCst) }));
+        pool.shutdown().unwrap();
+        assert!(ran.load(Ordering::SeqCst), "an eager promise runs without its awaiter");
+    }
+}
+
+#[test]
+fn a_task_yielding_for_another_cannot_keep_it_from_running() {
+    for policy in Policy::ALL {
+        // One worker: the waiter yields until the setter, queued behind
+        // it, has run.
+        let pool = Pool::start(config(policy, 1)).unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        let yields = Arc::new(AtomicU64::new(0));
+        let (h, f, y) = (pool.handle(), flag.clone(), yields.clone());
+        let done = pool.spawn(async move {
+            let f2 = f.clone();
+            let waiter = h.spawn(async move {
+                while !f2.load(Ordering::SeqCst) {
+                    y.fetch_add(1, Ordering::Relaxed);
+                    yield_now().await;
+                }
+            });
+            h.spawn_fn(move || f.store(true, Ordering::SeqCst));
+            waiter.await
+        });
+        done.wait().unwrap().unwrap();
+        assert!(flag.load(Ordering::SeqCst));
+        assert!(yields.load(Ordering::Relaxed) <= 2, "{policy}: {} yields", yields.load(Ordering::Relaxed));
+        pool.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn pools_compose_by_name() {
+    let rt = Runtime::start(vec![PoolConfig::new("net", 1), config(Policy::Lifo, 2)]).unwrap();
+    let (net, test) = (rt.pool("net").unwrap(), rt.pool("test").unwrap());
+    let where_ = net.spawn(async move {
+        let inner = test.spawn(async { std::thread::current().name().unwrap_or("").to_string() });
+        let here = std::thread::current().name().unwrap_or("").to_string();
+        (here, inner.await.unwrap())
+    });
+    let (outer, inner) = where_.wait().unwrap();
+    assert!(outer.starts_with("rt-net-") && inner.starts_with("rt-test-"), "{outer} {inner}");
+    assert!(rt.pool("disk").is_none());
+    assert_eq!(rt.shutdown().unwrap().len(), 2);
+    let twice = Runtime::start(vec![PoolConfig::new("a", 1), PoolConfig::new("a", 1)]);
+    assert!(matches!(twice, Err(RtError::Config { .. })));
+}
+
+#[test]
+fn panics_are_reported_and_waiting_on_ones_own_worker_is_refused() {
+    let pool = Pool::start(config(Policy::Fifo, 2)).unwrap();
+    pool.spawn_fn(|| panic!("job went wrong"));
+    let task = pool.spawn(async { panic!("future went wrong") });
+    assert!(matches!(task.wait(), Err(RtError::Cancelled { .. })));
+    let h = pool.handle();
+    let refused = pool.spawn(async move { h.spawn(async {}).wait() });
+    assert!(matches!(refused.wait().unwrap(), Err(RtError::WaitOnWorker { .. })));
+    match pool.shutdown() {
+        Err(RtError::Panicked { messages, .. }) => {
+            assert_eq!(messages.len(), 2);
+            assert!(messages.iter().any(|m| m == "job went wrong"), "{messages:?}");
+        }
+        other => panic!("expected the panics, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_stopped_pool_refuses_spawns_from_outside() {
+    let pool = Pool::start(config(Policy::Fifo, 1)).unwrap();
+    let h = pool.handle();
+    pool.shutdown().unwrap();
+    let task = h.spawn(async { 1 });
+    assert!(matches!(task.wait(), Err(RtError::Cancelled { .. })));
+    h.spawn_fn(|| {});
+    assert_eq!(h.stats().rejected, 2);
+}
