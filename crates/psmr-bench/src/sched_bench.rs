@@ -163,6 +163,8 @@ pub struct SchedBenchConfig {
     /// Work stealing: victim selection (`None`: each scheduler's default,
     /// see `psmr_sched::SchedConfig::victims`).
     pub victims: Option<psmr_sched::Victims>,
+    /// `late-*-pool`: the psmr-rt pool's policy.
+    pub pool: psmr_rt::Policy,
     /// Run every run in a child process of its own (see [`Isolate`]);
     /// `None`: all in this process.
     pub isolate: Option<Isolate>,
@@ -208,6 +210,7 @@ impl Default for SchedBenchConfig {
             spin: None,
             metrics_interval_ms: None,
             victims: None,
+            pool: psmr_rt::Policy::FifoSlot,
             isolate: None,
             only: None,
         }
@@ -707,6 +710,7 @@ where
     sched_config.spin = config.spin;
     sched_config.metrics = config.metrics_interval_ms.is_some();
     sched_config.victims = config.victims;
+    sched_config.pool = config.pool;
     let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
     let input = batches.to_vec();
     tracing::debug!(%kind, workers, "run starts");

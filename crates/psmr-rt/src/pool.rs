@@ -173,6 +173,12 @@ impl Handle {
         CURRENT.with(|c| c.borrow().as_ref().map(|l| Handle { shared: l.shared.clone() }))
     }
 
+    /// The index of the worker of this pool that runs the caller (`0` to
+    /// `workers - 1`), if a worker of this pool runs it.
+    pub fn worker_index(&self) -> Option<usize> {
+        CURRENT.with(|c| c.borrow().as_ref().filter(|l| Arc::ptr_eq(&l.shared, &self.shared)).map(|l| l.index))
+    }
+
     /// Its counters and queue-wait histogram so far.
     pub fn stats(&self) -> PoolStats {
         PoolStats::of(&self.shared)

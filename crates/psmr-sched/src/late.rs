@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 /// How two nodes are compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ConflictTest {
+pub(crate) enum ConflictTest {
     /// Single commands: their read and write sets.
     Command,
     /// Whole batches: sorted key lists (004 `cmmdKeyConflict`).
@@ -55,9 +55,9 @@ enum ConflictTest {
 }
 
 /// A node of the graph: commands `range` of `batch`.
-struct Item<O> {
-    batch: Arc<Batch<O>>,
-    range: Range<u32>,
+pub(crate) struct Item<O> {
+    pub(crate) batch: Arc<Batch<O>>,
+    pub(crate) range: Range<u32>,
 }
 
 impl<O> Item<O> {
@@ -119,12 +119,23 @@ impl Live {
     }
 }
 
+/// The nodes of a non-empty batch: one per command for CBASE, the whole
+/// batch for the batch schedulers.
+pub(crate) fn nodes<O>(batch: Batch<O>, test: ConflictTest) -> Vec<Item<O>> {
+    let n = batch.len() as u32;
+    let batch = Arc::new(batch);
+    match test {
+        ConflictTest::Command => (0..n).map(|i| Item { batch: batch.clone(), range: i..i + 1 }).collect(),
+        _ => vec![Item { batch, range: 0..n }],
+    }
+}
+
 /// The 64-bit signature of a set of keys.
 fn signature<'a>(keys: impl Iterator<Item = &'a psmr_model::Key>) -> u64 {
     keys.fold(0, |sig, &k| sig | 1u64 << (psmr_model::KeyBitmap::bit_of(64, k)))
 }
 
-struct Graph<O> {
+pub(crate) struct Graph<O> {
     /// Node storage; `None` slots are on the free list. Slot numbers are
     /// reused, which is safe because a node's dependents are always younger
     /// and cannot be removed before it.
@@ -137,11 +148,11 @@ struct Graph<O> {
     /// Free, not yet taken nodes, oldest first.
     ready: BinaryHeap<Reverse<(u64, u32)>>,
     next_pos: u64,
-    closed: bool,
+    pub(crate) closed: bool,
 }
 
 impl<O> Graph<O> {
-    fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             slots: Vec::with_capacity(capacity),
             free_slots: Vec::new(),
@@ -152,12 +163,12 @@ impl<O> Graph<O> {
         }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.live.len()
     }
 
     /// dgInsertBatch. Returns true when the new node is free to run.
-    fn insert(&mut self, item: Item<O>, test: ConflictTest) -> bool {
+    pub(crate) fn insert(&mut self, item: Item<O>, test: ConflictTest) -> bool {
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -188,14 +199,14 @@ impl<O> Graph<O> {
     }
 
     /// dgGetBatch: the oldest free node, now taken.
-    fn take(&mut self) -> Option<(u32, Arc<Item<O>>)> {
+    pub(crate) fn take(&mut self) -> Option<(u32, Arc<Item<O>>)> {
         let Reverse((_, slot)) = self.ready.pop()?;
         let node = self.slots[slot as usize].as_ref().expect("ready slot holds a node");
         Some((slot, node.item.clone()))
     }
 
     /// dgRemoveBatch. Returns how many nodes became free.
-    fn remove(&mut self, slot: u32) -> usize {
+    pub(crate) fn remove(&mut self, slot: u32) -> usize {
         let node = self.slots[slot as usize].take().expect("removed slot holds a node");
         let at = self.live.iter().position(|l| l.slot == slot).expect("removed node is live");
         self.live.swap_remove(at);
@@ -214,32 +225,32 @@ impl<O> Graph<O> {
     }
 }
 
-struct Shared<S: Service> {
-    graph: Mutex<Graph<S::Op>>,
+pub(crate) struct Shared<S: Service> {
+    pub(crate) graph: Mutex<Graph<S::Op>>,
     /// Workers wait here for a free node.
-    work: Signal,
+    pub(crate) work: Signal,
     /// The scheduler waits here for room in the graph.
-    room: Signal,
-    graph_max: usize,
-    test: ConflictTest,
+    pub(crate) room: Signal,
+    pub(crate) graph_max: usize,
+    pub(crate) test: ConflictTest,
     /// Copies of the graph's state, written under its lock, read without
     /// it by the threads deciding whether to keep waiting: free nodes,
     /// nodes, and whether the graph is closed and empty for good.
-    ready_hint: AtomicUsize,
-    len_hint: AtomicUsize,
-    drained: AtomicBool,
-    exec: Executor<S>,
+    pub(crate) ready_hint: AtomicUsize,
+    pub(crate) len_hint: AtomicUsize,
+    pub(crate) drained: AtomicBool,
+    pub(crate) exec: Executor<S>,
 }
 
 impl<S: Service> Shared<S> {
     /// Refreshes the hints; called under the graph's lock after a change.
-    fn publish(&self, g: &Graph<S::Op>) {
+    pub(crate) fn publish(&self, g: &Graph<S::Op>) {
         self.ready_hint.store(g.ready.len(), Ordering::Relaxed);
         self.len_hint.store(g.len(), Ordering::Relaxed);
         self.drained.store(g.closed && g.len() == 0, Ordering::Relaxed);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Graph<S::Op>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Graph<S::Op>> {
         self.graph.lock()
     }
 }
@@ -369,14 +380,8 @@ impl<S: Service> Scheduler<S> for Late<S> {
         if batch.is_empty() {
             return Ok(());
         }
-        let batch = Arc::new(batch);
-        if self.pool.crew().test == ConflictTest::Command {
-            for i in 0..batch.len() as u32 {
-                self.insert(Item { batch: batch.clone(), range: i..i + 1 });
-            }
-        } else {
-            let n = batch.len() as u32;
-            self.insert(Item { batch, range: 0..n });
+        for item in nodes(batch, self.pool.crew().test) {
+            self.insert(item);
         }
         Ok(())
     }

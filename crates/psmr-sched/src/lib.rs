@@ -42,6 +42,7 @@ mod cycles;
 mod early;
 mod exec;
 mod late;
+mod late_pool;
 mod metrics;
 pub mod optimizer;
 mod plan;
@@ -98,6 +99,11 @@ pub enum SchedulerKind {
     LateBatchKeys,
     /// Dependency graph of batches, bitmap conflicts.
     LateBatchBitmap,
+    /// `late-cbase` whose free commands run as jobs of a psmr-rt pool.
+    LateCbasePool,
+    /// `late-batch-bitmap` whose free batches run as jobs of a psmr-rt
+    /// pool.
+    LateBatchBitmapPool,
     /// Early scheduling with a class-to-threads mapping.
     Early,
     /// Early scheduling, busy-wait synchronization with two cycles.
@@ -117,11 +123,13 @@ pub enum SchedulerKind {
 
 impl SchedulerKind {
     /// Every scheduler, in the order tables print them.
-    pub const ALL: [SchedulerKind; 11] = [
+    pub const ALL: [SchedulerKind; 13] = [
         SchedulerKind::Sequential,
         SchedulerKind::LateCbase,
         SchedulerKind::LateBatchKeys,
         SchedulerKind::LateBatchBitmap,
+        SchedulerKind::LateCbasePool,
+        SchedulerKind::LateBatchBitmapPool,
         SchedulerKind::Early,
         SchedulerKind::EarlyBusyWait,
         SchedulerKind::EarlyWsQueue,
@@ -138,6 +146,8 @@ impl SchedulerKind {
             SchedulerKind::LateCbase => "late-cbase",
             SchedulerKind::LateBatchKeys => "late-batch-keys",
             SchedulerKind::LateBatchBitmap => "late-batch-bitmap",
+            SchedulerKind::LateCbasePool => "late-cbase-pool",
+            SchedulerKind::LateBatchBitmapPool => "late-batch-bitmap-pool",
             SchedulerKind::Early => "early",
             SchedulerKind::EarlyBusyWait => "early-busywait",
             SchedulerKind::EarlyWsQueue => "early-ws-queue",
@@ -219,6 +229,10 @@ pub struct SchedConfig {
     /// ([`auto::WINDOW`] by default; tests shorten it to see many
     /// decisions in a short run).
     pub auto_window: std::time::Duration,
+    /// `late-*-pool`: the policy of the psmr-rt pool the jobs run on
+    /// (`fifo-slot` by default: a freed node runs next on the worker that
+    /// freed it).
+    pub pool: psmr_rt::Policy,
 }
 
 impl SchedConfig {
@@ -234,6 +248,7 @@ impl SchedConfig {
             metrics: false,
             victims: None,
             auto_window: auto::WINDOW,
+            pool: psmr_rt::Policy::FifoSlot,
         }
     }
 
@@ -402,6 +417,9 @@ pub fn build<S: Service>(
         SchedulerKind::Sequential => Box::new(sequential::Sequential::new(service, sink, classes)),
         SchedulerKind::LateCbase | SchedulerKind::LateBatchKeys | SchedulerKind::LateBatchBitmap => {
             Box::new(late::Late::new(config, service, sink, classes)?)
+        }
+        SchedulerKind::LateCbasePool | SchedulerKind::LateBatchBitmapPool => {
+            Box::new(late_pool::LatePool::new(config, service, sink, classes)?)
         }
         SchedulerKind::Auto => Box::new(auto::Auto::new(config, service, model, sink)?),
         kind => {

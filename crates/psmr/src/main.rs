@@ -211,6 +211,11 @@ struct SchedBenchArgs {
     /// for early-ws-optimistic, first for the others, as in 000 §6.2].
     #[arg(long, value_parser = parse_victims)]
     victims: Option<psmr_sched::Victims>,
+    /// late-batch-bitmap-pool and late-cbase-pool: the policy of their
+    /// psmr-rt pool: fifo, lifo, fifo-slot (a freed command runs next on
+    /// the worker that freed it), or a LIFO heuristic.
+    #[arg(long, default_value = "fifo-slot", value_parser = parse_pool)]
+    pool: psmr_rt::Policy,
     /// Run each variant N times (in rounds over all variants) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
@@ -234,6 +239,10 @@ fn parse_service(s: &str) -> Result<ServiceKind, String> {
 
 fn parse_victims(s: &str) -> Result<psmr_sched::Victims, String> {
     s.parse().map_err(|e: psmr_sched::SchedError| e.to_string())
+}
+
+fn parse_pool(s: &str) -> Result<psmr_rt::Policy, String> {
+    s.parse().map_err(|e: psmr_rt::RtError| e.to_string())
 }
 
 fn parse_cost(s: &str) -> Result<Cost, String> {
@@ -302,6 +311,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         spin: args.spin,
         metrics_interval_ms: args.metrics,
         victims: args.victims,
+        pool: args.pool,
         isolate: None,
         only: args.only,
     };
