@@ -14,7 +14,8 @@
 //! (staged composition, 001 §4.4.2).
 //!
 //! Each worker counts what it did ([`WorkerStats`]) and how long its tasks
-//! waited in a queue ([`PoolStats::queue_wait_ns`]).
+//! waited in a queue ([`PoolStats::queue_wait_ns`], one task in
+//! [`WAIT_SAMPLE`]).
 //!
 //! The queues are crossbeam-deque's (local queues, the injector, batched
 //! steals) and crossbeam-queue's (yields); tasks, wakers and join handles
@@ -52,7 +53,7 @@ mod task;
 pub mod wait;
 
 pub use config::{Full, Policy, PoolConfig, Steal, Victims, CAPACITY_MAX, WORKERS_MAX};
-pub use pool::{Handle, Pool, SLOT_BUDGET};
+pub use pool::{Handle, Pool, SLOT_BUDGET, WAIT_SAMPLE};
 pub use runtime::Runtime;
 pub use stats::{PoolStats, WorkerStats};
 pub use task::{block_on, yield_now, Stamp, Task, YieldNow};

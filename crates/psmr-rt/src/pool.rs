@@ -25,6 +25,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// One task in this many queued by a thread has its queue wait timed.
+pub const WAIT_SAMPLE: u64 = 8;
+
 /// Slot tasks a worker runs in a row before it takes from its queue.
 pub const SLOT_BUDGET: u32 = 3;
 
@@ -66,16 +69,36 @@ pub(crate) struct Shared {
 #[cfg(loom)]
 loom::thread_local! {
     static CURRENT: RefCell<Option<Rc<Local>>> = RefCell::new(None);
+    static QUEUED: Cell<u64> = Cell::new(0);
 }
 #[cfg(not(loom))]
 thread_local! {
     static CURRENT: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
+    /// Tasks this thread queued, for sampling their queue waits.
+    static QUEUED: Cell<u64> = const { Cell::new(0) };
 }
 
 impl Shared {
-    /// Nanoseconds since the pool started: the stamps of queue waits.
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+    /// Nanoseconds since the pool started (at least 1).
+    fn now_ns(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// The stamp of a task being queued: the time, for one task in
+    /// [`WAIT_SAMPLE`] queued by this thread, else 0 (not timed). Reading
+    /// the clock twice for every task would cost fine-grained tasks a few
+    /// per cent.
+    pub(crate) fn stamp(&self) -> u64 {
+        let n = QUEUED.with(|q| {
+            let n = q.get();
+            q.set(n.wrapping_add(1));
+            n
+        });
+        if n % WAIT_SAMPLE == 0 {
+            self.now_ns()
+        } else {
+            0
+        }
     }
 
     /// Queues `item`: on this pool's worker if the caller is one (its
@@ -153,7 +176,7 @@ impl Handle {
     {
         let shared = self.shared.clone();
         let schedule = move |runnable: Runnable<Stamp>, info: ScheduleInfo| {
-            runnable.metadata().set(shared.now_ns());
+            runnable.metadata().set(shared.stamp());
             shared.schedule(Item::Task(runnable), info.woken_while_running);
         };
         let (runnable, task) =
@@ -165,7 +188,7 @@ impl Handle {
     /// Runs `job` on the pool: a closure that never suspends, with no
     /// future, no waker and no result (cheaper than [`Handle::spawn`]).
     pub fn spawn_fn(&self, job: impl FnOnce() + Send + 'static) {
-        self.shared.schedule(Item::Job(Box::new(job), self.shared.now_ns()), false);
+        self.shared.schedule(Item::Job(Box::new(job), self.shared.stamp()), false);
     }
 
     /// The pool whose worker runs the caller, if any.
@@ -514,7 +537,9 @@ impl Local {
             Item::Task(r) => r.metadata().get(),
             Item::Job(_, at) => *at,
         };
-        self.shared.waits[self.index].record(self.shared.now_ns().saturating_sub(stamp));
+        if stamp != 0 {
+            self.shared.waits[self.index].record(self.shared.now_ns().saturating_sub(stamp));
+        }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match item {
             Item::Task(r) => {
                 r.run();

@@ -113,7 +113,8 @@ pub struct PoolStats {
     /// Spawns from outside refused because the pool was stopping.
     pub rejected: u64,
     /// How long tasks waited between being queued and starting to run,
-    /// ns, over every worker.
+    /// ns, over every worker: one task in
+    /// [`WAIT_SAMPLE`](crate::WAIT_SAMPLE) queued by each thread.
     pub queue_wait_ns: Histogram<u64>,
 }
 

@@ -42,7 +42,10 @@ fn every_policy_runs_every_task_exactly_once() {
                     assert_eq!(runs, 2_500, "{policy} {steal} {victims} {full}");
                     let total = stats.total();
                     assert_eq!(total.tasks_run, 2_500);
-                    assert_eq!(stats.queue_wait_ns.len(), 2_500, "a queue wait per task");
+                    // One task in 8 queued by each of the 4 threads
+                    // (the test's and the workers').
+                    let timed = stats.queue_wait_ns.len();
+                    assert!((2_500 / 8 - 4..=2_500 / 8 + 4).contains(&timed), "{timed} queue waits timed");
                     assert!(total.steals_ok <= total.steals_tried);
                 }
             }
