@@ -231,7 +231,10 @@ impl Shared {
     /// `status` says of it.
     pub(crate) fn scheduler_changed<S: psmr_model::Service>(&self, scheduler: &dyn psmr_sched::Scheduler<S>) {
         self.set_worker_metrics(scheduler.metrics());
-        let last = scheduler.decisions().pop().map(|d| format!("to {} after window {}: {}", d.to, d.window, d.reason));
+        let last = scheduler
+            .decisions()
+            .pop()
+            .map(|d| format!("to {} after window {} (execution stalled {:?}): {}", d.to, d.window, d.stall, d.reason));
         *self.scheduler.lock() = (scheduler.describe(), last.unwrap_or_default());
     }
 

@@ -60,18 +60,71 @@ pub struct RtBenchArgs {
     /// Print the runs as JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Also write results.json and one SVG per workload into this directory.
+    /// Also write results.json, report.md and one SVG per workload (and
+    /// per mixer load) into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
+/// Where each run goes: the terminal's table, the plot, the report and
+/// the JSON.
+struct Report<'a> {
+    args: &'a RtBenchArgs,
+    json: Vec<serde_json::Value>,
+    markdown: String,
+}
+
+impl<'a> Report<'a> {
+    fn new(args: &'a RtBenchArgs) -> Self {
+        let markdown = format!(
+            "# psmr rt-bench\n\npsmr-rt's pools next to tokio's multi-thread runtime, {} workers, seed {}, `--repeat {}` (the run of median throughput).\n",
+            args.workers, args.seed, args.repeat
+        );
+        Report { args, json: Vec::new(), markdown }
+    }
+
+    /// Records one configuration's runs; `name` names its plot.
+    fn record(&mut self, name: &str, config: &RtBenchConfig, runs: &[rt_bench::RtRun]) -> Result<()> {
+        let table = rt_bench::format_table(config, runs);
+        if !self.args.json {
+            println!("{table}");
+        }
+        if let Some(dir) = &self.args.out {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let file = dir.join(format!("{name}.svg"));
+            std::fs::write(&file, rt_bench::svg(config, runs))
+                .with_context(|| format!("cannot write {}", file.display()))?;
+            self.markdown.push_str(&format!("\n## {name}\n\n```\n{table}```\n\n![{name}]({name}.svg)\n"));
+        }
+        let mut value = serde_json::json!({ "workload": config.workload, "workers": config.workers, "tasks": config.tasks, "runs": runs });
+        if config.workload == Workload::Mixer {
+            value["conferences"] = config.conferences.into();
+        }
+        self.json.push(value);
+        Ok(())
+    }
+
+    /// Prints the JSON if asked, and writes results.json and report.md.
+    fn finish(self) -> Result<()> {
+        let json = serde_json::to_string_pretty(&self.json)?;
+        if self.args.json {
+            println!("{json}");
+        }
+        if let Some(dir) = &self.args.out {
+            for (name, text) in [("results.json", json + "\n"), ("report.md", self.markdown)] {
+                let file = dir.join(name);
+                std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+                eprintln!("wrote {}", file.display());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The mixer at each conference count asked for, or doubling until the
 /// best psmr-rt policy breaches for more than 1 % of its mixes.
-fn mixer_sweep(
-    args: &RtBenchArgs,
-    policies: &[Policy],
-    (steal, victims, full): (Steal, Victims, Full),
-) -> Result<Vec<serde_json::Value>> {
+fn mixer_sweep(report: &mut Report, policies: &[Policy], (steal, victims, full): (Steal, Victims, Full)) -> Result<()> {
+    let args = report.args;
     let doubling = args.conferences.iter().any(|c| c == "double");
     let mut counts: Vec<usize> = if doubling {
         vec![1]
@@ -81,7 +134,6 @@ fn mixer_sweep(
             .map(|c| c.parse().with_context(|| format!("bad --conferences {c:?}")))
             .collect::<Result<_>>()?
     };
-    let mut out = Vec::new();
     let mut i = 0;
     while i < counts.len() {
         let config = RtBenchConfig {
@@ -99,17 +151,14 @@ fn mixer_sweep(
             ..RtBenchConfig::new(Workload::Mixer)
         };
         let runs = rt_bench::run(&config).with_context(|| format!("rt-bench mixer with {} conferences", counts[i]))?;
-        if !args.json {
-            println!("{}", rt_bench::format_table(&config, &runs));
-        }
+        report.record(&format!("mixer-{}", counts[i]), &config, &runs)?;
         let best = runs.iter().filter(|r| r.runtime != "tokio").filter_map(|r| r.breaches).fold(f64::MAX, f64::min);
         if doubling && best <= 0.01 && counts[i] < 4096 {
             counts.push(counts[i] * 2);
         }
-        out.push(serde_json::json!({ "workload": "mixer", "workers": args.workers, "frames": config.tasks, "conferences": counts[i], "runs": runs }));
         i += 1;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn policies(names: &[String]) -> Result<Vec<Policy>> {
@@ -129,10 +178,10 @@ pub fn rt_bench(args: RtBenchArgs) -> Result<()> {
     let (steal, victims, full): (Steal, Victims, Full) =
         (args.steal.parse()?, args.victims.parse()?, args.full.parse()?);
     eprintln!("rt-bench: seed {} (pass --seed to replay), {} workers", args.seed, args.workers);
-    let mut all = Vec::new();
+    let mut report = Report::new(&args);
     for workload in workloads {
         if workload == Workload::Mixer {
-            all.extend(mixer_sweep(&args, &policies, (steal, victims, full))?);
+            mixer_sweep(&mut report, &policies, (steal, victims, full))?;
             continue;
         }
         let config = RtBenchConfig {
@@ -150,27 +199,7 @@ pub fn rt_bench(args: RtBenchArgs) -> Result<()> {
             ..RtBenchConfig::new(workload)
         };
         let runs = rt_bench::run(&config).with_context(|| format!("rt-bench {workload}"))?;
-        if !args.json {
-            println!("{}", rt_bench::format_table(&config, &runs));
-        }
-        if let Some(dir) = &args.out {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            let file = dir.join(format!("{workload}.svg"));
-            std::fs::write(&file, rt_bench::svg(&config, &runs))
-                .with_context(|| format!("cannot write {}", file.display()))?;
-        }
-        all.push(
-            serde_json::json!({ "workload": workload, "workers": args.workers, "tasks": config.tasks, "runs": runs }),
-        );
+        report.record(&workload.to_string(), &config, &runs)?;
     }
-    let json = serde_json::to_string_pretty(&all)?;
-    if args.json {
-        println!("{json}");
-    }
-    if let Some(dir) = &args.out {
-        let file = dir.join("results.json");
-        std::fs::write(&file, json + "\n").with_context(|| format!("cannot write {}", file.display()))?;
-        eprintln!("wrote {}", file.display());
-    }
-    Ok(())
+    report.finish()
 }

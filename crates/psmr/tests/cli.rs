@@ -286,3 +286,38 @@ fn membership_commands_refuse_bad_arguments() {
     // Nobody listens on port 1: the error names the replica and why.
     fails_with(&["client", "--cluster", "127.0.0.1:1", "members"], "no replica answered (127.0.0.1:1: cannot connect");
 }
+
+#[test]
+fn rt_bench_writes_its_report_and_refuses_bad_settings() {
+    let dir = std::env::temp_dir().join(format!("psmr-rt-bench-cli-{}", std::process::id()));
+    let out = dir.to_str().unwrap();
+    let o = psmr(&[
+        "rt-bench",
+        "--workload",
+        "spawn,mixer",
+        "--tasks",
+        "200",
+        "--conferences",
+        "2",
+        "--policy",
+        "fifo,lifo",
+        "--out",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("psmr-rt lifo") && table.contains("tokio") && table.contains("breaches"), "{table}");
+    for file in ["results.json", "report.md", "spawn.svg", "mixer-2.svg"] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let runs = results[1]["runs"].as_array().unwrap();
+    assert_eq!((results[1]["conferences"].as_u64(), runs.len()), (Some(2), 3), "fifo, lifo, tokio");
+    assert!(runs.iter().all(|r| r["tasks"] == 400 && r["breaches"].is_number()), "{runs:?}");
+    std::fs::remove_dir_all(&dir).ok();
+    fails_with(&["rt-bench", "--workload", "packets"], "unknown workload \"packets\"");
+    fails_with(&["rt-bench", "--policy", "stack"], "bad policy \"stack\"");
+    fails_with(&["rt-bench", "--workload", "mixer", "--silos", "3"], "--silos must be between 1 and the workers (2)");
+    fails_with(&["rt-bench", "--victims", "neighbourhood:0"], "bad victims");
+}
