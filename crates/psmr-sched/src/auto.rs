@@ -286,7 +286,12 @@ impl Controller {
         let settling = self.dwell > 0;
         self.track_signature(w);
         let busy = w.share(w.submitting);
-        if !settling && busy >= SATURATED && self.stable >= STABLE_WINDOWS {
+        // A candidate on trial is measured whatever the scheduler thread's
+        // load: one that leaves it idle (a parallel scheduler taking
+        // batches faster than anything downstream) would otherwise never
+        // be measured, and the trial never end.
+        let on_trial = self.rate(self.current).is_none() && !self.measured.is_empty();
+        if !settling && (busy >= SATURATED || on_trial) && self.stable >= STABLE_WINDOWS {
             self.record(w.throughput());
         }
         if settling {
@@ -776,6 +781,18 @@ mod tests {
             .collect();
         assert_eq!(c.signature().unwrap().conflicts, Some(1.0));
         assert!(decisions.iter().all(|d| !matches!(d.to, Choice::Late(_))), "{decisions:#?}");
+    }
+
+    #[test]
+    fn a_trial_ends_even_when_the_candidate_leaves_the_scheduler_thread_idle() {
+        // Sequential keeps the scheduler thread busy; early takes batches
+        // at once (the thread idles) but delivers a third of the rate.
+        let mut c = Controller::new(2, 2);
+        for _ in 0..40 {
+            let (rate, busy) = if c.current() == Choice::Sequential { (3000, 0.9) } else { (1000, 0.2) };
+            c.observe(&Window { pairs: 4, conflicting_pairs: 4, ..window(rate, 0.15, busy, 0.0) });
+        }
+        assert_eq!(c.current(), Choice::Sequential, "the trial of early ended and sequential came back");
     }
 
     #[test]
