@@ -32,6 +32,7 @@
 //!   traits, the wire format;
 //! * [`sched`]: the execution schedulers and the class-to-threads
 //!   optimizer;
+//! * [`rt`]: the composable work-stealing task pools (psmr-rt);
 //! * [`replica`]: a replica (raft, the staged pipeline, storage) and local
 //!   clusters;
 //! * [`client`]: the client library;
@@ -42,6 +43,7 @@ pub use psmr_bench as bench;
 pub use psmr_client as client;
 pub use psmr_model as model;
 pub use psmr_replica as replica;
+pub use psmr_rt as rt;
 pub use psmr_sched as sched;
 pub use psmr_services as services;
 
