@@ -56,7 +56,7 @@ pub use config::{Full, Policy, PoolConfig, Steal, Victims, CAPACITY_MAX, WORKERS
 pub use pool::{Handle, Pool, SLOT_BUDGET, WAIT_SAMPLE};
 pub use runtime::Runtime;
 pub use stats::{PoolStats, WorkerStats};
-pub use task::{block_on, yield_now, Stamp, Task, YieldNow};
+pub use task::{block_on, yield_now, Task, YieldNow};
 
 use thiserror::Error;
 

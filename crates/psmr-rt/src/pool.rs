@@ -308,6 +308,9 @@ struct Local {
     queue: Worker<Item>,
     /// The worker's own queue seen as a thief sees it: its oldest task.
     own: Stealer<Item>,
+    /// The workers it steals from, by index (set once: every other
+    /// worker, or its neighbourhood).
+    victims: Vec<usize>,
     slot: Cell<Option<Item>>,
     slot_run: Cell<u32>,
     tick: Cell<u64>,
@@ -322,7 +325,13 @@ struct Local {
 impl Local {
     fn new(shared: Arc<Shared>, index: usize, queue: Worker<Item>) -> Self {
         let seed = shared.config.seed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let n = shared.config.workers;
+        let victims = match shared.config.victims {
+            Victims::Random => (1..n).map(|d| (index + d) % n).collect(),
+            Victims::Neighbourhood(k) => neighbours(index, n, k),
+        };
         Local {
+            victims,
             own: queue.stealer(),
             queue,
             slot: Cell::new(None),
@@ -501,11 +510,7 @@ impl Local {
 
     /// Tries each victim once (twice if it was busy).
     fn steal(&self) -> Option<Item> {
-        let n = self.shared.stealers.len();
-        let candidates: Vec<usize> = match self.shared.config.victims {
-            Victims::Random => (1..n).map(|d| (self.index + d) % n).collect(),
-            Victims::Neighbourhood(k) => neighbours(self.index, n, k),
-        };
+        let candidates = &self.victims;
         if candidates.is_empty() {
             return None;
         }

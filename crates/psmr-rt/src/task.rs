@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Wake, Waker};
 /// When a task was last queued, ns since its pool started: its queue wait
 /// is measured from it.
 #[derive(Debug, Default)]
-pub struct Stamp(AtomicU64);
+pub(crate) struct Stamp(AtomicU64);
 
 impl Stamp {
     pub(crate) fn set(&self, ns: u64) {

@@ -54,6 +54,18 @@ pub(crate) enum ConflictTest {
     Bitmap,
 }
 
+impl ConflictTest {
+    /// The test of the late scheduler `kind` (on threads or on a pool).
+    fn of(kind: SchedulerKind) -> Self {
+        match kind {
+            SchedulerKind::LateCbase | SchedulerKind::LateCbasePool => ConflictTest::Command,
+            SchedulerKind::LateBatchKeys => ConflictTest::Keys,
+            SchedulerKind::LateBatchBitmap | SchedulerKind::LateBatchBitmapPool => ConflictTest::Bitmap,
+            other => unreachable!("{other} is not a late scheduler"),
+        }
+    }
+}
+
 /// A node of the graph: commands `range` of `batch`.
 pub(crate) struct Item<O> {
     pub(crate) batch: Arc<Batch<O>>,
@@ -152,7 +164,7 @@ pub(crate) struct Graph<O> {
 }
 
 impl<O> Graph<O> {
-    pub(crate) fn new(capacity: usize) -> Self {
+    fn new(capacity: usize) -> Self {
         Self {
             slots: Vec::with_capacity(capacity),
             free_slots: Vec::new(),
@@ -226,9 +238,9 @@ impl<O> Graph<O> {
 }
 
 pub(crate) struct Shared<S: Service> {
-    pub(crate) graph: Mutex<Graph<S::Op>>,
+    graph: Mutex<Graph<S::Op>>,
     /// Workers wait here for a free node.
-    pub(crate) work: Signal,
+    work: Signal,
     /// The scheduler waits here for room in the graph.
     pub(crate) room: Signal,
     pub(crate) graph_max: usize,
@@ -236,13 +248,28 @@ pub(crate) struct Shared<S: Service> {
     /// Copies of the graph's state, written under its lock, read without
     /// it by the threads deciding whether to keep waiting: free nodes,
     /// nodes, and whether the graph is closed and empty for good.
-    pub(crate) ready_hint: AtomicUsize,
+    ready_hint: AtomicUsize,
     pub(crate) len_hint: AtomicUsize,
     pub(crate) drained: AtomicBool,
     pub(crate) exec: Executor<S>,
 }
 
 impl<S: Service> Shared<S> {
+    /// An empty graph for the late scheduler `config` describes.
+    pub(crate) fn new(config: &SchedConfig, exec: Executor<S>) -> Self {
+        Self {
+            graph: Mutex::new(Graph::new(config.graph_max)),
+            work: Signal::new(),
+            room: Signal::new(),
+            graph_max: config.graph_max,
+            test: ConflictTest::of(config.kind),
+            ready_hint: AtomicUsize::new(0),
+            len_hint: AtomicUsize::new(0),
+            drained: AtomicBool::new(false),
+            exec,
+        }
+    }
+
     /// Refreshes the hints; called under the graph's lock after a change.
     pub(crate) fn publish(&self, g: &Graph<S::Op>) {
         self.ready_hint.store(g.ready.len(), Ordering::Relaxed);
@@ -279,24 +306,8 @@ impl<S: Service> Late<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
         classes: usize,
     ) -> Result<Self, SchedError> {
-        let test = match config.kind {
-            SchedulerKind::LateCbase => ConflictTest::Command,
-            SchedulerKind::LateBatchKeys => ConflictTest::Keys,
-            SchedulerKind::LateBatchBitmap => ConflictTest::Bitmap,
-            other => unreachable!("{other} is not a late scheduler"),
-        };
         let exec = Executor::new(service, sink);
-        let shared = Arc::new(Shared {
-            graph: Mutex::new(Graph::new(config.graph_max)),
-            work: Signal::new(),
-            room: Signal::new(),
-            graph_max: config.graph_max,
-            test,
-            ready_hint: AtomicUsize::new(0),
-            len_hint: AtomicUsize::new(0),
-            drained: AtomicBool::new(false),
-            exec: exec.clone(),
-        });
+        let shared = Arc::new(Shared::new(config, exec.clone()));
         let pool = Pool::start(&exec, "late", config.workers, shared, worker)?;
         Ok(Self { kind: config.kind, pool, classes })
     }

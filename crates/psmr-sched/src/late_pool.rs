@@ -11,11 +11,10 @@
 //! locality 001 §4.3.1 argues for, while idle workers steal the rest.
 
 use crate::exec::{stats_of, Executor};
-use crate::late::{nodes, ConflictTest, Graph, Item, Shared};
+use crate::late::{nodes, Item, Shared};
 use crate::sink::ReplySink;
-use crate::sync::{AtomicBool, AtomicUsize, Naps, Patience, Signal};
+use crate::sync::{Naps, Patience};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
-use parking_lot::Mutex;
 use psmr_model::{Batch, Service};
 use psmr_rt::{Handle, Pool, PoolConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,24 +43,9 @@ impl<S: Service> LatePool<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
         classes: usize,
     ) -> Result<Self, SchedError> {
-        let test = match config.kind {
-            SchedulerKind::LateCbasePool => ConflictTest::Command,
-            SchedulerKind::LateBatchBitmapPool => ConflictTest::Bitmap,
-            other => unreachable!("{other} is not a late scheduler on a pool"),
-        };
         let pool_config = PoolConfig { policy: config.pool, ..PoolConfig::new("late", config.workers) };
         let pool = Pool::start(pool_config).map_err(|e| SchedError::Spawn(e.to_string()))?;
-        let shared = Shared {
-            graph: Mutex::new(Graph::new(config.graph_max)),
-            work: Signal::new(),
-            room: Signal::new(),
-            graph_max: config.graph_max,
-            test,
-            ready_hint: AtomicUsize::new(0),
-            len_hint: AtomicUsize::new(0),
-            drained: AtomicBool::new(false),
-            exec: Executor::new(service, sink),
-        };
+        let shared = Shared::new(config, Executor::new(service, sink));
         let executed = (0..config.workers).map(|_| AtomicU64::new(0)).collect();
         let jobs = Arc::new(Jobs { shared, pool: pool.handle(), executed });
         Ok(Self { kind: config.kind, jobs, pool: Some(pool), classes })
