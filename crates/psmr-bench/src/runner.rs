@@ -223,6 +223,7 @@ pub fn cluster_spec(p: &Params) -> Result<ClusterSpec, RunError> {
     base.batch_max_commands = p.batch_max_commands;
     base.batch_delay_us = p.batch_delay_us;
     base.pipeline = p.pipeline;
+    base.snapshot_every = p.snapshot_every;
     base.insecure_peers = p.insecure_peers;
     base.reads_through_log = p.reads == "log";
     Ok(spec)

@@ -96,6 +96,9 @@ pub struct Params {
     pub batch_delay_us: u64,
     /// Log entries in flight.
     pub pipeline: usize,
+    /// Every this many log entries each replica snapshots its state and
+    /// compacts its log.
+    pub snapshot_every: u64,
     /// Replicas without peer authentication (plain TCP) instead of mutual
     /// TLS: for measuring what TLS costs.
     pub insecure_peers: bool,
@@ -146,6 +149,7 @@ impl Default for Params {
             batch_max_commands: 1000,
             batch_delay_us: 200,
             pipeline: 8,
+            snapshot_every: 10_000,
             insecure_peers: false,
             reads: "index".into(),
             clients: 64,
@@ -162,7 +166,7 @@ impl Default for Params {
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 15] = [
+pub const CLUSTER_KEYS: [&str; 16] = [
     "service",
     "model",
     "shards",
@@ -176,6 +180,7 @@ pub const CLUSTER_KEYS: [&str; 15] = [
     "batch_max_commands",
     "batch_delay_us",
     "pipeline",
+    "snapshot_every",
     "insecure_peers",
     "reads",
 ];
@@ -277,6 +282,7 @@ impl Params {
             "batch_max_commands" => self.batch_max_commands = num(&key, value, count)?,
             "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
             "pipeline" => self.pipeline = num(&key, value, count)?,
+            "snapshot_every" => self.snapshot_every = num(&key, value, count)?,
             "insecure_peers" => self.insecure_peers = num(&key, value, "true or false")?,
             "reads" => match value.trim() {
                 r @ ("index" | "log") => self.reads = r.to_string(),
@@ -367,6 +373,7 @@ impl Params {
             "batch_max_commands" => self.batch_max_commands.to_string(),
             "batch_delay_us" => self.batch_delay_us.to_string(),
             "pipeline" => self.pipeline.to_string(),
+            "snapshot_every" => self.snapshot_every.to_string(),
             "insecure_peers" => self.insecure_peers.to_string(),
             "reads" => self.reads.clone(),
             "clients" => self.clients.to_string(),
@@ -793,7 +800,7 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        assert_eq!(keys().count(), 26);
+        assert_eq!(keys().count(), 27);
         for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();

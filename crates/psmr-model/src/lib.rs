@@ -46,4 +46,4 @@ pub use class::{ClassModel, ClassModelBuilder, ClassModelError, CommandRef, Miss
 pub use command::{ClassId, ClientId, Command, Key, KeySet, KEY_ALL};
 pub use digest::{Digest, StableHasher, UnorderedDigest};
 pub use mapping::{ClassMapping, Mapping, MappingError, Mode, WORKERS_MAX};
-pub use service::{Service, SnapshotError};
+pub use service::{Frozen, Service, SnapshotError};

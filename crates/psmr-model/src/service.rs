@@ -17,6 +17,11 @@ pub enum SnapshotError {
     Malformed(String),
 }
 
+/// A copy of a service's state, taken by [`Service::freeze`] while nothing
+/// executes, that encodes into its snapshot when called: later, on another
+/// thread, while execution goes on.
+pub type Frozen = Box<dyn FnOnce() -> Vec<u8> + Send>;
+
 /// A deterministic state machine whose independent commands may run at once.
 ///
 /// `execute` takes `&self` and the service is `Sync`: a scheduler calls it
@@ -41,6 +46,18 @@ pub trait Service: Send + Sync + 'static {
 
     /// Serializes the whole state. Must not run concurrently with `execute`.
     fn snapshot(&self) -> Vec<u8>;
+
+    /// Copies the state for a snapshot encoded later: what execution must
+    /// pause for is only the copy, and the returned [`Frozen`] makes the
+    /// bytes [`Service::snapshot`] would have made, on whichever thread
+    /// calls it. Must not run concurrently with `execute`. The default
+    /// encodes at once; a service with a large state overrides it with a
+    /// cheaper copy (the replica takes its snapshots this way, and encodes
+    /// them on a side pool).
+    fn freeze(&self) -> Frozen {
+        let bytes = self.snapshot();
+        Box::new(move || bytes)
+    }
 
     /// Replaces the state with a snapshot taken by [`Service::snapshot`].
     /// On error the state is unchanged.

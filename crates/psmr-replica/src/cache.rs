@@ -364,30 +364,41 @@ impl ReplyCache {
     /// The cache as bytes, in a deterministic order. Every admitted command
     /// must have its outcome (the caller waits for execution first).
     pub fn snapshot(&self) -> Vec<u8> {
-        /// One client as saved: id, floor, last index, executed writes.
-        type Saved = (u64, u64, u64, Vec<(u64, Slot)>);
-        let mut all: Vec<Saved> = Vec::new();
+        self.freeze()()
+    }
+
+    /// [`ReplyCache::snapshot`] in two steps: each client encoded now, in
+    /// shard order, and the clients put in order of id when the returned
+    /// closure runs (on the snapshot side pool, see [`crate::snapshot`]).
+    pub fn freeze(&self) -> psmr_model::Frozen {
+        let mut clients: Vec<(u64, Vec<u8>)> = Vec::new();
         for shard in &self.shards {
             for (&id, c) in &shard.lock().clients {
-                let seqs = c.seqs.iter().filter(|(_, s)| **s != Slot::Pending).map(|(q, s)| (q, s.clone()));
-                all.push((id, c.floor, c.last_index, seqs.collect()));
+                let mut e = Encoder::new();
+                let seqs: Vec<_> = c.seqs.iter().filter(|(_, s)| **s != Slot::Pending).collect();
+                e.u64(id).u64(c.floor).u64(c.last_index).u32(seqs.len() as u32);
+                for (seq, slot) in seqs {
+                    e.u64(seq);
+                    match slot {
+                        Slot::Done(o) => e.u8(0).outcome(o),
+                        Slot::Dropped(n) => e.u8(1).u64(*n),
+                        Slot::Pending => unreachable!("filtered out above"),
+                    };
+                }
+                clients.push((id, e.finish()));
             }
         }
-        all.sort_unstable_by_key(|c| c.0);
-        let mut e = Encoder::new();
-        e.u32(all.len() as u32);
-        for (id, floor, last, seqs) in all {
-            e.u64(id).u64(floor).u64(last).u32(seqs.len() as u32);
-            for (seq, slot) in seqs {
-                e.u64(seq);
-                match slot {
-                    Slot::Done(o) => e.u8(0).outcome(&o),
-                    Slot::Dropped(n) => e.u8(1).u64(n),
-                    Slot::Pending => unreachable!("filtered out above"),
-                };
+        Box::new(move || {
+            clients.sort_unstable_by_key(|c| c.0);
+            let mut e = Encoder::new();
+            e.u32(clients.len() as u32);
+            let mut out = e.finish();
+            out.reserve(clients.iter().map(|c| c.1.len()).sum());
+            for (_, bytes) in clients {
+                out.extend_from_slice(&bytes);
             }
-        }
-        e.finish()
+            out
+        })
     }
 
     /// Replaces the contents with a snapshot's; on error nothing changes.

@@ -294,6 +294,10 @@ pub struct DiskStore {
     /// Also serializes the writers, so that records follow the engine's
     /// writes in order. Locked before `state`.
     record: Arc<Mutex<SyncRecord>>,
+    /// The index of the snapshot in the snapshot file (0: none). Locked
+    /// after `record` when both are; held alone while a snapshot taken
+    /// here is written, off the protocol thread.
+    snapshot_file: Arc<Mutex<u64>>,
     incarnation: u64,
     /// Where the time of each synced write goes, once the replica runs.
     sync_time: Arc<std::sync::OnceLock<crate::metrics::Histogram>>,
@@ -952,11 +956,13 @@ impl DiskStore {
         // A file raft-engine created just now.
         private_files(&layout.log)?;
         let (incarnation, floor) = (record.state().incarnation, record.state().floor);
+        let on_disk = snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
         Ok(Self {
             engine: Arc::new(engine),
             dir: dir.to_path_buf(),
             state: Arc::new(Mutex::new(State { hs, cs, snapshot, last, floor })),
             record: Arc::new(Mutex::new(record)),
+            snapshot_file: Arc::new(Mutex::new(on_disk)),
             incarnation,
             sync_time: Arc::default(),
         })
@@ -1058,7 +1064,11 @@ impl DiskStore {
         Ok(())
     }
 
-    /// Keeps a snapshot taken here and drops the log before `keep_from`.
+    /// Makes a snapshot taken here durable, without holding up the
+    /// protocol thread's writes while the file is written: the replica
+    /// calls this on a side pool, then [`DiskStore::install`]. Returns
+    /// false, writing nothing, if a snapshot as new is already kept (one
+    /// from the leader may have come meanwhile).
     ///
     /// The snapshot holds the state up to its index, so the commit index
     /// that survives a crash must reach that index first: raft refuses to
@@ -1066,27 +1076,56 @@ impl DiskStore {
     /// commit ([`DiskStore::set_commit`]) is written unsynced. (The cluster
     /// simulation found this: a one-replica cluster commits through light
     /// readies only, and after a machine crash could not restart.)
+    pub fn persist(&self, snapshot: &Snapshot) -> raft::Result<bool> {
+        let index = snapshot.get_metadata().index;
+        {
+            let mut record = self.record.lock();
+            // A restart applies the log from the snapshot on, so raft's
+            // membership then starts from the snapshot's (see `membership`).
+            let (hs, cs) = {
+                let mut st = self.state.lock();
+                if snapshot_index(&st).0 >= index {
+                    return Ok(false);
+                }
+                st.hs.commit = st.hs.commit.max(index);
+                st.cs = snapshot.get_metadata().get_conf_state().clone();
+                (st.hs.clone(), st.cs.clone())
+            };
+            let mut batch = LogBatch::default();
+            batch.put_message(GROUP, HARD_STATE.to_vec(), &hs).map_err(raft_err)?;
+            batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(raft_err)?;
+            self.write_synced(&mut batch)?;
+            let now = {
+                let st = self.state.lock();
+                record.state().after(st.last, st.hs.term, st.hs.vote, st.hs.commit)
+            };
+            self.write_record(&mut record, now, false)?;
+        }
+        let mut on_disk = self.snapshot_file.lock();
+        if *on_disk >= index {
+            return Ok(false);
+        }
+        write_snapshot(&self.dir, snapshot).map_err(raft_err)?;
+        *on_disk = index;
+        Ok(true)
+    }
+
+    /// Keeps a snapshot taken here and drops the log before `keep_from`;
+    /// [`DiskStore::persist`]s it first unless that was done. A snapshot
+    /// older than the one kept is ignored.
     pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
-        let mut record = self.record.lock();
-        // A restart applies the log from the snapshot on, so raft's
-        // membership then starts from the snapshot's (see `membership`).
-        let (hs, cs) = {
+        let index = snapshot.get_metadata().index;
+        if *self.snapshot_file.lock() < index && !self.persist(&snapshot)? {
+            return Ok(());
+        }
+        {
+            let _writer = self.record.lock();
             let mut st = self.state.lock();
-            st.hs.commit = st.hs.commit.max(snapshot.get_metadata().index);
-            st.cs = snapshot.get_metadata().get_conf_state().clone();
-            (st.hs.clone(), st.cs.clone())
-        };
-        let mut batch = LogBatch::default();
-        batch.put_message(GROUP, HARD_STATE.to_vec(), &hs).map_err(raft_err)?;
-        batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(raft_err)?;
-        self.write_synced(&mut batch)?;
-        let now = {
-            let st = self.state.lock();
-            record.state().after(st.last, st.hs.term, st.hs.vote, st.hs.commit)
-        };
-        self.write_record(&mut record, now, false)?;
-        write_snapshot(&self.dir, &snapshot).map_err(raft_err)?;
-        self.state.lock().snapshot = Some(snapshot);
+            if snapshot_index(&st).0 >= index {
+                return Ok(());
+            }
+            st.snapshot = Some(snapshot);
+        }
         let last = self.engine.last_index(GROUP).unwrap_or(0);
         if keep_from > 1 {
             self.engine.compact_to(GROUP, keep_from.min(last));
@@ -1102,7 +1141,11 @@ impl DiskStore {
         if self.engine.first_index(GROUP).is_some_and(|f| f > meta.index + 1) {
             return Err(raft::Error::Store(StorageError::SnapshotOutOfDate));
         }
-        write_snapshot(&self.dir, &snapshot).map_err(raft_err)?;
+        {
+            let mut on_disk = self.snapshot_file.lock();
+            write_snapshot(&self.dir, &snapshot).map_err(raft_err)?;
+            *on_disk = meta.index;
+        }
         let mut st = self.state.lock();
         st.hs.term = st.hs.term.max(meta.term);
         st.hs.commit = meta.index;
@@ -1513,6 +1556,34 @@ mod tests {
         let s = DiskStore::open(&dir, vec![1]).unwrap();
         assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
         assert_eq!(s.snapshot(0, 1).unwrap().get_metadata().index, 3);
+    }
+
+    /// A snapshot taken here is persisted off the protocol thread and kept
+    /// later; one from the leader that came in between wins, whatever the
+    /// order: the older one is neither written over it nor kept.
+    #[test]
+    fn an_older_snapshot_never_replaces_a_newer_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        let s = DiskStore::open(&dir, vec![1]).unwrap();
+        let hs = HardState { term: 1, vote: 1, commit: 4, ..Default::default() };
+        s.append(&(1..=4).map(|i| entry(i, 1)).collect::<Vec<_>>(), Some(&hs)).unwrap();
+        let snap = |index: u64, data: u8| {
+            let mut snap = Snapshot { data: vec![data].into(), ..Default::default() };
+            snap.mut_metadata().index = index;
+            snap.mut_metadata().term = 1;
+            snap
+        };
+        assert!(s.persist(&snap(3, 3)).unwrap(), "a new snapshot is written");
+        s.apply_snapshot(snap(9, 9)).unwrap();
+        s.install(snap(3, 3), 2).unwrap();
+        assert!(!s.persist(&snap(5, 5)).unwrap(), "older than the leader's");
+        s.install(snap(5, 5), 4).unwrap();
+        assert_eq!(s.snapshot(0, 1).unwrap().get_metadata().index, 9);
+        drop(s);
+        let s = DiskStore::open(&dir, vec![1]).unwrap();
+        let kept = s.snapshot(0, 1).unwrap();
+        assert_eq!((kept.get_metadata().index, kept.data.to_vec()), (9, vec![9]));
     }
 
     #[test]

@@ -29,6 +29,8 @@
 //!   protocol thread.
 //! * ServiceManager ([`manager`]): reply cache ([`cache`]: each client
 //!   command executes once), scheduler, snapshots and log compaction.
+//! * Snapshots ([`snapshot`]): encoded and written on a side pool of one
+//!   psmr-rt worker; execution pauses only to copy the state.
 //! * Reads without the log ([`reads`], on the protocol thread): a leader
 //!   serves read-only requests after a ReadIndex heartbeat round instead of
 //!   a log entry (`reads_through_log` turns it off).
@@ -64,6 +66,7 @@ pub mod reads;
 pub mod redis;
 pub mod router;
 pub mod sim;
+pub mod snapshot;
 pub mod stages;
 pub mod store;
 pub mod synced;
@@ -234,7 +237,12 @@ impl Shared {
         let last = scheduler
             .decisions()
             .pop()
-            .map(|d| format!("to {} after window {} (execution stalled {:?}): {}", d.to, d.window, d.stall, d.reason));
+            .map(|d| {
+                format!(
+                    "to {} after window {} (execution stalled {:?} draining {} commands, {} batches after the decision): {}",
+                    d.to, d.window, d.stall, d.held, d.waited, d.reason
+                )
+            });
         *self.scheduler.lock() = (scheduler.describe(), last.unwrap_or_default());
     }
 
@@ -455,7 +463,7 @@ impl<A: App> ReplicaBuilder<A> {
         // Execution.
         let app = Arc::new(app);
         let cache = Arc::new(ReplyCache::new(cache::Limits::of(&config)));
-        let sink = Arc::new(ManagerSink::new(cache.clone(), shared.clone()));
+        let sink = Arc::new(ManagerSink::new(cache, shared.clone()));
         let kind = sched.kind;
         let scheduler = psmr_sched::Switchable::new(sched, app.clone(), &model, sink.clone())?;
         shared.scheduler_changed(&scheduler);
@@ -487,6 +495,7 @@ impl<A: App> ReplicaBuilder<A> {
                 .map_err(|e| ReplicaError::Failed(format!("the snapshot kept at {applied}: {e}")))?,
             None => membership::Membership::default(),
         };
+        let snapshots = snapshot::Snapshotter::start(shared.clone(), log.clone(), inbound_tx.clone())?;
         let protocol = protocol::Protocol {
             shared: shared.clone(),
             node,
@@ -512,11 +521,11 @@ impl<A: App> ReplicaBuilder<A> {
         let mut manager = Manager::new(
             shared.clone(),
             app.clone(),
-            cache,
             sink,
             Box::new(scheduler),
             decision_rx,
             inbound_tx.clone(),
+            snapshots,
         );
         if let Some(snapshot) = &recovered {
             manager.restore(snapshot).map_err(ReplicaError::Failed)?;

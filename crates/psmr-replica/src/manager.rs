@@ -13,6 +13,7 @@ use crate::cache::{Admit, ReplyCache};
 use crate::membership::{Change, Membership};
 use crate::peer::Inbound;
 use crate::router::Router;
+use crate::snapshot::{Snapshotter, Taken};
 use crate::store::{entry_commands, request_commands};
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender};
@@ -184,6 +185,8 @@ pub(crate) struct Manager<A: App> {
     scheduler: Box<Switchable<A>>,
     decisions: Receiver<Decision>,
     protocol: Sender<Inbound>,
+    /// Where snapshots are encoded and written.
+    snapshots: Snapshotter,
     /// Commands handed to the scheduler.
     submitted: u64,
     /// Decisions of an `auto` scheduler seen so far.
@@ -198,13 +201,14 @@ impl<A: App> Manager<A> {
     pub(crate) fn new(
         shared: Arc<Shared>,
         app: Arc<A>,
-        cache: Arc<ReplyCache>,
         sink: Arc<ManagerSink<A>>,
         scheduler: Box<Switchable<A>>,
         decisions: Receiver<Decision>,
         protocol: Sender<Inbound>,
+        snapshots: Snapshotter,
     ) -> Self {
         let (submitted, applied_term, since_snapshot) = (0, 0, 0);
+        let cache = sink.cache.clone();
         let _ = shared.metrics.cache.set(cache.clone());
         let codec = A::Codec::default();
         Self {
@@ -216,6 +220,7 @@ impl<A: App> Manager<A> {
             scheduler,
             decisions,
             protocol,
+            snapshots,
             submitted,
             decisions_made: 0,
             applied_term,
@@ -414,28 +419,26 @@ impl<A: App> Manager<A> {
         Ok(())
     }
 
+    /// Pauses execution only to let it finish and to copy the state; the
+    /// snapshot side pool encodes and writes the copy ([`crate::snapshot`]).
+    /// While the last one is still being written, this one is taken a
+    /// little later instead.
     fn snapshot(&mut self, index: u64, term: u64) {
+        if self.snapshots.busy() {
+            debug!(index, "the last snapshot is still being written; this one is postponed");
+            self.since_snapshot = self.shared.config.snapshot_every / 2;
+            return;
+        }
         let start = std::time::Instant::now();
         if !self.sink.wait_for(self.submitted) {
             return;
         }
-        let members = self.membership.encode();
-        let data = encode_state(index, term, &members, &self.app.snapshot(), &self.cache.snapshot());
-        let bytes = data.len();
-        // Never wait for the protocol thread here: it may be waiting for
-        // this thread to take decisions. A snapshot that does not fit is
-        // taken again a little later.
-        let conf = self.membership.conf_state();
-        match self.protocol.try_send(Inbound::Snapshot { index, term, data, conf }) {
-            Ok(()) => {
-                self.shared.metrics.snapshot_taken(start, bytes);
-                debug!(index, "snapshot taken");
-            }
-            Err(_) => {
-                debug!(index, "protocol queue full; snapshot postponed");
-                self.since_snapshot = self.shared.config.snapshot_every / 2;
-            }
-        }
+        let drained = start.elapsed();
+        let (service, cache) = (self.app.freeze(), self.cache.freeze());
+        let paused = start.elapsed();
+        self.shared.metrics.snapshot_pause.observe(u64::try_from(paused.as_nanos()).unwrap_or(u64::MAX));
+        let (members, conf) = (self.membership.encode(), self.membership.conf_state());
+        self.snapshots.finish(Taken { index, term, members, conf, service, cache, start, paused, drained });
     }
 
     pub(crate) fn restore(&mut self, snap: &Snapshot) -> Result<(), String> {

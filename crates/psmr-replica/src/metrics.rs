@@ -47,7 +47,8 @@
 //! | `psmr_entry_commands` | histogram | protocol thread: commands per entry this replica proposed |
 //! | `psmr_entry_bytes` | histogram | protocol thread: bytes per entry this replica proposed |
 //! | `psmr_log_sync_seconds` | histogram | disk storage ([`crate::disk`]): each synced raft-engine write (a ready's entries and hard state, a leader's snapshot); empty with memory storage |
-//! | `psmr_snapshot_seconds` | histogram | service manager: taking a snapshot, from waiting for execution to handing it to the protocol thread (`_count`: snapshots taken) |
+//! | `psmr_snapshot_seconds` | histogram | taking a snapshot, from the service manager waiting for execution until the snapshot side pool has encoded and written it and handed it to the protocol thread (`_count`: snapshots taken) |
+//! | `psmr_snapshot_pause_seconds` | histogram | service manager: execution paused for a snapshot, waiting for what was submitted and copying the state |
 //! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
 //! | `psmr_snapshots_restored_total` | counter | snapshots restored (at start from disk, or from the leader) |
 //! | `psmr_scheduler_switch_stall_seconds` | histogram | each change of execution scheduler (`psmr client reconfigure`, or a decision of `auto`): how long execution stalled while the old one drained |
@@ -364,6 +365,8 @@ pub struct Metrics {
     pub log_sync: Histogram,
     /// `psmr_snapshot_seconds`.
     pub snapshot_time: Histogram,
+    /// `psmr_snapshot_pause_seconds`.
+    pub snapshot_pause: Histogram,
     snapshot_bytes: Gauge,
     snapshots_restored: Counter,
     /// `psmr_read_round_requests`.
@@ -391,6 +394,7 @@ impl Metrics {
         let entry_bytes = Histogram::powers(64, 4, 64 << 20);
         let log_sync = Histogram::seconds(10_000, 10_000_000_000);
         let snapshot_time = Histogram::seconds(1_000_000, 100_000_000_000);
+        let snapshot_pause = Histogram::seconds(10_000, 100_000_000_000);
         let snapshot_bytes = Gauge::default();
         let snapshots_restored = Counter::default();
         let read_round_requests = Histogram::powers(1, 2, 1 << 16);
@@ -410,6 +414,12 @@ impl Metrics {
         r.register_with_unit("psmr_entry", "Size of the log entries proposed here", Unit::Bytes, entry_bytes.clone());
         r.register_with_unit("psmr_log_sync", "Synced writes of the raft log", seconds(), log_sync.clone());
         r.register_with_unit("psmr_snapshot", "Snapshots taken", seconds(), snapshot_time.clone());
+        r.register_with_unit(
+            "psmr_snapshot_pause",
+            "Execution paused for a snapshot (to finish and copy the state)",
+            seconds(),
+            snapshot_pause.clone(),
+        );
         r.register_with_unit("psmr_snapshot_last", "Size of the last snapshot", Unit::Bytes, snapshot_bytes.clone());
         r.register("psmr_snapshots_restored", "Snapshots restored", snapshots_restored.clone());
         r.register(
@@ -435,6 +445,7 @@ impl Metrics {
             entry_bytes,
             log_sync,
             snapshot_time,
+            snapshot_pause,
             snapshot_bytes,
             scheduler_decisions,
             snapshots_restored,

@@ -192,18 +192,10 @@ impl PeerError {
 pub enum Inbound {
     /// A raft message from a peer.
     Raft(Box<Message>),
-    /// The service manager took a snapshot of the state after log entry
-    /// `index` (of term `term`): keep it and compact the log.
-    Snapshot {
-        /// Last log index the snapshot covers.
-        index: u64,
-        /// Term of that entry.
-        term: u64,
-        /// The snapshot.
-        data: Vec<u8>,
-        /// The membership at `index`.
-        conf: raft::prelude::ConfState,
-    },
+    /// A snapshot of the state taken here (by the service manager, made
+    /// durable on the snapshot side pool, see [`crate::snapshot`]): keep
+    /// it and compact the log.
+    Snapshot(Box<raft::prelude::Snapshot>),
     /// Peer `peer`, authenticated and not a member this replica knows of
     /// (it was added by an entry this replica has not seen yet), listens
     /// at `addr`: a sender to it lets this replica answer it.

@@ -22,7 +22,7 @@ use crate::reads::Reads;
 use crate::store::Log;
 use crate::Shared;
 use crossbeam::channel::{Receiver, Select, Sender};
-use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
+use raft::prelude::{Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -278,7 +278,7 @@ impl Protocol {
                     debug!("raft refused a message: {e}");
                 }
             }
-            Inbound::Snapshot { index, term, data, conf } => self.install_own_snapshot(index, term, data, conf),
+            Inbound::Snapshot(snap) => self.install_own_snapshot(*snap),
             Inbound::Admin(request) => self.admin_request(request)?,
             Inbound::PeerListens { peer, addr } => {
                 if !self.membership.is_removed(peer) && !self.membership.contains(peer) {
@@ -457,14 +457,11 @@ impl Protocol {
         }
     }
 
-    /// Keeps the service manager's snapshot; `conf` is the membership at
-    /// its index (the service manager's, which may lag this thread's).
-    fn install_own_snapshot(&mut self, index: u64, term: u64, data: Vec<u8>, conf: ConfState) {
-        let mut snap = Snapshot { data: data.into(), ..Default::default() };
-        let meta = snap.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(conf);
+    /// Keeps a snapshot taken here (made durable already, see
+    /// [`crate::snapshot`]); its membership is the service manager's at
+    /// its index, which may lag this thread's.
+    fn install_own_snapshot(&mut self, snap: Snapshot) {
+        let index = snap.get_metadata().index;
         let slack = LOG_SLACK.min(self.shared.config.snapshot_every);
         if let Err(e) = self.store.install(snap, index.saturating_sub(slack)) {
             warn!(index, "cannot compact the log: {e}");

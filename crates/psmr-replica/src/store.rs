@@ -26,11 +26,18 @@ impl LogStore {
     }
 
     /// Keeps `snapshot` (taken locally or received) and drops the log up
-    /// to `keep_from` (exclusive), which must not pass the snapshot.
+    /// to `keep_from` (exclusive), which must not pass the snapshot. A
+    /// snapshot older than the one kept is ignored.
     pub fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
         let index = snapshot.get_metadata().index;
         let conf = snapshot.get_metadata().get_conf_state().clone();
-        *self.snapshot.lock() = Some(snapshot);
+        {
+            let mut kept = self.snapshot.lock();
+            if kept.as_ref().is_some_and(|k| k.get_metadata().index >= index) {
+                return Ok(());
+            }
+            *kept = Some(snapshot);
+        }
         let mut core = self.mem.wl();
         // Raft restarts from the snapshot: with the membership at its index
         // (see `DiskStore::install`).
@@ -124,6 +131,16 @@ impl Log {
                 Ok(())
             }
             Log::Disk(d) => d.set_commit(commit),
+        }
+    }
+
+    /// Makes a snapshot taken here durable ([`crate::disk::DiskStore::persist`];
+    /// nothing to do in memory), before [`Log::install`]. Safe to call
+    /// from any thread; false if a snapshot as new is already kept.
+    pub fn persist(&self, snapshot: &Snapshot) -> raft::Result<bool> {
+        match self {
+            Log::Memory(m) => Ok(m.snapshot_index() < snapshot.get_metadata().index),
+            Log::Disk(d) => d.persist(snapshot),
         }
     }
 

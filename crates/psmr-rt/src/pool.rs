@@ -3,11 +3,19 @@
 //!
 //! Where a task goes: spawned or woken on a worker of its own pool, into
 //! that worker's local queue (or slot); from anywhere else, into the
-//! pool's injector; woken by itself while it runs (a yield), into the
-//! pool's yield queue. A worker takes, in order: its slot (within its
-//! budget), its own queue by its policy, a batch from the injector, a
-//! steal from its victims, the yield queue; and every few tasks it looks
-//! at the yield queue and the injector first, so that neither starves.
+//! pool's injector; woken by itself while it runs (a yield), into its
+//! worker's soft-yield slot, or, when that slot is taken, into the pool's
+//! yield queue (001 §4.5.3's fast "soft yield" and its global slow path).
+//! A worker takes, in order: its slot (within its budget), its own queue
+//! by its policy, a batch from the injector, a steal from its victims, its
+//! soft-yield slot, the yield queue; and every few tasks it looks at the
+//! yield queue and the injector first, so that neither starves. A worker
+//! that finds anything else to run first moves its soft-yielded task to
+//! the yield queue, where any worker can take it: a yielded task is kept
+//! out of other workers' reach only while its own worker is free to run
+//! it, and runs again only when that worker found nothing else, so yields
+//! cannot livelock the pool. A ping-pong of yielding tasks thus stays on
+//! each worker, off the shared queue.
 //! With nothing found it parks on the pool's [`Signal`], which every
 //! insertion notifies.
 
@@ -102,29 +110,31 @@ impl Shared {
     }
 
     /// Queues `item`: on this pool's worker if the caller is one (its
-    /// slot or queue), else in the injector; yields in the yield queue.
+    /// slot or queue; a yield in its soft-yield slot), else in the
+    /// injector (a yield in the yield queue).
     fn schedule(self: &Arc<Self>, item: Item, yielded: bool) {
         if self.stopping.load(Ordering::Acquire) && !self.on_worker() {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if yielded {
-            self.yields.push(item);
-            self.signal.notify_one();
-            return;
-        }
         let left = CURRENT.with(|c| match c.borrow().as_ref() {
-            Some(local) if Arc::ptr_eq(&local.shared, self) => {
-                local.push(item);
-                None
-            }
+            Some(local) if Arc::ptr_eq(&local.shared, self) => match yielded {
+                true => local.soft_yield(item),
+                false => {
+                    local.push(item);
+                    None
+                }
+            },
             _ => Some(item),
         });
-        if let Some(item) = left {
+        let Some(item) = left else { return };
+        if yielded {
+            self.yields.push(item);
+        } else {
             self.injected.fetch_add(1, Ordering::Relaxed);
             self.injector.push(item);
-            self.signal.notify_one();
         }
+        self.signal.notify_one();
     }
 
     /// Whether the calling thread is a worker of this pool.
@@ -313,6 +323,9 @@ struct Local {
     victims: Vec<usize>,
     slot: Cell<Option<Item>>,
     slot_run: Cell<u32>,
+    /// A task that yielded on this worker, run again when the worker finds
+    /// nothing else.
+    soft: Cell<Option<Item>>,
     tick: Cell<u64>,
     rng: Cell<u64>,
     /// LIFO heuristics: the next removal is FIFO (alternating), and FIFO
@@ -336,6 +349,7 @@ impl Local {
             queue,
             slot: Cell::new(None),
             slot_run: Cell::new(0),
+            soft: Cell::new(None),
             tick: Cell::new(0),
             rng: Cell::new(seed | 1),
             flip: Cell::new(false),
@@ -392,6 +406,21 @@ impl Local {
         self.enqueue(item);
     }
 
+    /// Keeps a yielded task in the soft-yield slot, or hands it back for
+    /// the pool's yield queue when the slot is taken.
+    fn soft_yield(&self, item: Item) -> Option<Item> {
+        match self.soft.take() {
+            None => {
+                self.soft.set(Some(item));
+                None
+            }
+            Some(kept) => {
+                self.soft.set(Some(kept));
+                Some(item)
+            }
+        }
+    }
+
     /// Into the local queue, which overflows or grows when full; thieves
     /// may take it, so a sleeper is woken.
     fn enqueue(&self, item: Item) {
@@ -422,7 +451,23 @@ impl Local {
         Counters::add(&self.counters().overflowed, moved);
     }
 
+    /// The next task to run; a soft-yielded task only if there is no
+    /// other, and if there is, the soft one goes where others can take it.
     fn next(&self) -> Option<Item> {
+        match self.next_other() {
+            None => self.soft.take().or_else(|| self.shared.yields.pop()),
+            found => {
+                if let Some(kept) = self.soft.take() {
+                    self.shared.yields.push(kept);
+                    self.shared.signal.notify_one();
+                }
+                found
+            }
+        }
+    }
+
+    /// The next task other than the soft-yielded one.
+    fn next_other(&self) -> Option<Item> {
         let tick = self.tick.get() + 1;
         self.tick.set(tick);
         if tick % YIELD_EVERY == 0 {
@@ -435,7 +480,7 @@ impl Local {
                 return Some(item);
             }
         }
-        self.take_own().or_else(|| self.take_injected()).or_else(|| self.steal()).or_else(|| self.shared.yields.pop())
+        self.take_own().or_else(|| self.take_injected()).or_else(|| self.steal())
     }
 
     fn take_own(&self) -> Option<Item> {

@@ -2,7 +2,8 @@
 //! worker that goes to sleep misses no task queued from outside or by
 //! another worker (parking), the task waiting in a worker's slot is run
 //! (slot), and a task yielding while it waits for another cannot keep
-//! that one from running (yield). Each model ends with
+//! that one from running, nor hide it from the other workers (yield).
+//! Each model ends with
 //! [`Pool::shutdown`], which runs what is queued; loom reports a deadlock
 //! if a worker sleeps through a task.
 //!
@@ -98,5 +99,30 @@ fn a_yielding_task_lets_the_task_it_waits_for_run() {
         });
         pool.shutdown().unwrap();
         assert_eq!(flag.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// Two workers: a task yields into its worker's soft-yield slot, then that
+/// worker finds a job queued behind it and moves the yielded task to the
+/// yield queue, while the other worker may be going to sleep. Both run
+/// once.
+#[test]
+fn a_soft_yielded_task_moved_to_the_yield_queue_runs_once() {
+    model(|| {
+        let pool = pool(Policy::Fifo, 2);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (h, r) = (pool.handle(), ran.clone());
+        pool.spawn_fn(move || {
+            let (r1, r2) = (r.clone(), r.clone());
+            drop(h.spawn(async move {
+                yield_now().await;
+                r1.fetch_add(1, Ordering::SeqCst);
+            }));
+            h.spawn_fn(move || {
+                r2.fetch_add(1, Ordering::SeqCst);
+            });
+        });
+        pool.shutdown().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
     });
 }

@@ -183,6 +183,59 @@ fn a_task_yielding_for_another_cannot_keep_it_from_running() {
 }
 
 #[test]
+fn a_yielded_task_is_not_hidden_behind_its_workers_next_task() {
+    for policy in Policy::ALL {
+        // The task yields on its worker, which then runs a job that blocks
+        // until the yielded task runs again: only the other worker can run
+        // it, so the worker must not keep it to itself. The timeout only
+        // stops a broken pool from hanging the test.
+        let pool = Pool::start(config(policy, 2)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let h = pool.handle();
+        let blocked = Arc::new(AtomicBool::new(false));
+        let b = blocked.clone();
+        drop(pool.spawn(async move {
+            h.spawn_fn(move || {
+                let got = rx.recv_timeout(std::time::Duration::from_secs(60));
+                b.store(got.is_ok(), Ordering::SeqCst);
+            });
+            yield_now().await;
+            tx.send(()).unwrap();
+        }));
+        pool.shutdown().unwrap();
+        assert!(blocked.load(Ordering::SeqCst), "{policy}: the yielded task stayed behind the blocking job");
+    }
+}
+
+#[test]
+fn tasks_taking_turns_by_yielding_finish_on_one_and_on_two_workers() {
+    for workers in [1, 2] {
+        for policy in Policy::ALL {
+            let pool = Pool::start(config(policy, workers)).unwrap();
+            let turn = Arc::new(AtomicU64::new(0));
+            let players: Vec<_> = (0..3u64)
+                .map(|me| {
+                    let t = turn.clone();
+                    pool.spawn(async move {
+                        for _ in 0..1000 {
+                            while t.load(Ordering::Acquire) % 3 != me {
+                                yield_now().await;
+                            }
+                            t.fetch_add(1, Ordering::AcqRel);
+                        }
+                    })
+                })
+                .collect();
+            for p in players {
+                p.wait().unwrap();
+            }
+            assert_eq!(turn.load(Ordering::SeqCst), 3000, "{policy} on {workers}");
+            pool.shutdown().unwrap();
+        }
+    }
+}
+
+#[test]
 fn pools_compose_by_name() {
     let rt = Runtime::start(vec![PoolConfig::new("net", 1), config(Policy::Lifo, 2)]).unwrap();
     let (net, test) = (rt.pool("net").unwrap(), rt.pool("test").unwrap());

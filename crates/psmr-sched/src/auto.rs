@@ -37,12 +37,21 @@
 //! decided, a parallel candidate must beat `sequential` by [`GAIN`],
 //! and a decision is followed by [`DWELL_WINDOWS`] windows without
 //! another. Every decision carries its reason.
+//!
+//! A switch drains the running scheduler, and nothing new runs until it
+//! has: a decided switch therefore waits, before a batch, until the
+//! running scheduler holds no more than the one batch submitted last (its
+//! replies are counted), so that the stall is at most one entry's worth
+//! of execution; after [`SWITCH_WAIT_MAX`] batches it switches anyway.
 
 use crate::optimizer::{naive, Problem};
-use crate::{ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Switchable};
+use crate::{
+    Naps, Patience, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Signal, Switchable,
+};
 use psmr_model::{Batch, BatchSummary, ClassModel, Mapping, Service};
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,6 +62,9 @@ pub const STABLE_WINDOWS: u32 = 2;
 /// Windows after a decision during which no other is taken and nothing
 /// is measured: the window holding the switch's stall.
 pub const DWELL_WINDOWS: u32 = 1;
+/// Batches a decided switch waits, at most, for the running scheduler to
+/// hold no more than one batch.
+pub const SWITCH_WAIT_MAX: u32 = 64;
 /// Workloads whose measurements are remembered, so that a workload that
 /// comes back goes straight to its best choice.
 pub const WORKLOADS_KEPT: usize = 8;
@@ -196,6 +208,11 @@ pub struct Decision {
     pub reason: String,
     /// How long execution stalled while the previous choice drained.
     pub stall: Duration,
+    /// Commands the previous choice still held when the switch began.
+    pub held: u64,
+    /// Batches the switch waited for the previous choice to hold no more
+    /// than one ([`SWITCH_WAIT_MAX`] at most).
+    pub waited: u32,
 }
 
 /// The decision logic, apart from the schedulers it drives (see the module
@@ -417,7 +434,7 @@ impl Controller {
         }
         self.current = to;
         self.dwell = DWELL_WINDOWS;
-        Some(Decision { window: self.window, to, reason, stall: Duration::ZERO })
+        Some(Decision { window: self.window, to, reason, stall: Duration::ZERO, held: 0, waited: 0 })
     }
 
     fn describe(&self) -> String {
@@ -453,6 +470,56 @@ pub struct Auto<S: Service> {
     /// commands it synchronizes, computed once the workload is seen (the
     /// optimizer runs then, once, not at every switch).
     mappings: VecDeque<(Signature, Mapping, f64)>,
+    /// Replies delivered, commands submitted and the last batch's size:
+    /// how much the running scheduler still holds.
+    replies: Arc<Counted<S::Reply>>,
+    submitted: u64,
+    last_batch: u64,
+    /// A decision waiting for the running scheduler to drain to one batch.
+    pending: Option<Pending>,
+}
+
+/// A switch decided and not yet made.
+struct Pending {
+    decision: Decision,
+    /// What ran when it was decided.
+    before: Choice,
+    /// Batches it has waited.
+    waited: u32,
+}
+
+/// Forwards replies and counts them.
+struct Counted<R> {
+    inner: Arc<dyn ReplySink<R>>,
+    done: AtomicU64,
+    /// Execution failed: replies still missing will never come.
+    failed: AtomicBool,
+}
+
+impl<R> Counted<R> {
+    /// Waits until `submitted` replies have come, or execution failed.
+    fn wait_for(&self, submitted: u64) {
+        let done = || self.done.load(Ordering::Acquire) >= submitted || self.failed.load(Ordering::Acquire);
+        // Nobody notifies (a notification per reply would cost every
+        // command a fence): the naps are short and capped instead.
+        let naps = Naps::Capped { first: Duration::from_micros(20), cap: Duration::from_millis(1) };
+        let (signal, mut patience) = (Signal::new(), Patience::brief());
+        while !done() {
+            patience.snooze(&signal, naps, &done);
+        }
+    }
+}
+
+impl<R> ReplySink<R> for Counted<R> {
+    fn deliver(&self, worker: usize, reply: crate::Reply<R>) {
+        self.inner.deliver(worker, reply);
+        self.done.fetch_add(1, Ordering::Release);
+    }
+
+    fn failed(&self, error: &SchedError) {
+        self.failed.store(true, Ordering::Release);
+        self.inner.failed(error);
+    }
 }
 
 impl<S: Service> Auto<S> {
@@ -480,8 +547,13 @@ impl<S: Service> Auto<S> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let controller = Controller::new(cores, config.workers);
         let first = SchedConfig { kind: SchedulerKind::Sequential, workers: 1, mapping: None, ..config.clone() };
+        let replies = Arc::new(Counted { inner: sink, done: AtomicU64::new(0), failed: AtomicBool::new(false) });
         Ok(Self {
-            inner: Switchable::new(first, service, model, sink)?,
+            inner: Switchable::new(first, service, model, replies.clone())?,
+            replies,
+            submitted: 0,
+            last_batch: 0,
+            pending: None,
             controller,
             base: config.clone(),
             model: model.clone(),
@@ -527,8 +599,9 @@ impl<S: Service> Auto<S> {
         Some(naive(&problem))
     }
 
-    /// Closes the window, asks the controller, and switches if it says so.
-    fn end_window(&mut self) -> Result<(), SchedError> {
+    /// Closes the window, asks the controller, and keeps its decision for
+    /// [`Auto::switch_when_drained`].
+    fn end_window(&mut self) {
         let now = (self.probe)();
         self.window.runnable = now.zip(self.runnable_at_start).map(|(b, a)| b.saturating_sub(a));
         self.window.elapsed = self.started.elapsed();
@@ -541,14 +614,40 @@ impl<S: Service> Auto<S> {
             "auto: window"
         );
         let before = self.controller.current();
-        let decision = self.controller.observe(&self.window);
+        // A window that ran while a switch waited measured the previous
+        // choice, not the one the controller believes runs: not shown to it.
+        let decision = match self.pending {
+            Some(_) => None,
+            None => self.controller.observe(&self.window),
+        };
         self.follow_signature();
         self.window = Window { classes: vec![0; self.model.len()], ..Window::default() };
         self.started = Instant::now();
         self.runnable_at_start = now;
-        let Some(mut decision) = decision else { return Ok(()) };
+        if let Some(decision) = decision {
+            self.pending = Some(Pending { decision, before, waited: 0 });
+        }
+    }
+
+    /// Makes the pending switch if the running scheduler holds at most the
+    /// last batch, or the switch has waited long enough.
+    fn switch_when_drained(&mut self) -> Result<(), SchedError> {
+        let Some(p) = &mut self.pending else { return Ok(()) };
+        let held = self.submitted.saturating_sub(self.replies.done.load(Ordering::Acquire));
+        if held > self.last_batch && p.waited < SWITCH_WAIT_MAX {
+            p.waited += 1;
+            return Ok(());
+        }
+        let Pending { mut decision, before, waited } = self.pending.take().expect("checked above");
+        (decision.held, decision.waited) = (held, waited);
         let config = self.config_of(decision.to);
-        match self.inner.switch(config) {
+        let (replies, submitted) = (self.replies.clone(), self.submitted);
+        let switched = match replies.failed.load(Ordering::Acquire) {
+            // The running scheduler reports its failure as it finishes.
+            true => self.inner.switch(config),
+            false => self.inner.switch_drained(config, || replies.wait_for(submitted)),
+        };
+        match switched {
             Ok(stall) => {
                 decision.stall = stall;
                 self.made += 1;
@@ -557,6 +656,7 @@ impl<S: Service> Auto<S> {
                     to = %decision.to,
                     mapping = mapping.as_deref().unwrap_or("-"),
                     stall_us = stall.as_micros() as u64,
+                    held,
                     reason = %decision.reason,
                     "auto: switched"
                 );
@@ -668,12 +768,15 @@ impl<S: Service> Scheduler<S> for Auto<S> {
                 *c += 1;
             }
         }
+        self.switch_when_drained()?;
+        self.submitted += batch.len() as u64;
+        self.last_batch = batch.len() as u64;
         let began = Instant::now();
         let result = self.inner.submit(batch);
         self.window.submitting += began.elapsed();
         result?;
         if self.started.elapsed() >= self.base.auto_window {
-            self.end_window()?;
+            self.end_window();
         }
         Ok(())
     }

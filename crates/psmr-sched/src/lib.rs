@@ -330,6 +330,9 @@ pub enum SchedError {
     /// The operating system refused a thread.
     #[error("cannot spawn worker thread: {0}")]
     Spawn(String),
+    /// A scheduler switched away from panicked while its threads exited.
+    #[error("a scheduler switched away from panicked while it finished: {0}")]
+    Retired(String),
 }
 
 /// What a finished scheduler reports.

@@ -11,11 +11,16 @@
 //! joined) and hands every later batch to the next. Between the last batch
 //! of the old one and the first of the new one nothing runs: the stall is
 //! the time the old one needs to finish what it holds, at most the batches
-//! in its queues.
+//! in its queues. A caller that knows the old one has executed everything
+//! ([`Switchable::switch_drained`], used by `auto`, which counts replies)
+//! does not wait for its threads to exit either: another thread joins
+//! them.
 
 use crate::{build, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
+use parking_lot::Mutex;
 use psmr_model::{Batch, ClassModel, Service};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A scheduler that can be replaced between two batches (see the module
@@ -28,6 +33,9 @@ pub struct Switchable<S: Service> {
     sink: Arc<dyn ReplySink<S::Reply>>,
     /// What the schedulers switched away from executed.
     executed_before: Vec<u64>,
+    /// Schedulers switched away from after they executed everything,
+    /// finishing on threads of their own.
+    retiring: Vec<JoinHandle<Result<SchedStats, SchedError>>>,
 }
 
 impl<S: Service> Switchable<S> {
@@ -39,7 +47,8 @@ impl<S: Service> Switchable<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
         let current = build(&config, service.clone(), model, sink.clone())?;
-        Ok(Self { current, config, service, model: model.clone(), sink, executed_before: Vec::new() })
+        let (executed_before, retiring) = (Vec::new(), Vec::new());
+        Ok(Self { current, config, service, model: model.clone(), sink, executed_before, retiring })
     }
 
     /// The configuration of the scheduler running now.
@@ -62,6 +71,55 @@ impl<S: Service> Switchable<S> {
         let stats = old.finish().map_err(SwitchError::Drain)?;
         merge(&mut self.executed_before, &stats.executed_per_worker);
         Ok(started.elapsed())
+    }
+
+    /// [`Switchable::switch`] for a caller that can tell when every
+    /// command given so far has executed: once the next scheduler is
+    /// built, `drained` waits for that, and the old scheduler's threads
+    /// are joined on a thread of their own (whose result a later switch or
+    /// [`Scheduler::finish`] collects), so that the switch does not wait
+    /// for them to be scheduled and exit. Returns how long it stalled
+    /// execution: `drained`'s wait and the swap.
+    pub fn switch_drained(&mut self, config: SchedConfig, drained: impl FnOnce()) -> Result<Duration, SwitchError> {
+        self.collect_retired(false).map_err(SwitchError::Drain)?;
+        let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
+        let started = Instant::now();
+        drained();
+        let old = std::mem::replace(&mut self.current, next);
+        self.config = config;
+        if old.kind() == SchedulerKind::Sequential {
+            // No threads to wait for: faster here than a thread's spawn.
+            let stats = old.finish().map_err(SwitchError::Drain)?;
+            merge(&mut self.executed_before, &stats.executed_per_worker);
+            return Ok(started.elapsed());
+        }
+        // If no thread can be spawned, the old one finishes here.
+        let slot = Arc::new(Mutex::new(Some(old)));
+        let theirs = slot.clone();
+        let retire = move || theirs.lock().take().map_or(Ok(SchedStats::default()), |old| old.finish());
+        match std::thread::Builder::new().name("psmr-retire".into()).spawn(retire) {
+            Ok(handle) => self.retiring.push(handle),
+            Err(_) => {
+                if let Some(old) = slot.lock().take() {
+                    let stats = old.finish().map_err(SwitchError::Drain)?;
+                    merge(&mut self.executed_before, &stats.executed_per_worker);
+                }
+            }
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Merges what retired schedulers executed: those already finished, or
+    /// all of them (`wait`). A retired scheduler's failure is returned.
+    fn collect_retired(&mut self, wait: bool) -> Result<(), SchedError> {
+        let (done, running): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.retiring).into_iter().partition(|h| wait || h.is_finished());
+        self.retiring = running;
+        for handle in done {
+            let stats = handle.join().map_err(|p| SchedError::Retired(crate::panic_message(p.as_ref())))??;
+            merge(&mut self.executed_before, &stats.executed_per_worker);
+        }
+        Ok(())
     }
 }
 
@@ -128,7 +186,8 @@ impl<S: Service> Scheduler<S> for Switchable<S> {
 
     /// Finishes the running scheduler; the counts cover every scheduler
     /// this one ran, per worker id.
-    fn finish(self: Box<Self>) -> Result<SchedStats, SchedError> {
+    fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
+        self.collect_retired(true)?;
         let mut executed = self.executed_before;
         merge(&mut executed, &self.current.finish()?.executed_per_worker);
         Ok(SchedStats { executed_per_worker: executed })

@@ -67,4 +67,9 @@ fn auto_switches_mid_stream_and_matches_sequential() {
     assert_eq!(got_digest, want_digest);
     let trials = decisions.iter().filter(|d| d.reason.starts_with("measuring")).count();
     assert!(trials >= 2, "auto measured fewer than its two parallel candidates: {decisions:#?}");
+    // A switch began with at most the last batch (50 commands) left to
+    // drain, unless it had waited as long as it may.
+    for d in &decisions {
+        assert!(d.held <= 50 || d.waited == psmr_sched::auto::SWITCH_WAIT_MAX, "{d:#?}");
+    }
 }

@@ -95,6 +95,10 @@ macro_rules! delegate_service {
                 self.service.snapshot()
             }
 
+            fn freeze(&self) -> psmr_model::Frozen {
+                self.service.freeze()
+            }
+
             fn restore(&self, snapshot: &[u8]) -> Result<(), SnapshotError> {
                 self.service.restore(snapshot)
             }

@@ -29,10 +29,12 @@ pub struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Sweep a parameter over values, KEY=V1,V2,... (repeatable); replaces
-    /// the scenario's sweep over KEY or adds one. Keys: replicas, scheduler,
-    /// workers, storage, client_io_threads, batch_max_commands,
-    /// batch_delay_us, pipeline, insecure_peers, clients, per_request,
-    /// write_pct, keys, value_bytes, warmup_s, duration_s.
+    /// the scenario's sweep over KEY or adds one. Keys of the cluster:
+    /// service, model, shards, cost, mapping, replicas, scheduler, workers,
+    /// storage, client_io_threads, batch_max_commands, batch_delay_us,
+    /// pipeline, snapshot_every, insecure_peers, reads; of the load:
+    /// workload, skew, write_skew, clients, per_request, write_pct, keys,
+    /// value_bytes, warmup_s, duration_s, phases.
     #[arg(long = "sweep", value_name = "KEY=V1,V2")]
     sweeps: Vec<String>,
     /// Set a parameter of every point, KEY=VALUE (repeatable; same keys).
@@ -373,6 +375,20 @@ mod tests {
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["", "0", "0s", "-1s", "2h", "fast", "1e3", "NaN", "2 s s", "7200"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_help_names_every_parameter() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let help = Cli::command().render_long_help().to_string().replace(char::is_whitespace, "");
+        for key in scenario::keys() {
+            assert!(help.contains(key), "{key} is missing");
         }
     }
 }

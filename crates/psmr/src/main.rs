@@ -134,8 +134,10 @@ struct SchedBenchArgs {
     #[arg(long, default_value = "readers-writers")]
     model: String,
     /// Scheduler to run (repeatable or comma-separated): sequential,
-    /// late-cbase, late-batch-keys, late-batch-bitmap, early,
-    /// early-busywait, early-ws-queue, or all.
+    /// late-cbase, late-batch-keys, late-batch-bitmap, late-cbase-pool,
+    /// late-batch-bitmap-pool, early, early-busywait, early-ws-queue,
+    /// early-ws-semi, early-ws-nonblocking, early-ws-optimistic, auto, or
+    /// all.
     #[arg(long = "scheduler", value_delimiter = ',', default_value = "all")]
     schedulers: Vec<String>,
     /// Worker threads (comma-separated list: each parallel scheduler runs with each).
@@ -446,6 +448,22 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("psmr: error: {}", error_line(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn sched_bench_help_names_every_scheduler() {
+        let mut cli = Cli::command();
+        let help = cli.find_subcommand_mut("sched-bench").expect("the subcommand").render_long_help().to_string();
+        let names: String = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for kind in psmr_sched::SchedulerKind::ALL {
+            assert!(names.contains(&format!(" {},", kind.name())), "{} is missing", kind.name());
         }
     }
 }

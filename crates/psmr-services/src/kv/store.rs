@@ -4,9 +4,10 @@
 use super::{key_bytes, key_hash, parse_integer, KvError, KvOp, KvReply, SetWhen, REPLY_VALUES_MAX, VALUE_MAX};
 use crate::{Cost, Reader};
 use parking_lot::RwLock;
-use psmr_model::{Command, Digest, Key, Service, SnapshotError, StableHasher, UnorderedDigest};
+use psmr_model::{Command, Digest, Frozen, Key, Service, SnapshotError, StableHasher, UnorderedDigest};
 use std::collections::HashMap;
 use std::hash::Hasher;
+use std::sync::Arc;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"PSKV";
 /// Version 2: byte-string keys. Version 1 had `u64` keys.
@@ -26,7 +27,9 @@ const STRIPES: usize = 64;
 const MODERATE_ROUNDS: u32 = 340;
 
 type Map = HashMap<Vec<u8>, Vec<u8>, KeyHashBuilder>;
-type Stripe = RwLock<Map>;
+/// A stripe's map is shared with the snapshot being encoded, if any: the
+/// first write after [`Service::freeze`] copies that stripe alone.
+type Stripe = RwLock<Arc<Map>>;
 
 /// Hashes the store's keys a word at a time with one multiply and one
 /// rotation, seeded per process. std's default SipHash costs more than the
@@ -108,7 +111,7 @@ impl KvService {
         let mut stripes: Box<[Stripe]> = (0..STRIPES).map(|_| RwLock::default()).collect();
         for n in 0..keys {
             let key = key_bytes(n);
-            stripes[stripe_index(key_hash(&key))].get_mut().insert(key, n.to_le_bytes().to_vec());
+            Arc::make_mut(stripes[stripe_index(key_hash(&key))].get_mut()).insert(key, n.to_le_bytes().to_vec());
         }
         Self {
             stripes,
@@ -153,7 +156,7 @@ impl KvService {
     }
 
     fn write<R>(&self, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
-        f(&mut self.stripe(key).write())
+        f(Arc::make_mut(&mut self.stripe(key).write()))
     }
 
     /// The cost of `op`: [`burn`] once per key it names (once for an
@@ -212,7 +215,7 @@ impl KvService {
             KvOp::FlushDb => {
                 for stripe in self.stripes.iter() {
                     // Replaced, not cleared, so that the memory goes too.
-                    *stripe.write() = Map::default();
+                    *stripe.write() = Arc::default();
                 }
                 KvReply::Done(true)
             }
@@ -327,6 +330,24 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The snapshot of the entries of `maps`, by increasing key.
+fn encode_sorted(maps: &[Arc<Map>]) -> Vec<u8> {
+    let mut entries: Vec<(&Vec<u8>, &Vec<u8>)> = maps.iter().flat_map(|m| m.iter()).collect();
+    entries.sort_unstable_by_key(|&(k, _)| k);
+    let size = entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(14 + size);
+    out.extend_from_slice(SNAPSHOT_MAGIC);
+    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (k, v) in entries {
+        for bytes in [k, v] {
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+    }
+    out
+}
+
 impl Service for KvService {
     type Op = KvOp;
     type Reply = KvReply;
@@ -347,23 +368,15 @@ impl Service for KvService {
     /// (class-model shards are a view of the key space, stripes an internal
     /// detail), so the encoding has none and equal states give equal bytes.
     fn snapshot(&self) -> Vec<u8> {
-        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for stripe in self.stripes.iter() {
-            entries.extend(stripe.read().iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
-        entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
-        let size = entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>();
-        let mut out = Vec::with_capacity(14 + size);
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
-        out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        for (k, v) in &entries {
-            for bytes in [k, v] {
-                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-                out.extend_from_slice(bytes);
-            }
-        }
-        out
+        self.freeze()()
+    }
+
+    /// The copy is every stripe's map shared, not copied: execution pauses
+    /// for no more than 64 reference counts, and a stripe is copied when a
+    /// command first writes to it while the snapshot is being encoded.
+    fn freeze(&self) -> Frozen {
+        let maps: Vec<Arc<Map>> = self.stripes.iter().map(|s| s.read().clone()).collect();
+        Box::new(move || encode_sorted(&maps))
     }
 
     /// Decodes the whole snapshot (keys must be strictly increasing) before
@@ -386,7 +399,7 @@ impl Service for KvService {
         }
         r.finish()?;
         for (stripe, map) in self.stripes.iter().zip(maps) {
-            *stripe.write() = map;
+            *stripe.write() = Arc::new(map);
         }
         Ok(())
     }

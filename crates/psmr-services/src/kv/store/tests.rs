@@ -196,6 +196,25 @@ proptest! {
         prop_assert_eq!(other.digest(), before);
     }
 
+    /// A frozen copy encodes the state as it was when frozen, whatever
+    /// ran since: the snapshot the state then had.
+    #[test]
+    fn a_frozen_copy_encodes_the_state_it_was_taken_from(
+        before in proptest::collection::vec(arb_op(), 0..40),
+        after in proptest::collection::vec(arb_op(), 1..20),
+    ) {
+        let s = KvService::new(8, Cost::Light);
+        for op in before {
+            run(&s, op);
+        }
+        let expected = s.snapshot();
+        let frozen = s.freeze();
+        for op in after {
+            run(&s, op);
+        }
+        prop_assert_eq!(frozen(), expected);
+    }
+
     /// Random bytes never panic and, when refused, change nothing.
     #[test]
     fn garbage_is_refused(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
