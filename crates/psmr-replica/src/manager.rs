@@ -436,7 +436,7 @@ impl<A: App> Manager<A> {
         let drained = start.elapsed();
         let (service, cache) = (self.app.freeze(), self.cache.freeze());
         let paused = start.elapsed();
-        self.shared.metrics.snapshot_pause.observe(u64::try_from(paused.as_nanos()).unwrap_or(u64::MAX));
+        self.shared.metrics.snapshot_pause.observe_duration(paused);
         let (members, conf) = (self.membership.encode(), self.membership.conf_state());
         self.snapshots.finish(Taken { index, term, members, conf, service, cache, start, paused, drained });
     }

@@ -184,7 +184,13 @@ impl Histogram {
     /// Counts the time since `start`, for a histogram of seconds.
     #[inline]
     pub fn observe_since(&self, start: Instant) {
-        self.observe(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        self.observe_duration(start.elapsed());
+    }
+
+    /// Counts a duration, for a histogram of seconds.
+    #[inline]
+    pub fn observe_duration(&self, d: std::time::Duration) {
+        self.observe(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
     /// Values counted so far.
@@ -464,7 +470,7 @@ impl Metrics {
     /// Records a change of execution scheduler that stalled execution for
     /// `stall`.
     pub(crate) fn scheduler_switched(&self, stall: std::time::Duration) {
-        self.scheduler_switch.observe(stall.as_nanos() as u64);
+        self.scheduler_switch.observe_duration(stall);
     }
 
     /// Records a decision of `auto` and the stall of its switch.

@@ -62,14 +62,8 @@ impl<S: Service> Switchable<S> {
     /// running one stays ([`SwitchError::Build`]); if the running one fails
     /// while it drains, the error is its failure ([`SwitchError::Drain`]).
     pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
-        // Built first: a configuration that cannot run leaves the running
-        // scheduler untouched.
-        let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
-        let started = Instant::now();
-        let old = std::mem::replace(&mut self.current, next);
-        self.config = config;
-        let stats = old.finish().map_err(SwitchError::Drain)?;
-        merge(&mut self.executed_before, &stats.executed_per_worker);
+        let (old, started) = self.replace(config, || {})?;
+        self.retire_here(old)?;
         Ok(started.elapsed())
     }
 
@@ -82,15 +76,10 @@ impl<S: Service> Switchable<S> {
     /// execution: `drained`'s wait and the swap.
     pub fn switch_drained(&mut self, config: SchedConfig, drained: impl FnOnce()) -> Result<Duration, SwitchError> {
         self.collect_retired(false).map_err(SwitchError::Drain)?;
-        let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
-        let started = Instant::now();
-        drained();
-        let old = std::mem::replace(&mut self.current, next);
-        self.config = config;
+        let (old, started) = self.replace(config, drained)?;
         if old.kind() == SchedulerKind::Sequential {
             // No threads to wait for: faster here than a thread's spawn.
-            let stats = old.finish().map_err(SwitchError::Drain)?;
-            merge(&mut self.executed_before, &stats.executed_per_worker);
+            self.retire_here(old)?;
             return Ok(started.elapsed());
         }
         // If no thread can be spawned, the old one finishes here.
@@ -101,12 +90,34 @@ impl<S: Service> Switchable<S> {
             Ok(handle) => self.retiring.push(handle),
             Err(_) => {
                 if let Some(old) = slot.lock().take() {
-                    let stats = old.finish().map_err(SwitchError::Drain)?;
-                    merge(&mut self.executed_before, &stats.executed_per_worker);
+                    self.retire_here(old)?;
                 }
             }
         }
         Ok(started.elapsed())
+    }
+
+    /// Builds the scheduler `config` describes, waits for `drained`, and
+    /// puts it in place of the running one, which it returns with the
+    /// moment the stall began. Built first: a configuration that cannot
+    /// run leaves the running scheduler untouched.
+    fn replace(
+        &mut self,
+        config: SchedConfig,
+        drained: impl FnOnce(),
+    ) -> Result<(Box<dyn Scheduler<S>>, Instant), SwitchError> {
+        let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
+        let started = Instant::now();
+        drained();
+        self.config = config;
+        Ok((std::mem::replace(&mut self.current, next), started))
+    }
+
+    /// Finishes `old` on this thread and counts what it executed.
+    fn retire_here(&mut self, old: Box<dyn Scheduler<S>>) -> Result<(), SwitchError> {
+        let stats = old.finish().map_err(SwitchError::Drain)?;
+        merge(&mut self.executed_before, &stats.executed_per_worker);
+        Ok(())
     }
 
     /// Merges what retired schedulers executed: those already finished, or
