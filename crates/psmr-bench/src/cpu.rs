@@ -27,20 +27,14 @@
 //! Everything read from `/proc` is treated as hostile: bounded reads,
 //! parse errors as values, no panics.
 
+use psmr_rt::schedstat;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// Clock ticks per second of `utime`/`stime` (`USER_HZ`).
 pub const TICKS_PER_S: u64 = 100;
-
-/// Most bytes read from one `/proc` file: a `stat` line is a few hundred.
-const PROC_FILE_BYTES_MAX: u64 = 4096;
-
-/// Most threads read per process.
-const THREADS_MAX: usize = 16_384;
 
 /// Why a process's CPU time could not be read.
 #[derive(Debug, Error)]
@@ -97,25 +91,9 @@ pub fn parse_stat(text: &str) -> Result<StatFields, String> {
     Ok(StatFields { comm, utime_ticks: field(14)?, stime_ticks: field(15)?, start_ticks: field(22)? })
 }
 
-/// Parses `/proc/PID/task/TID/schedstat`: the first of its three numbers,
-/// ns on a CPU.
-pub fn parse_schedstat(text: &str) -> Result<u64, String> {
-    let mut fields = text.split_whitespace();
-    let first = fields.next().ok_or("empty")?;
-    if fields.count() != 2 {
-        return Err(format!("expected 3 numbers, got {text:?}"));
-    }
-    first.parse().map_err(|_| format!("not a number: {first:?}"))
-}
-
-/// Reads at most [`PROC_FILE_BYTES_MAX`] bytes of `path` as text.
+/// Reads a `/proc` file, bounded (see [`schedstat::read_bounded`]).
 fn read_bounded(path: &Path) -> Result<String, CpuError> {
-    let read = |path: &Path| -> std::io::Result<String> {
-        let mut text = String::new();
-        std::fs::File::open(path)?.take(PROC_FILE_BYTES_MAX).read_to_string(&mut text)?;
-        Ok(text)
-    };
-    read(path).map_err(|source| CpuError::Read { path: path.to_path_buf(), source })
+    schedstat::read_bounded(path).map_err(|source| CpuError::Read { path: path.to_path_buf(), source })
 }
 
 fn stat_of(dir: &Path) -> Result<StatFields, CpuError> {
@@ -166,13 +144,7 @@ impl CpuSample {
 /// thread's `schedstat` can be read. A thread that exits while it is read
 /// is left out.
 fn threads_ns(task: &Path) -> Option<BTreeMap<u64, u64>> {
-    let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(task).ok()?.flatten().take(THREADS_MAX) {
-        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse::<u64>().ok()) else { continue };
-        if let Some(ns) = read_bounded(&entry.path().join("schedstat")).ok().and_then(|t| parse_schedstat(&t).ok()) {
-            out.insert(tid, ns);
-        }
-    }
+    let out: BTreeMap<u64, u64> = schedstat::threads(task).into_iter().map(|t| (t.tid, t.stat.cpu_ns)).collect();
     (!out.is_empty()).then_some(out)
 }
 
@@ -298,15 +270,6 @@ mod tests {
         assert!(parse_stat("1 (psmr) S 1 2 3").unwrap_err().contains("field 14"));
         let bad = STAT.replace(" 731 ", " -5 ");
         assert!(parse_stat(&bad).unwrap_err().contains("field 14 is not a number"));
-    }
-
-    #[test]
-    fn schedstat_gives_the_first_of_three_numbers() {
-        assert_eq!(parse_schedstat("123456789 2000 31\n"), Ok(123_456_789));
-        assert!(parse_schedstat("").is_err());
-        assert!(parse_schedstat("1 2").is_err());
-        assert!(parse_schedstat("x 2 3").is_err());
-        assert!(parse_schedstat("99999999999999999999999 2 3").is_err(), "overflow");
     }
 
     fn sample(ticks: u64, threads: &[(u64, u64)]) -> CpuSample {

@@ -29,11 +29,11 @@
 use crate::batcher::{Request, RequestSender};
 use crate::manager::Decision;
 use crate::metrics::{ClientRefusal, PendingRequests, ReplyClock};
+use crate::queue::Sender;
 use crate::ratelog::RateLimit;
 use crate::router::{Outbox, OutboxRx, Outgoing};
 use crate::store::encode_command;
 use crate::Shared;
-use crossbeam::channel::Sender;
 use parking_lot::Mutex;
 use psmr_model::wire::{
     frame_len, parse_frame, read_body_async, ClientMsg, Frame, Outcome, ReplicaStatus, ServerMsg, WireError,

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
+/// Default of [`Config::queue_bytes_max`]: 64 MiB per queue, 64 entries of
+/// the largest size a leader makes by default.
+pub const QUEUE_BYTES_MAX_DEFAULT: usize = 64 << 20;
+
 /// Errors in a configuration.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -193,6 +197,10 @@ pub struct Config {
     pub reads_through_log: bool,
     /// Bound of every queue between stages, in items.
     pub queue_depth: usize,
+    /// Bound of the queues between stages that carry log entries (peer
+    /// messages to the protocol thread, committed entries to the service
+    /// manager), in bytes each; an item larger than it passes alone.
+    pub queue_bytes_max: usize,
     /// Longest frame accepted from a client, in bytes.
     pub frame_max: usize,
     /// Longest frame accepted from another replica, in bytes (snapshots
@@ -243,6 +251,7 @@ impl Default for Config {
             pipeline: 8,
             reads_through_log: false,
             queue_depth: 1_024,
+            queue_bytes_max: QUEUE_BYTES_MAX_DEFAULT,
             frame_max: FRAME_MAX_DEFAULT,
             peer_frame_max: 256 << 20,
             reply_window: 1_024,
@@ -324,6 +333,7 @@ impl Config {
         bounded("batch_delay_us", self.batch_delay_us, 0, 1_000_000)?;
         bounded("pipeline", self.pipeline as u64, 1, 1_024)?;
         bounded("queue_depth", self.queue_depth as u64, 1, 1 << 20)?;
+        bounded("queue_bytes_max", self.queue_bytes_max as u64, 1 << 16, 1 << 40)?;
         bounded("frame_max", self.frame_max as u64, 1 << 10, 1 << 30)?;
         bounded("peer_frame_max", self.peer_frame_max as u64, self.frame_max as u64, 1 << 31)?;
         // Room for at least one largest frame, or a client could wait forever.

@@ -4,7 +4,8 @@
 //! batch of client commands; each replica executes the log with the
 //! execution scheduler of its configuration, on many cores, and answers
 //! the clients connected to it. The threads follow the staged architecture
-//! of 002 §V, stages joined by bounded queues:
+//! of 002 §V, stages joined by queues bounded in items, and those that
+//! carry log entries in bytes too ([`queue`]):
 //!
 //! ```text
 //! clients ─▶ ClientIO (tokio, N threads) ─▶ Protocol (batching, raft) ─▶ ServiceManager ─▶ scheduler workers
@@ -61,6 +62,7 @@ pub mod membership;
 pub mod metrics;
 pub mod peer;
 pub mod protocol;
+pub mod queue;
 pub mod ratelog;
 pub mod reads;
 pub mod redis;
@@ -239,8 +241,8 @@ impl Shared {
             .pop()
             .map(|d| {
                 format!(
-                    "to {} after window {} (execution stalled {:?} draining {} commands, {} batches after the decision): {}",
-                    d.to, d.window, d.stall, d.held, d.waited, d.reason
+                    "to {} after window {} (execution stalled {:?}; the old choice held {} commands, {} batches after the decision; {} batches overlapped its last ones): {}",
+                    d.to, d.window, d.stall, d.held, d.waited, d.overlapped, d.reason
                 )
             });
         *self.scheduler.lock() = (scheduler.describe(), last.unwrap_or_default());
@@ -345,7 +347,7 @@ impl Shared {
     /// Records that log entry `index` is applied, and wakes the protocol
     /// thread if it waits for room in the pipeline (through `protocol`,
     /// its inbound queue).
-    pub(crate) fn set_applied(&self, index: u64, protocol: &crossbeam::channel::Sender<peer::Inbound>) {
+    pub(crate) fn set_applied(&self, index: u64, protocol: &queue::Sender<peer::Inbound>) {
         self.applied.store(index, Ordering::SeqCst);
         // SeqCst on both sides (see `Protocol::pipeline_room`): either the
         // protocol thread saw this index, or this sees its flag.
@@ -470,8 +472,9 @@ impl<A: App> ReplicaBuilder<A> {
 
         // Queues between the stages.
         let depth = config.queue_depth;
-        let (inbound_tx, inbound_rx) = crossbeam::channel::bounded(depth);
-        let (decision_tx, decision_rx) = crossbeam::channel::bounded(depth);
+        let bytes = config.queue_bytes_max;
+        let (inbound_tx, inbound_rx) = queue::bounded(depth, bytes, shared.metrics.peer_queue.clone());
+        let (decision_tx, decision_rx) = queue::bounded(depth, bytes, shared.metrics.apply_queue.clone());
         let (request_tx, request_rx) = batcher::request_queue(depth);
 
         // ReplicaIO. The certificates are loaded before any peer thread
@@ -710,6 +713,9 @@ pub(crate) fn raft_config(config: &Config, id: u64, applied: u64) -> Result<raft
         // Clients hear from the leader, which knows at once; a follower
         // applies at most one heartbeat later when idle.
         skip_bcast_commit: true,
+        // One decision holds at most a quarter of the queue's bytes (and
+        // at least one entry): the rest comes in the next readies.
+        max_committed_size_per_ready: (config.queue_bytes_max / 4) as u64,
         ..raft::Config::default()
     };
     raft_config.validate()?;

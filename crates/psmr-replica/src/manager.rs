@@ -12,11 +12,11 @@
 use crate::cache::{Admit, ReplyCache};
 use crate::membership::{Change, Membership};
 use crate::peer::Inbound;
+use crate::queue::{Receiver, Sender, Weigh, ITEM_OVERHEAD};
 use crate::router::Router;
 use crate::snapshot::{Snapshotter, Taken};
 use crate::store::{entry_commands, request_commands};
 use crate::Shared;
-use crossbeam::channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use psmr_model::wire::OpCodec;
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
@@ -44,6 +44,19 @@ pub enum Decision {
     /// [`psmr_sched::Switchable`]); the answer is the stall, or why the
     /// running scheduler stays.
     Reconfigure(SchedConfig, tokio::sync::oneshot::Sender<Result<std::time::Duration, String>>),
+}
+
+impl Weigh for Decision {
+    /// Committed entries and a snapshot weigh what they carry; reads keep
+    /// their bytes in ClientIO's budget until they execute.
+    fn weight(&self) -> usize {
+        match self {
+            Decision::Entries(entries) => entries.iter().map(crate::peer::entry_weight).sum::<usize>() + ITEM_OVERHEAD,
+            Decision::Snapshot(snap) => snap.data.len() + ITEM_OVERHEAD,
+            Decision::Reads(reads) => reads.len() * ITEM_OVERHEAD + ITEM_OVERHEAD,
+            Decision::Status(_) | Decision::Reconfigure(..) => ITEM_OVERHEAD,
+        }
+    }
 }
 
 /// Receives replies from the workers.

@@ -56,6 +56,8 @@
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
 //! | `psmr_peer_refused_total{rule}` | counter | raft messages the [`crate::guard`] refused, by rule ([`Rule::label`]) |
+//! | `psmr_queue_peer_bytes`, `psmr_queue_apply_bytes` | gauge | [`crate::queue`]: bytes of peer messages waiting for the protocol thread, and of committed entries waiting for the service manager (each bounded by `queue_bytes_max`) |
+//! | `psmr_queue_peer_peak_bytes`, `psmr_queue_apply_peak_bytes` | gauge | the most bytes those queues held at once |
 //!
 //! Every label takes values from a fixed, small set (thread names, worker
 //! ids, reasons, rules): never one per client or per key. Recording costs
@@ -384,6 +386,10 @@ pub struct Metrics {
     pub client_refused: CounterSet,
     /// `psmr_peer_refused_total`.
     pub peer_refused: CounterSet,
+    /// `psmr_queue_peer_bytes` and `psmr_queue_peer_peak_bytes`.
+    pub peer_queue: crate::queue::Meter,
+    /// `psmr_queue_apply_bytes` and `psmr_queue_apply_peak_bytes`.
+    pub apply_queue: crate::queue::Meter,
 }
 
 impl Default for Metrics {
@@ -408,6 +414,7 @@ impl Metrics {
         let scheduler_decisions = Counter::default();
         let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
         let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
+        let (peer_queue, apply_queue) = (crate::queue::Meter::default(), crate::queue::Meter::default());
         let mut r = Registry::default();
         let seconds = || Unit::Seconds;
         r.register_with_unit(
@@ -442,6 +449,18 @@ impl Metrics {
         r.register("psmr_scheduler_decisions", "Decisions of the auto scheduler", scheduler_decisions.clone());
         r.register("psmr_client_refused", "Client frames, requests and connections refused", client_refused.clone());
         r.register("psmr_peer_refused", "Raft messages the guard refused", peer_refused.clone());
+        for (name, meter, what) in [
+            ("psmr_queue_peer", &peer_queue, "peer messages waiting for the protocol thread"),
+            ("psmr_queue_apply", &apply_queue, "committed entries waiting for the service manager"),
+        ] {
+            r.register_with_unit(name, format!("Bytes of {what}"), Unit::Bytes, meter.used.clone());
+            r.register_with_unit(
+                format!("{name}_peak"),
+                format!("The most bytes of {what} at once"),
+                Unit::Bytes,
+                meter.peak.clone(),
+            );
+        }
         Self {
             registry: r,
             commit: AtomicU64::new(0),
@@ -459,6 +478,8 @@ impl Metrics {
             scheduler_switch,
             client_refused,
             peer_refused,
+            peer_queue,
+            apply_queue,
         }
     }
 

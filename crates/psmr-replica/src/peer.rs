@@ -219,6 +219,28 @@ pub enum Inbound {
     Applied,
 }
 
+impl crate::queue::Weigh for Inbound {
+    /// A peer's raft message weighs what it carries; the rest are small
+    /// (a snapshot taken here is moved, not copied, and one is in flight).
+    fn weight(&self) -> usize {
+        match self {
+            Inbound::Raft(msg) => raft_weight(msg),
+            _ => crate::queue::ITEM_OVERHEAD,
+        }
+    }
+}
+
+/// The bytes a raft message holds: its entries, snapshot and context.
+pub(crate) fn raft_weight(msg: &Message) -> usize {
+    let entries: usize = msg.entries.iter().map(entry_weight).sum();
+    crate::queue::ITEM_OVERHEAD + entries + msg.get_snapshot().data.len() + msg.context.len()
+}
+
+/// The bytes a log entry holds.
+pub(crate) fn entry_weight(e: &raft::prelude::Entry) -> usize {
+    crate::queue::ITEM_OVERHEAD + e.data.len() + e.context.len()
+}
+
 /// The `Hello`: this replica's id, its incarnation, and whether it was
 /// repaired and has not caught up yet (its log is below its vote floor;
 /// see "Repaired replicas" above).
@@ -581,7 +603,7 @@ pub fn spawn_listener(
     shared: &Arc<Shared>,
     listener: TcpListener,
     tls: Option<Arc<PeerTlsContext>>,
-    inbound: Sender<Inbound>,
+    inbound: crate::queue::Sender<Inbound>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     let shared = shared.clone();
     listener.set_nonblocking(true)?;
@@ -630,7 +652,7 @@ fn receiver(
     stream: TcpStream,
     from: SocketAddr,
     tls: Option<&PeerTlsContext>,
-    inbound: &Sender<Inbound>,
+    inbound: &crate::queue::Sender<Inbound>,
 ) {
     let mut registration = None;
     let result = receive(shared, pool, slot, stream, tls, inbound, &mut registration);
@@ -651,7 +673,7 @@ fn receive(
     slot: Slot,
     tcp: TcpStream,
     tls: Option<&PeerTlsContext>,
-    inbound: &Sender<Inbound>,
+    inbound: &crate::queue::Sender<Inbound>,
     registration: &mut Option<Registration>,
 ) -> Result<(), PeerError> {
     tcp.set_nonblocking(false)?;

@@ -17,11 +17,12 @@ use crate::guard::{self, Guard};
 use crate::manager::Decision;
 use crate::membership::{self, Committed, Membership};
 use crate::peer::{Inbound, PeerSender};
+use crate::queue::{Receiver, Sender};
 use crate::ratelog::RateLimit;
 use crate::reads::Reads;
 use crate::store::Log;
 use crate::Shared;
-use crossbeam::channel::{Receiver, Select, Sender};
+use crossbeam::channel::Select;
 use raft::prelude::{Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
 use std::collections::HashMap;
@@ -232,10 +233,10 @@ impl Protocol {
         }
         let got = {
             let mut sel = Select::new();
-            let i_in = sel.recv(&self.inbound);
+            let i_in = self.inbound.select(&mut sel);
             let i_req = self.batcher.has_room().then(|| sel.recv(&self.requests.rx));
             match sel.select_deadline(deadline) {
-                Ok(op) if op.index() == i_in => op.recv(&self.inbound).map_or(Got::Closed, Got::Inbound),
+                Ok(op) if op.index() == i_in => self.inbound.complete(op).map_or(Got::Closed, Got::Inbound),
                 Ok(op) if Some(op.index()) == i_req => op.recv(&self.requests.rx).map_or(Got::Closed, Got::Request),
                 Ok(_) => unreachable!("only two operations are selected"),
                 Err(_) => Got::Nothing,
@@ -281,7 +282,10 @@ impl Protocol {
             Inbound::Snapshot(snap) => self.install_own_snapshot(*snap),
             Inbound::Admin(request) => self.admin_request(request)?,
             Inbound::PeerListens { peer, addr } => {
-                if !self.membership.is_removed(peer) && !self.membership.contains(peer) {
+                // Sent again at each of the peer's reconnections: only a
+                // new address changes the senders.
+                let new = self.announced.get(&peer) != Some(&addr);
+                if new && !self.membership.is_removed(peer) && !self.membership.contains(peer) {
                     self.announced.insert(peer, addr);
                     self.membership_changed();
                 }

@@ -13,9 +13,10 @@
 
 use crate::manager::encode_state;
 use crate::peer::Inbound;
+use crate::queue::Sender;
 use crate::store::Log;
 use crate::Shared;
-use crossbeam::channel::{SendTimeoutError, Sender};
+use crossbeam::channel::SendTimeoutError;
 use psmr_model::Frozen;
 use psmr_rt::{Policy, Pool, PoolConfig};
 use raft::prelude::{ConfState, Snapshot};

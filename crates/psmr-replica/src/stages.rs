@@ -26,17 +26,13 @@ pub fn now_ns() -> u64 {
 /// Every thread of this process with its counters. Empty where the
 /// kernel does not provide `/proc/self/task/*/schedstat` (not Linux).
 pub fn threads() -> Vec<ThreadStat> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
-    let mut out = Vec::new();
-    for task in dir.flatten() {
-        let path = task.path();
-        let tid = task.file_name().to_str().and_then(|t| t.parse().ok()).unwrap_or(0);
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default().trim().to_string();
-        let Ok(sched) = std::fs::read_to_string(path.join("schedstat")) else { continue };
-        let mut it = sched.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
-        let (cpu_ns, runq_ns) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-        out.push(ThreadStat { name, tid, cpu_ns, runq_ns });
-    }
+    let mut out: Vec<ThreadStat> = psmr_rt::schedstat::own_threads()
+        .into_iter()
+        .map(|t| {
+            let name = psmr_rt::schedstat::read_bounded(&t.dir.join("comm")).unwrap_or_default().trim().to_string();
+            ThreadStat { name, tid: t.tid, cpu_ns: t.stat.cpu_ns, runq_ns: t.stat.runq_ns }
+        })
+        .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }

@@ -3,13 +3,15 @@
 //! is cut off, half-sent frames cannot make the replica allocate what
 //! their headers announce, and an idle connection is closed.
 
+mod common;
+
 use psmr_client::{Client, ClientConfig};
 use psmr_model::wire::{read_frame, ServerMsg, WireError, WIRE_VERSION};
-use psmr_replica::{Config, Member, Replica, Storage};
+use psmr_replica::{Config, Replica};
 use psmr_services::kv::{key_bytes, KvCodec, KvOp};
 use psmr_services::KvApp;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// The tests measure the process's resident memory: one at a time.
@@ -20,13 +22,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn one_replica(tune: impl FnOnce(&mut Config)) -> Replica {
-    let held: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let replicas = vec![Member::new(1, held[0].local_addr().unwrap(), held[1].local_addr().unwrap())];
-    drop(held);
-    let mut c = Config { replicas, storage: Storage::Memory, insecure_peers: true, ..Config::default() };
-    c.tick_ms = 10;
-    tune(&mut c);
-    c.validate().unwrap();
+    let c = common::one_replica_config(tune);
     Replica::start(c.clone(), 1, KvApp::new(&c.service_section().unwrap()).unwrap()).unwrap()
 }
 

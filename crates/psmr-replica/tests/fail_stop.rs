@@ -4,12 +4,13 @@
 //! take; a fault injected into the service manager stands for a bug in a
 //! stage thread (`failpoints` feature, on in `scripts/test.sh`).
 
+mod common;
+
 use psmr_client::{Client, ClientConfig};
 use psmr_model::{Access, ClassModel, Command, Mapping, Refused, Service, SnapshotError};
-use psmr_replica::{App, Config, Member, Replica, Storage};
+use psmr_replica::{App, Config, Replica};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use psmr_services::KvApp;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 const POISON: &[u8] = b"666";
@@ -48,14 +49,7 @@ impl App for Poisoned {
 }
 
 fn one_replica(scheduler: &str) -> Config {
-    let held: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let replicas = vec![Member::new(1, held[0].local_addr().unwrap(), held[1].local_addr().unwrap())];
-    drop(held);
-    let mut c = Config { replicas, storage: Storage::Memory, insecure_peers: true, ..Config::default() };
-    c.scheduler.kind = scheduler.into();
-    c.tick_ms = 10;
-    c.validate().unwrap();
-    c
+    common::one_replica_config(|c| c.scheduler.kind = scheduler.into())
 }
 
 /// Waits (bounded) for the replica to stop by itself; its error.

@@ -24,6 +24,10 @@
 //! loom that no task is lost to a sleeping worker, that the slot is run,
 //! and that yields cannot livelock a pool.
 //!
+//! [`schedstat`] reads what the kernel counts of each thread's scheduling
+//! (time on a CPU, time waiting for one), which psmr shows per stage and
+//! pool.
+//!
 //! psmr-rt depends on no other psmr crate. It bounds no queue: a pool runs
 //! what it is given, and whoever spawns bounds its own work in flight.
 //!
@@ -47,6 +51,7 @@
 mod config;
 mod pool;
 mod runtime;
+pub mod schedstat;
 mod shim;
 mod stats;
 mod task;

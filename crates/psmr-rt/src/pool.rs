@@ -7,8 +7,8 @@
 //! worker's soft-yield slot, or, when that slot is taken, into the pool's
 //! yield queue (001 §4.5.3's fast "soft yield" and its global slow path).
 //! A worker takes, in order: its slot (within its budget), its own queue
-//! by its policy, a batch from the injector, a steal from its victims, its
-//! soft-yield slot, the yield queue; and every few tasks it looks at the
+//! by its policy, a batch from the injector, a steal from its victims, the
+//! yield queue, its soft-yield slot; and every few tasks it looks at the
 //! yield queue and the injector first, so that neither starves. A worker
 //! that finds anything else to run first moves its soft-yielded task to
 //! the yield queue, where any worker can take it: a yielded task is kept
@@ -17,7 +17,9 @@
 //! cannot livelock the pool. A ping-pong of yielding tasks thus stays on
 //! each worker, off the shared queue.
 //! With nothing found it parks on the pool's [`Signal`], which every
-//! insertion notifies.
+//! insertion notifies. A stopping pool's workers leave once no task is
+//! queued and no worker is running one: a running task may still yield or
+//! spawn work that only another worker is free to run.
 
 use crate::config::{Full, Policy, PoolConfig, Steal, Victims};
 use crate::shim::deque::{Injector, SegQueue, Steal as Stolen, Stealer, Worker};
@@ -26,6 +28,7 @@ use crate::task::{Stamp, Task};
 use crate::wait::{AtomicBool, Naps, Patience, Signal};
 use crate::RtError;
 use async_task::{Runnable, ScheduleInfo, WithInfo};
+use crossbeam::utils::CachePadded;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
@@ -64,6 +67,11 @@ pub(crate) struct Shared {
     stealers: Vec<Stealer<Item>>,
     signal: Signal,
     stopping: AtomicBool,
+    /// Per worker, whether it is looking for a task or running one: while
+    /// any is, a stopping pool's idle workers stay, since that task may
+    /// yield or spawn work only another worker is free to run. One flag
+    /// each, so that the hot path writes no shared line.
+    busy: Vec<CachePadded<AtomicBool>>,
     epoch: Instant,
     pub(crate) counters: Vec<Counters>,
     pub(crate) waits: Vec<WaitHistogram>,
@@ -135,6 +143,16 @@ impl Shared {
             self.injector.push(item);
         }
         self.signal.notify_one();
+    }
+
+    /// Whether some worker is looking for a task or running one.
+    fn any_busy(&self) -> bool {
+        self.busy.iter().any(|b| b.load(Ordering::SeqCst))
+    }
+
+    /// Whether the pool stops and no worker may still make work.
+    fn done(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst) && !self.any_busy()
     }
 
     /// Whether the calling thread is a worker of this pool.
@@ -252,6 +270,7 @@ impl Pool {
             stealers: queues.iter().map(Worker::stealer).collect(),
             signal: Signal::new(),
             stopping: AtomicBool::new(false),
+            busy: (0..config.workers).map(|_| CachePadded::new(AtomicBool::new(false))).collect(),
             epoch: Instant::now(),
             counters: (0..config.workers).map(|_| Counters::default()).collect(),
             waits: (0..config.workers).map(|_| WaitHistogram::new()).collect(),
@@ -289,7 +308,7 @@ impl Pool {
     }
 
     fn stop(&mut self) {
-        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.stopping.store(true, Ordering::SeqCst);
         self.shared.signal.notify_all();
         for t in std::mem::take(&mut self.threads) {
             if t.join().is_err() {
@@ -309,6 +328,16 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// What one look for a task came to.
+enum Look {
+    /// A task ran.
+    Ran,
+    /// Nothing to run: wait for work.
+    Nothing,
+    /// Nothing to run, ever: the pool stops and nobody can make work.
+    Leave,
 }
 
 /// One worker's own state, on its thread only.
@@ -378,20 +407,40 @@ impl Local {
         let me = Rc::new(self);
         CURRENT.with(|c| *c.borrow_mut() = Some(me.clone()));
         loop {
-            if let Some(item) = me.next() {
-                me.execute(item);
-            } else if me.shared.stopping.load(Ordering::Acquire) {
-                // A task queued just before the stop may have been missed
-                // by the look above: one more look, after the stop is seen.
-                match me.next() {
-                    Some(item) => me.execute(item),
-                    None => break,
-                }
-            } else {
-                me.idle();
+            match me.look() {
+                Look::Ran => {}
+                Look::Nothing => me.idle(),
+                Look::Leave => break,
             }
         }
         CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+
+    /// Takes a task and runs it, flagged busy from before the look, so that
+    /// no other worker of a stopping pool leaves while this one may still
+    /// make work. The worker leaves when the pool was stopping before a
+    /// look that found nothing (so the look saw every task queued before
+    /// the stop) and no other worker is busy.
+    fn look(&self) -> Look {
+        let (shared, busy) = (&self.shared, &self.shared.busy[self.index]);
+        let stopping = shared.stopping.load(Ordering::SeqCst);
+        busy.store(true, Ordering::SeqCst);
+        let found = self.next();
+        let ran = found.is_some();
+        if let Some(item) = found {
+            self.execute(item);
+        }
+        busy.store(false, Ordering::SeqCst);
+        if !shared.stopping.load(Ordering::SeqCst) || shared.any_busy() {
+            return if ran { Look::Ran } else { Look::Nothing };
+        }
+        // Idle workers of a stopping pool wait for the last busy one.
+        shared.signal.notify_all();
+        match (ran, stopping) {
+            (true, _) => Look::Ran,
+            (false, true) => Look::Leave,
+            (false, false) => Look::Nothing,
+        }
     }
 
     /// A task from the worker's own (slot within budget, or queue).
@@ -452,10 +501,14 @@ impl Local {
     }
 
     /// The next task to run; a soft-yielded task only if there is no
-    /// other, and if there is, the soft one goes where others can take it.
+    /// other, the pool's other yielded tasks included, and if there is,
+    /// the soft one goes where others can take it. (Run before the yield
+    /// queue, a task spinning on `yield_now` would take all but one turn
+    /// in [`YIELD_EVERY`] from the tasks yielded before it.)
     fn next(&self) -> Option<Item> {
-        match self.next_other() {
-            None => self.soft.take().or_else(|| self.shared.yields.pop()),
+        let found = self.next_other().or_else(|| self.shared.yields.pop());
+        match found {
+            None => self.soft.take(),
             found => {
                 if let Some(kept) = self.soft.take() {
                     self.shared.yields.push(kept);
@@ -484,6 +537,11 @@ impl Local {
     }
 
     fn take_own(&self) -> Option<Item> {
+        if !matches!(self.shared.config.policy, Policy::FifoSlot) && self.queue.is_empty() {
+            // The heuristics count turns that took a task: an idle
+            // worker's looks must not move them.
+            return None;
+        }
         match self.shared.config.policy {
             Policy::FifoSlot => {
                 if let Some(item) = self.slot.take() {
@@ -514,14 +572,18 @@ impl Local {
                 }
             }
             Policy::LifoReverse(n) => {
+                if self.owed.get() == 0 {
+                    // Every n-th turn starts a reversal: as many oldest-first
+                    // turns as the stack holds, this one included.
+                    self.since.set(self.since.get() + 1);
+                    if self.since.get() >= n {
+                        self.since.set(0);
+                        self.owed.set(self.queue.len());
+                    }
+                }
                 if self.owed.get() > 0 {
                     self.owed.set(self.owed.get() - 1);
                     return self.oldest();
-                }
-                self.since.set(self.since.get() + 1);
-                if self.since.get() >= n {
-                    self.since.set(0);
-                    self.owed.set(self.queue.len());
                 }
                 self.queue.pop()
             }
@@ -610,7 +672,7 @@ impl Local {
     /// Waits for work anywhere in the pool, or for the pool to stop.
     fn idle(&self) {
         let shared = &self.shared;
-        let done = || shared.has_work() || shared.stopping.load(Ordering::Acquire);
+        let done = || shared.has_work() || shared.done();
         let mut patience = Patience::brief();
         while !done() {
             if patience.tired() {

@@ -71,6 +71,9 @@ pub(crate) mod deque {
         pub fn len(&self) -> usize {
             self.q.lock().unwrap().len()
         }
+        pub fn is_empty(&self) -> bool {
+            self.q.lock().unwrap().is_empty()
+        }
         pub fn stealer(&self) -> Stealer<T> {
             Stealer { q: self.q.clone() }
         }

@@ -38,11 +38,17 @@
 //! and a decision is followed by [`DWELL_WINDOWS`] windows without
 //! another. Every decision carries its reason.
 //!
-//! A switch drains the running scheduler, and nothing new runs until it
-//! has: a decided switch therefore waits, before a batch, until the
-//! running scheduler holds no more than the one batch submitted last (its
-//! replies are counted), so that the stall is at most one entry's worth
-//! of execution; after [`SWITCH_WAIT_MAX`] batches it switches anyway.
+//! A switch away from `late-batch-bitmap` overlaps
+//! ([`Switchable::switch_overlapped`]): the next choice takes the batches
+//! that follow at once, each as soon as nothing the old one still holds
+//! conflicts with it, so execution stalls only as long as the workload
+//! really depends on what the old one holds. A switch away from `early`
+//! drains it first, and nothing new runs until it has: that switch
+//! therefore waits, before a batch, until the running scheduler holds no
+//! more than the one batch submitted last (its replies are counted), so
+//! that the stall is at most one entry's worth of execution; after
+//! [`SWITCH_WAIT_MAX`] batches it switches anyway. A decision is recorded
+//! once its switch is complete, with the whole stall.
 
 use crate::optimizer::{naive, Problem};
 use crate::{
@@ -202,6 +208,8 @@ impl Signature {
 pub struct Decision {
     /// The window it was taken after (counted from 1).
     pub window: u64,
+    /// What ran until then.
+    pub from: Choice,
     /// What runs from now on.
     pub to: Choice,
     /// Why, in words.
@@ -211,8 +219,11 @@ pub struct Decision {
     /// Commands the previous choice still held when the switch began.
     pub held: u64,
     /// Batches the switch waited for the previous choice to hold no more
-    /// than one ([`SWITCH_WAIT_MAX`] at most).
+    /// than one ([`SWITCH_WAIT_MAX`] at most; none for an overlapped one).
     pub waited: u32,
+    /// Batches the next choice took while the previous one still executed
+    /// (an overlapped switch).
+    pub overlapped: u64,
 }
 
 /// The decision logic, apart from the schedulers it drives (see the module
@@ -432,9 +443,10 @@ impl Controller {
         if to == self.current {
             return None;
         }
-        self.current = to;
+        let from = std::mem::replace(&mut self.current, to);
         self.dwell = DWELL_WINDOWS;
-        Some(Decision { window: self.window, to, reason, stall: Duration::ZERO, held: 0, waited: 0 })
+        let (stall, held, waited, overlapped) = (Duration::ZERO, 0, 0, 0);
+        Some(Decision { window: self.window, from, to, reason, stall, held, waited, overlapped })
     }
 
     fn describe(&self) -> String {
@@ -477,6 +489,8 @@ pub struct Auto<S: Service> {
     last_batch: u64,
     /// A decision waiting for the running scheduler to drain to one batch.
     pending: Option<Pending>,
+    /// A decision whose switch overlaps the old choice's last commands.
+    overlapping: Option<Decision>,
 }
 
 /// A switch decided and not yet made.
@@ -554,6 +568,7 @@ impl<S: Service> Auto<S> {
             submitted: 0,
             last_batch: 0,
             pending: None,
+            overlapping: None,
             controller,
             base: config.clone(),
             model: model.clone(),
@@ -634,7 +649,8 @@ impl<S: Service> Auto<S> {
     fn switch_when_drained(&mut self) -> Result<(), SchedError> {
         let Some(p) = &mut self.pending else { return Ok(()) };
         let held = self.submitted.saturating_sub(self.replies.done.load(Ordering::Acquire));
-        if held > self.last_batch && p.waited < SWITCH_WAIT_MAX {
+        let overlaps = self.inner.kind() == SchedulerKind::LateBatchBitmap;
+        if !overlaps && held > self.last_batch && p.waited < SWITCH_WAIT_MAX {
             p.waited += 1;
             return Ok(());
         }
@@ -642,28 +658,23 @@ impl<S: Service> Auto<S> {
         (decision.held, decision.waited) = (held, waited);
         let config = self.config_of(decision.to);
         let (replies, submitted) = (self.replies.clone(), self.submitted);
-        let switched = match replies.failed.load(Ordering::Acquire) {
-            // The running scheduler reports its failure as it finishes.
-            true => self.inner.switch(config),
-            false => self.inner.switch_drained(config, || replies.wait_for(submitted)),
+        // A failed scheduler reports its failure as it finishes.
+        let failed = replies.failed.load(Ordering::Acquire);
+        let overlaps = overlaps && !failed;
+        let switched = match (failed, overlaps) {
+            (true, _) => self.inner.switch(config),
+            (false, true) => self.inner.switch_overlapped(config),
+            (false, false) => self.inner.switch_drained(config, || replies.wait_for(submitted)),
         };
+        // A switch ends the overlap of the one before.
+        self.overlap_ended();
         match switched {
             Ok(stall) => {
                 decision.stall = stall;
-                self.made += 1;
-                let mapping = self.inner.config().mapping.as_ref().map(|m| m.to_spec(&self.model));
-                tracing::info!(
-                    to = %decision.to,
-                    mapping = mapping.as_deref().unwrap_or("-"),
-                    stall_us = stall.as_micros() as u64,
-                    held,
-                    reason = %decision.reason,
-                    "auto: switched"
-                );
-                if self.decisions.len() == DECISIONS_KEPT {
-                    self.decisions.pop_front();
+                match self.inner.overlapping() {
+                    true => self.overlapping = Some(decision),
+                    false => self.record(decision),
                 }
-                self.decisions.push_back(decision);
                 Ok(())
             }
             Err(crate::SwitchError::Build(e)) => {
@@ -677,6 +688,37 @@ impl<S: Service> Auto<S> {
 }
 
 impl<S: Service> Auto<S> {
+    /// Records the overlapping decision once its old choice has finished,
+    /// with what waiting for it cost.
+    fn overlap_ended(&mut self) {
+        if let Some(overlap) = self.inner.overlap_ended() {
+            if let Some(mut decision) = self.overlapping.take() {
+                decision.stall += overlap.stall;
+                decision.overlapped = overlap.batches;
+                self.record(decision);
+            }
+        }
+    }
+
+    /// A switch made: logged and kept.
+    fn record(&mut self, decision: Decision) {
+        self.made += 1;
+        let mapping = self.inner.config().mapping.as_ref().map(|m| m.to_spec(&self.model));
+        tracing::info!(
+            to = %decision.to,
+            mapping = mapping.as_deref().unwrap_or("-"),
+            stall_us = decision.stall.as_micros() as u64,
+            held = decision.held,
+            overlapped = decision.overlapped,
+            reason = %decision.reason,
+            "auto: switched"
+        );
+        if self.decisions.len() == DECISIONS_KEPT {
+            self.decisions.pop_front();
+        }
+        self.decisions.push_back(decision);
+    }
+
     /// Solves `early`'s mapping for a workload the controller has not
     /// seen before, and tells it how much of the workload that mapping
     /// synchronizes.
@@ -744,13 +786,8 @@ fn starved(w: &Window, cores: usize) -> String {
 }
 
 fn runnable() -> Option<Duration> {
-    let dir = std::fs::read_dir("/proc/self/task").ok()?;
-    let mut total = 0u64;
-    for task in dir.flatten() {
-        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else { continue };
-        total += text.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    }
-    Some(Duration::from_nanos(total))
+    let threads = psmr_rt::schedstat::own_threads();
+    (!threads.is_empty()).then(|| Duration::from_nanos(threads.iter().map(|t| t.stat.runq_ns).sum()))
 }
 
 impl<S: Service> Scheduler<S> for Auto<S> {
@@ -775,6 +812,7 @@ impl<S: Service> Scheduler<S> for Auto<S> {
         let result = self.inner.submit(batch);
         self.window.submitting += began.elapsed();
         result?;
+        self.overlap_ended();
         if self.started.elapsed() >= self.base.auto_window {
             self.end_window();
         }

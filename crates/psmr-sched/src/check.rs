@@ -177,7 +177,9 @@ where
 
 /// Like [`run`], but switches to the scheduler `switches[i].1` describes
 /// right before batch `switches[i].0` (a [`Switchable`]); the switches in
-/// rising batch order.
+/// rising batch order. Every other switch overlaps the old scheduler's
+/// last commands ([`Switchable::switch_overlapped`]), the others drain it
+/// first ([`Switchable::switch`]).
 pub fn run_switching<S: Service>(
     config: &SchedConfig,
     switches: &[(usize, SchedConfig)],
@@ -192,10 +194,13 @@ where
     let workers = switches.iter().map(|(_, c)| c.workers).fold(config.workers, usize::max);
     let sink = Arc::new(CollectSink::new(workers));
     let mut scheduler = Box::new(Switchable::new(config.clone(), service.clone(), model, sink.clone())?);
-    let mut next = switches.iter().peekable();
+    let mut next = switches.iter().enumerate().peekable();
     for (i, b) in batches.iter().enumerate() {
-        while let Some((_, config)) = next.next_if(|(at, _)| *at <= i) {
-            scheduler.switch(config.clone())?;
+        while let Some((k, (_, config))) = next.next_if(|(_, (at, _))| *at <= i) {
+            match k % 2 {
+                0 => scheduler.switch(config.clone())?,
+                _ => scheduler.switch_overlapped(config.clone())?,
+            };
         }
         scheduler.submit(b.clone())?;
     }

@@ -86,14 +86,19 @@ impl<O> Item<O> {
     }
 
     fn conflicts(&self, other: &Item<O>, test: ConflictTest) -> bool {
+        self.conflicts_with(&other.batch, other.range.clone(), test)
+    }
+
+    /// Whether this node conflicts with commands `range` of `batch` (the
+    /// whole batch, for the batch tests).
+    fn conflicts_with(&self, batch: &Batch<O>, range: Range<u32>, test: ConflictTest) -> bool {
         match test {
             ConflictTest::Command => {
-                let a = &self.batch.commands()[self.range.start as usize];
-                let b = &other.batch.commands()[other.range.start as usize];
-                a.conflicts_with(b)
+                let mine = &self.batch.commands()[self.range.start as usize];
+                batch.commands()[range.start as usize..range.end as usize].iter().any(|c| mine.conflicts_with(c))
             }
-            ConflictTest::Keys => self.batch.summary().keys_conflict(other.batch.summary()),
-            ConflictTest::Bitmap => self.batch.summary().bitmap_conflict(other.batch.summary()),
+            ConflictTest::Keys => self.batch.summary().keys_conflict(batch.summary()),
+            ConflictTest::Bitmap => self.batch.summary().bitmap_conflict(batch.summary()),
         }
     }
 }
@@ -210,6 +215,16 @@ impl<O> Graph<O> {
         waiting_for == 0
     }
 
+    /// Whether any node in the graph (waiting, free or executing)
+    /// conflicts with a command of `batch`.
+    pub(crate) fn conflicts_with(&self, batch: &Batch<O>, test: ConflictTest) -> bool {
+        let all = 0..batch.len() as u32;
+        self.live.iter().any(|l| {
+            let node = self.slots[l.slot as usize].as_ref().expect("live slot holds a node");
+            node.item.conflicts_with(batch, all.clone(), test)
+        })
+    }
+
     /// dgGetBatch: the oldest free node, now taken.
     pub(crate) fn take(&mut self) -> Option<(u32, Arc<Item<O>>)> {
         let Reverse((_, slot)) = self.ready.pop()?;
@@ -279,6 +294,21 @@ impl<S: Service> Shared<S> {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Graph<S::Op>> {
         self.graph.lock()
+    }
+
+    /// [`Scheduler::may_conflict`] of a late scheduler: a node leaves the
+    /// graph only once its commands have executed, and a scheduler no
+    /// longer given batches inserts none, so a batch that conflicts with
+    /// no node in the graph conflicts with nothing left to execute.
+    pub(crate) fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
+        self.lock().conflicts_with(batch, self.test)
+    }
+
+    /// [`Scheduler::drained`] of a late scheduler. Under the lock, as
+    /// [`Shared::may_conflict`]: what the last node's commands did happens
+    /// before what the caller runs next.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().len() == 0
     }
 }
 
@@ -395,6 +425,14 @@ impl<S: Service> Scheduler<S> for Late<S> {
             self.insert(item);
         }
         Ok(())
+    }
+
+    fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
+        self.pool.crew().may_conflict(batch)
+    }
+
+    fn drained(&self) -> bool {
+        self.pool.crew().is_empty()
     }
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {

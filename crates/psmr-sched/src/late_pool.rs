@@ -125,6 +125,14 @@ impl<S: Service> Scheduler<S> for LatePool<S> {
         Ok(())
     }
 
+    fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
+        self.jobs.shared.may_conflict(batch)
+    }
+
+    fn drained(&self) -> bool {
+        self.jobs.shared.is_empty()
+    }
+
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
         let shared = &self.jobs.shared;
         let mut g = shared.lock();

@@ -60,7 +60,7 @@ pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
 pub use queue::WsQueue;
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
-pub use switch::{SwitchError, Switchable};
+pub use switch::{Overlap, SwitchError, Switchable};
 pub use sync::{Naps, Patience, Signal};
 pub use ws::Victims;
 
@@ -386,6 +386,23 @@ pub trait Scheduler<S: Service>: Send {
     /// (the early ones), to sample from any thread while it runs.
     fn metrics(&self) -> Option<Arc<Metrics>> {
         None
+    }
+
+    /// Whether a command of `batch` may conflict with a command this
+    /// scheduler was given and has not finished executing. Asked of a
+    /// scheduler that is no longer given batches: where the answer is no,
+    /// `batch` may run elsewhere at once, concurrently with what this one
+    /// still executes ([`Switchable::switch_overlapped`]). `true`, the
+    /// default, is always right; the late schedulers answer from their
+    /// dependency graph.
+    fn may_conflict(&self, _batch: &Batch<S::Op>) -> bool {
+        true
+    }
+
+    /// Whether every command given has finished executing, if the
+    /// scheduler can tell cheaply; `false`, the default, when it cannot.
+    fn drained(&self) -> bool {
+        false
     }
 
     /// Waits until every submitted command has executed, stops and joins

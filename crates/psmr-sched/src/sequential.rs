@@ -38,6 +38,14 @@ impl<S: Service> Scheduler<S> for Sequential<S> {
         self.exec.failure.check()
     }
 
+    fn may_conflict(&self, _batch: &Batch<S::Op>) -> bool {
+        false
+    }
+
+    fn drained(&self) -> bool {
+        true
+    }
+
     fn finish(self: Box<Self>) -> Result<SchedStats, SchedError> {
         self.exec.failure.check()?;
         Ok(SchedStats { executed_per_worker: vec![self.executed] })

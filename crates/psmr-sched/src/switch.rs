@@ -15,6 +15,18 @@
 //! ([`Switchable::switch_drained`], used by `auto`, which counts replies)
 //! does not wait for its threads to exit either: another thread joins
 //! them.
+//!
+//! [`Switchable::switch_overlapped`] does not drain at all: the old
+//! scheduler goes on executing what it holds while the next one takes the
+//! batches that follow, each as soon as the old one says nothing it still
+//! holds conflicts with it ([`Scheduler::may_conflict`]). Commands that do
+//! not conflict commute, so the replies and the state are those of
+//! sequential execution still; conflicting ones keep their log order
+//! because the first batch that conflicts waits for the old scheduler to
+//! finish. The late schedulers answer from their dependency graph, so a
+//! switch away from one stalls only as long as the next batches really
+//! depend on what it holds; every other scheduler answers "may conflict",
+//! and the first batch after the switch waits for it to drain.
 
 use crate::{build, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
 use parking_lot::Mutex;
@@ -36,6 +48,22 @@ pub struct Switchable<S: Service> {
     /// Schedulers switched away from after they executed everything,
     /// finishing on threads of their own.
     retiring: Vec<JoinHandle<Result<SchedStats, SchedError>>>,
+    /// A scheduler switched away from by [`Switchable::switch_overlapped`]
+    /// that may still be executing, and what the overlap has cost so far.
+    draining: Option<(Box<dyn Scheduler<S>>, Overlap)>,
+    /// The last overlap, once it ended, until [`Switchable::overlap_ended`]
+    /// takes it.
+    ended: Option<Overlap>,
+}
+
+/// What an overlapped switch cost after it returned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overlap {
+    /// How long batches waited for the old scheduler: the part of the
+    /// switch's stall that came after [`Switchable::switch_overlapped`].
+    pub stall: Duration,
+    /// Batches the next scheduler took while the old one still executed.
+    pub batches: u64,
 }
 
 impl<S: Service> Switchable<S> {
@@ -48,7 +76,8 @@ impl<S: Service> Switchable<S> {
     ) -> Result<Self, SchedError> {
         let current = build(&config, service.clone(), model, sink.clone())?;
         let (executed_before, retiring) = (Vec::new(), Vec::new());
-        Ok(Self { current, config, service, model: model.clone(), sink, executed_before, retiring })
+        let (draining, ended) = (None, None);
+        Ok(Self { current, config, service, model: model.clone(), sink, executed_before, retiring, draining, ended })
     }
 
     /// The configuration of the scheduler running now.
@@ -77,10 +106,72 @@ impl<S: Service> Switchable<S> {
     pub fn switch_drained(&mut self, config: SchedConfig, drained: impl FnOnce()) -> Result<Duration, SwitchError> {
         self.collect_retired(false).map_err(SwitchError::Drain)?;
         let (old, started) = self.replace(config, drained)?;
+        self.retire_elsewhere(old)?;
+        Ok(started.elapsed())
+    }
+
+    /// Replaces the running scheduler by the one `config` describes at
+    /// once, without draining it (see the module documentation). Returns
+    /// how long the switch stalled execution: building the next scheduler
+    /// is done first, so little more than the swap, plus the wait for a
+    /// scheduler still draining from the switch before. What later batches
+    /// wait for the old one is reported by [`Switchable::overlap_ended`].
+    pub fn switch_overlapped(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
+        let (old, started) = self.replace(config, || {})?;
+        match old.drained() {
+            true => self.retire_elsewhere(old)?,
+            false => self.draining = Some((old, Overlap::default())),
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Whether a scheduler switched away from by
+    /// [`Switchable::switch_overlapped`] may still be executing (it held
+    /// something at the switch, and has not been seen to finish).
+    pub fn overlapping(&self) -> bool {
+        self.draining.is_some()
+    }
+
+    /// The cost of the last overlap, once its old scheduler has finished
+    /// executing; `None` before that, for a switch that did not overlap
+    /// (the old one held nothing), and once taken.
+    pub fn overlap_ended(&mut self) -> Option<Overlap> {
+        self.ended.take()
+    }
+
+    /// Before `batch` runs on the next scheduler: retires a draining
+    /// scheduler that is done, or waits for it if `batch` may conflict
+    /// with what it still holds.
+    fn overlap(&mut self, batch: &Batch<S::Op>) -> Result<(), SchedError> {
+        let Some((old, overlap)) = &mut self.draining else { return Ok(()) };
+        if !old.drained() && !old.may_conflict(batch) {
+            overlap.batches += 1;
+            return Ok(());
+        }
+        self.end_overlap().map_err(SchedError::from)
+    }
+
+    /// Finishes the draining scheduler, if any: on a thread of its own if
+    /// it is done, else here, counting the wait as stall.
+    fn end_overlap(&mut self) -> Result<(), SwitchError> {
+        let Some((old, mut overlap)) = self.draining.take() else { return Ok(()) };
+        if old.drained() {
+            self.retire_elsewhere(old)?;
+        } else {
+            let waited = Instant::now();
+            self.retire_here(old)?;
+            overlap.stall += waited.elapsed();
+        }
+        self.ended = Some(overlap);
+        Ok(())
+    }
+
+    /// Finishes `old`, which has executed everything, without waiting for
+    /// its threads: they are joined on a thread of their own.
+    fn retire_elsewhere(&mut self, old: Box<dyn Scheduler<S>>) -> Result<(), SwitchError> {
         if old.kind() == SchedulerKind::Sequential {
             // No threads to wait for: faster here than a thread's spawn.
-            self.retire_here(old)?;
-            return Ok(started.elapsed());
+            return self.retire_here(old);
         }
         // If no thread can be spawned, the old one finishes here.
         let slot = Arc::new(Mutex::new(Some(old)));
@@ -94,7 +185,7 @@ impl<S: Service> Switchable<S> {
                 }
             }
         }
-        Ok(started.elapsed())
+        Ok(())
     }
 
     /// Builds the scheduler `config` describes, waits for `drained`, and
@@ -108,6 +199,8 @@ impl<S: Service> Switchable<S> {
     ) -> Result<(Box<dyn Scheduler<S>>, Instant), SwitchError> {
         let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
         let started = Instant::now();
+        // At most one scheduler drains behind the running one.
+        self.end_overlap()?;
         drained();
         self.config = config;
         Ok((std::mem::replace(&mut self.current, next), started))
@@ -168,6 +261,7 @@ impl<S: Service> Scheduler<S> for Switchable<S> {
     }
 
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
+        self.overlap(&batch)?;
         self.current.submit(batch)
     }
 
@@ -195,9 +289,18 @@ impl<S: Service> Scheduler<S> for Switchable<S> {
         }
     }
 
+    fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
+        self.draining.as_ref().is_some_and(|(old, _)| old.may_conflict(batch)) || self.current.may_conflict(batch)
+    }
+
+    fn drained(&self) -> bool {
+        self.draining.as_ref().map_or(true, |(old, _)| old.drained()) && self.current.drained()
+    }
+
     /// Finishes the running scheduler; the counts cover every scheduler
     /// this one ran, per worker id.
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
+        self.end_overlap()?;
         self.collect_retired(true)?;
         let mut executed = self.executed_before;
         merge(&mut executed, &self.current.finish()?.executed_per_worker);

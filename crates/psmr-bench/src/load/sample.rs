@@ -156,8 +156,7 @@ fn stage_shares(addrs: &[SocketAddr], before: &[Reading], after: &[Reading]) -> 
         let wall = a.at_ns.saturating_sub(b.at_ns).max(1) as f64;
         let (b, a) = (&b.threads, &a.threads);
         let mut groups: BTreeMap<String, (f64, f64, usize)> = BTreeMap::new();
-        // The process's main thread only waits for the others.
-        for t in a.iter().filter(|t| t.name.starts_with("psmr-")) {
+        for t in a.iter().filter(|t| is_stage(&t.name)) {
             if let Some(old) = b.iter().find(|o| o.tid == t.tid) {
                 let g = groups.entry(stage_of(&t.name)).or_default();
                 g.0 += t.cpu_ns.saturating_sub(old.cpu_ns) as f64 / wall;
@@ -214,6 +213,45 @@ fn changed_schedulers(addrs: &[SocketAddr], before: &[Reading], after: &[Reading
 }
 
 /// Threads of one stage share a name up to a trailing number.
+/// Whether a thread is one of the replica's stages: its own threads
+/// (`psmr-*`) and those of its psmr-rt pools (`rt-*`: the late schedulers
+/// on a pool, the snapshot side pool). The process's main thread only
+/// waits for the others.
+fn is_stage(name: &str) -> bool {
+    name.starts_with("psmr-") || name.starts_with("rt-")
+}
+
 fn stage_of(name: &str) -> String {
     name.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches('-').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use psmr_model::wire::ThreadStat;
+
+    fn reading(at_ns: u64, threads: &[(&str, u64, u64)]) -> Reading {
+        let threads = threads
+            .iter()
+            .enumerate()
+            .map(|(tid, &(name, cpu_ns, runq_ns))| ThreadStat { name: name.into(), tid: tid as u64, cpu_ns, runq_ns })
+            .collect();
+        Some(ReplicaStats { at_ns, threads, workers: vec![], scheduler: String::new(), decision: String::new() })
+    }
+
+    #[test]
+    fn stages_group_the_replicas_threads_and_their_pools_threads_by_name() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let names = [("psmr", 0, 0), ("psmr-manager", 0, 0), ("rt-late-0", 0, 0), ("rt-late-1", 0, 0)];
+        let before = reading(0, &names);
+        let after = reading(
+            1000,
+            &[("psmr", 900, 0), ("psmr-manager", 500, 100), ("rt-late-0", 600, 0), ("rt-late-1", 200, 200)],
+        );
+        let rows = stage_shares(&[addr], &[before], &[after]);
+        let stages: Vec<_> = rows.iter().map(|r| (r.stage.as_str(), r.threads)).collect();
+        assert_eq!(stages, [("psmr-manager", 1), ("rt-late", 2)], "the main thread is left out");
+        let late = &rows[1];
+        assert!((late.busy - 0.4).abs() < 1e-9 && (late.waiting_cpu - 0.1).abs() < 1e-9, "{late:?}");
+    }
 }

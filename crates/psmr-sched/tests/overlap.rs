@@ -1,0 +1,185 @@
+//! An overlapped switch (`Switchable::switch_overlapped`): the next
+//! scheduler takes a batch that conflicts with nothing the old one still
+//! holds while the old one executes, and the late schedulers tell which
+//! batches those are from their graph. Command 1 blocks at a gate, so
+//! "still executing" is a state the test holds, not a race it hopes for.
+
+use psmr_model::{Batch, ClassId, ClassModel, ClientId, Command, Digest, Service, SnapshotError};
+use psmr_sched::{build, CollectSink, SchedConfig, Scheduler, SchedulerKind, Switchable};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// How long a step may take before the test fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Command `op` writes key `op`; command 1 waits until the gate opens.
+/// Records which commands have started and finished.
+#[derive(Default)]
+struct Gated {
+    state: Mutex<Progress>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Progress {
+    open: bool,
+    started: Vec<u64>,
+    finished: Vec<u64>,
+}
+
+impl Gated {
+    fn wait_for(&self, what: &str, done: impl Fn(&Progress) -> bool) {
+        let st = self.state.lock().unwrap();
+        let (_st, timeout) = self.changed.wait_timeout_while(st, PATIENCE, |s| !done(s)).unwrap();
+        assert!(!timeout.timed_out(), "{what} never happened");
+    }
+
+    fn open(&self) {
+        self.state.lock().unwrap().open = true;
+        self.changed.notify_all();
+    }
+
+    fn finished(&self) -> Vec<u64> {
+        self.state.lock().unwrap().finished.clone()
+    }
+}
+
+impl Service for Gated {
+    type Op = u64;
+    type Reply = u64;
+    fn execute(&self, c: &Command<u64>) -> u64 {
+        let mut st = self.state.lock().unwrap();
+        st.started.push(c.seq);
+        self.changed.notify_all();
+        if c.seq == 1 {
+            let (next, timeout) = self.changed.wait_timeout_while(st, PATIENCE, |s| !s.open).unwrap();
+            assert!(!timeout.timed_out(), "the gate never opened");
+            st = next;
+        }
+        st.finished.push(c.seq);
+        self.changed.notify_all();
+        c.seq
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn restore(&self, _: &[u8]) -> Result<(), SnapshotError> {
+        Ok(())
+    }
+    fn digest(&self) -> Digest {
+        Digest::default()
+    }
+}
+
+/// A batch of one command, `seq`, writing key `key`.
+fn write(seq: u64, key: u64) -> Batch<u64> {
+    let cmd = Command {
+        client: ClientId(1),
+        seq,
+        class: ClassId(0),
+        reads: Default::default(),
+        writes: [key].into_iter().collect(),
+        op: key,
+    };
+    Batch::new(vec![cmd], 64)
+}
+
+/// One class of writes, each in conflict with the others.
+fn model() -> ClassModel {
+    ClassModel::builder("w").class("W").conflict("W", "W").build().unwrap()
+}
+
+#[test]
+fn a_late_scheduler_knows_which_batches_conflict_with_what_it_still_executes() {
+    for kind in [
+        SchedulerKind::LateCbase,
+        SchedulerKind::LateBatchKeys,
+        SchedulerKind::LateBatchBitmap,
+        SchedulerKind::LateCbasePool,
+        SchedulerKind::LateBatchBitmapPool,
+    ] {
+        let service = Arc::new(Gated::default());
+        let sink = Arc::new(CollectSink::new(2));
+        let mut late = build(&SchedConfig::new(kind, 2), service.clone(), &model(), sink).unwrap();
+        assert!(late.drained(), "{kind}: nothing given, nothing held");
+        late.submit(write(1, 7)).unwrap();
+        service.wait_for("command 1 starting", |s| s.started.contains(&1));
+        assert!(late.may_conflict(&write(2, 7)), "{kind}: same key as the running command");
+        assert!(!late.may_conflict(&write(2, 8)), "{kind}: another key");
+        assert!(!late.drained(), "{kind}: command 1 runs");
+        service.open();
+        service.wait_for("command 1 finishing", |s| s.finished.contains(&1));
+        late.finish().unwrap();
+    }
+}
+
+#[test]
+fn after_an_overlapped_switch_an_independent_batch_runs_while_the_old_scheduler_still_executes() {
+    let service = Arc::new(Gated::default());
+    let sink = Arc::new(CollectSink::new(2));
+    let config = SchedConfig::new(SchedulerKind::LateBatchBitmap, 2);
+    let mut s = Switchable::new(config, service.clone(), &model(), sink.clone()).unwrap();
+    s.submit(write(1, 7)).unwrap();
+    service.wait_for("command 1 starting", |s| s.started.contains(&1));
+
+    s.switch_overlapped(SchedConfig::new(SchedulerKind::Sequential, 1)).unwrap();
+    assert!(s.overlapping());
+    // Sequential executes in `submit`: had the switch drained the old
+    // scheduler, it would still be waiting at the gate.
+    s.submit(write(2, 8)).unwrap();
+    assert_eq!(service.finished(), [2], "command 2 ran while command 1 still executes");
+    assert_eq!(s.overlap_ended(), None, "the old scheduler has not finished");
+
+    service.open();
+    // Command 3 writes command 1's key: it runs after command 1, and the
+    // overlap ends with one batch taken by the next scheduler.
+    s.submit(write(3, 7)).unwrap();
+    assert_eq!(service.finished(), [2, 1, 3]);
+    let overlap = s.overlap_ended().expect("the old scheduler finished");
+    assert_eq!(overlap.batches, 1);
+    let stats = Box::new(s).finish().unwrap();
+    assert_eq!(stats.executed(), 3);
+}
+
+#[test]
+fn a_switch_after_an_overlapped_one_waits_for_the_old_scheduler_first() {
+    let service = Arc::new(Gated::default());
+    let sink = Arc::new(CollectSink::new(2));
+    let config = SchedConfig::new(SchedulerKind::LateBatchBitmap, 2);
+    let mut s = Switchable::new(config.clone(), service.clone(), &model(), sink).unwrap();
+    s.submit(write(1, 7)).unwrap();
+    service.wait_for("command 1 starting", |s| s.started.contains(&1));
+    s.switch_overlapped(SchedConfig::new(SchedulerKind::Sequential, 1)).unwrap();
+    let opener = {
+        let service = service.clone();
+        std::thread::spawn(move || {
+            service.wait_for("command 2 finishing", |s| s.finished.contains(&2));
+            service.open();
+        })
+    };
+    s.submit(write(2, 8)).unwrap();
+    // The first scheduler drains before a third one starts: at most one
+    // scheduler drains behind the running one.
+    s.switch_overlapped(config).unwrap();
+    assert!(service.finished().contains(&1), "the first scheduler finished before the third started");
+    assert!(s.overlap_ended().is_some());
+    opener.join().unwrap();
+    s.submit(write(3, 7)).unwrap();
+    Box::new(s).finish().unwrap();
+    assert_eq!(service.finished(), [2, 1, 3]);
+}
+
+#[test]
+fn an_overlapped_switch_away_from_a_scheduler_holding_nothing_does_not_overlap() {
+    let service = Arc::new(Gated::default());
+    service.open();
+    let sink = Arc::new(CollectSink::new(2));
+    let config = SchedConfig::new(SchedulerKind::LateBatchBitmap, 2);
+    let mut s = Switchable::new(config, service.clone(), &model(), sink).unwrap();
+    s.submit(write(1, 7)).unwrap();
+    service.wait_for("command 1 finishing", |s| s.finished.contains(&1));
+    s.switch_overlapped(SchedConfig::new(SchedulerKind::Sequential, 1)).unwrap();
+    assert!(!s.overlapping(), "nothing to overlap");
+    assert_eq!(s.overlap_ended(), None, "no overlap to report");
+    Box::new(s).finish().unwrap();
+}
