@@ -47,8 +47,11 @@
 //! therefore waits, before a batch, until the running scheduler holds no
 //! more than the one batch submitted last (its replies are counted), so
 //! that the stall is at most one entry's worth of execution; after
-//! [`SWITCH_WAIT_MAX`] batches it switches anyway. A decision is recorded
-//! once its switch is complete, with the whole stall.
+//! [`SWITCH_WAIT_MAX`] batches it switches anyway; and `early` runs with
+//! at most [`EARLY_QUEUE_DEPTH`] batches queued per worker, so that what
+//! it holds, and so that drain, stays short even when its workers wait
+//! for cores. A decision is recorded once its switch is complete, with
+//! the whole stall.
 
 use crate::optimizer::{naive, Problem};
 use crate::{
@@ -71,6 +74,9 @@ pub const DWELL_WINDOWS: u32 = 1;
 /// Batches a decided switch waits, at most, for the running scheduler to
 /// hold no more than one batch.
 pub const SWITCH_WAIT_MAX: u32 = 64;
+/// Batches `auto` lets `early` hold per worker (`queue_depth`): a switch
+/// away from `early` waits for what it holds, so this bounds that stall.
+pub const EARLY_QUEUE_DEPTH: usize = 8;
 /// Workloads whose measurements are remembered, so that a workload that
 /// comes back goes straight to its best choice.
 pub const WORKLOADS_KEPT: usize = 8;
@@ -593,7 +599,8 @@ impl<S: Service> Auto<S> {
             Choice::Early(w) => {
                 let mapping = self.cached_mapping().filter(|(m, _)| m.workers() == w).map(|(m, _)| m.clone());
                 let mapping = mapping.or_else(|| self.mapping_for(w));
-                SchedConfig { kind: SchedulerKind::Early, workers: w, mapping, ..base }
+                let queue_depth = base.queue_depth.min(EARLY_QUEUE_DEPTH);
+                SchedConfig { kind: SchedulerKind::Early, workers: w, mapping, queue_depth, ..base }
             }
         }
     }
