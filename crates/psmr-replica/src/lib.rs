@@ -241,8 +241,8 @@ impl Shared {
             .pop()
             .map(|d| {
                 format!(
-                    "to {} after window {} (execution stalled {:?}; the old choice held {} commands, {} batches after the decision; {} batches overlapped its last ones): {}",
-                    d.to, d.window, d.stall, d.held, d.waited, d.overlapped, d.reason
+                    "to {} after window {} (execution stalled {:?}; the old choice held {} commands and gave back {} it had not begun; {} batches overlapped its last ones): {}",
+                    d.to, d.window, d.stall, d.held, d.withdrawn, d.overlapped, d.reason
                 )
             });
         *self.scheduler.lock() = (scheduler.describe(), last.unwrap_or_default());

@@ -38,25 +38,22 @@
 //! and a decision is followed by [`DWELL_WINDOWS`] windows without
 //! another. Every decision carries its reason.
 //!
-//! A switch away from `late-batch-bitmap` overlaps
-//! ([`Switchable::switch_overlapped`]): the next choice takes the batches
-//! that follow at once, each as soon as nothing the old one still holds
-//! conflicts with it, so execution stalls only as long as the workload
-//! really depends on what the old one holds. A switch away from `early`
-//! drains it first, and nothing new runs until it has: that switch
-//! therefore waits, before a batch, until the running scheduler holds no
-//! more than the one batch submitted last (its replies are counted), so
-//! that the stall is at most one entry's worth of execution; after
-//! [`SWITCH_WAIT_MAX`] batches it switches anyway; and `early` runs with
-//! at most [`EARLY_QUEUE_DEPTH`] batches queued per worker, so that what
-//! it holds, and so that drain, stays short even when its workers wait
-//! for cores. A decision is recorded once its switch is complete, with
-//! the whole stall.
+//! Every switch overlaps ([`Switchable::switch_overlapped`]), at the
+//! batch boundary where it is decided. A switch away from
+//! `late-batch-bitmap` lets the next choice take the batches that follow
+//! at once, each as soon as nothing the old one still holds conflicts with
+//! it, so execution stalls only as long as the workload really depends on
+//! what the old one holds. A switch away from `early` takes back the
+//! batches no worker has begun ([`crate::Withdrawal`]) and hands them to
+//! the next choice once the batches begun have executed: the stall is what
+//! the workers were executing, not what waited in their queues. `early`
+//! runs with at most [`EARLY_QUEUE_DEPTH`] batches queued per worker,
+//! which bounds how far one worker can run ahead of another, and so what
+//! is begun. A decision is recorded once its switch is complete, with the
+//! whole stall.
 
 use crate::optimizer::{naive, Problem};
-use crate::{
-    Naps, Patience, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Signal, Switchable,
-};
+use crate::{ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Switchable};
 use psmr_model::{Batch, BatchSummary, ClassModel, Mapping, Service};
 use std::collections::VecDeque;
 use std::fmt;
@@ -71,11 +68,9 @@ pub const STABLE_WINDOWS: u32 = 2;
 /// Windows after a decision during which no other is taken and nothing
 /// is measured: the window holding the switch's stall.
 pub const DWELL_WINDOWS: u32 = 1;
-/// Batches a decided switch waits, at most, for the running scheduler to
-/// hold no more than one batch.
-pub const SWITCH_WAIT_MAX: u32 = 64;
 /// Batches `auto` lets `early` hold per worker (`queue_depth`): a switch
-/// away from `early` waits for what it holds, so this bounds that stall.
+/// away from `early` waits for the batches begun, and one worker can have
+/// begun at most this many more than another.
 pub const EARLY_QUEUE_DEPTH: usize = 8;
 /// Workloads whose measurements are remembered, so that a workload that
 /// comes back goes straight to its best choice.
@@ -224,9 +219,9 @@ pub struct Decision {
     pub stall: Duration,
     /// Commands the previous choice still held when the switch began.
     pub held: u64,
-    /// Batches the switch waited for the previous choice to hold no more
-    /// than one ([`SWITCH_WAIT_MAX`] at most; none for an overlapped one).
-    pub waited: u32,
+    /// Of those, commands no worker had begun, which the previous choice
+    /// gave back to the next one ([`crate::Withdrawal`]).
+    pub withdrawn: u64,
     /// Batches the next choice took while the previous one still executed
     /// (an overlapped switch).
     pub overlapped: u64,
@@ -451,8 +446,8 @@ impl Controller {
         }
         let from = std::mem::replace(&mut self.current, to);
         self.dwell = DWELL_WINDOWS;
-        let (stall, held, waited, overlapped) = (Duration::ZERO, 0, 0, 0);
-        Some(Decision { window: self.window, from, to, reason, stall, held, waited, overlapped })
+        let (stall, held, withdrawn, overlapped) = (Duration::ZERO, 0, 0, 0);
+        Some(Decision { window: self.window, from, to, reason, stall, held, withdrawn, overlapped })
     }
 
     fn describe(&self) -> String {
@@ -488,12 +483,11 @@ pub struct Auto<S: Service> {
     /// commands it synchronizes, computed once the workload is seen (the
     /// optimizer runs then, once, not at every switch).
     mappings: VecDeque<(Signature, Mapping, f64)>,
-    /// Replies delivered, commands submitted and the last batch's size:
-    /// how much the running scheduler still holds.
+    /// Replies delivered and commands submitted: how much the running
+    /// scheduler still holds.
     replies: Arc<Counted<S::Reply>>,
     submitted: u64,
-    last_batch: u64,
-    /// A decision waiting for the running scheduler to drain to one batch.
+    /// A decision to act on before the next batch.
     pending: Option<Pending>,
     /// A decision whose switch overlaps the old choice's last commands.
     overlapping: Option<Decision>,
@@ -504,8 +498,6 @@ struct Pending {
     decision: Decision,
     /// What ran when it was decided.
     before: Choice,
-    /// Batches it has waited.
-    waited: u32,
 }
 
 /// Forwards replies and counts them.
@@ -514,20 +506,6 @@ struct Counted<R> {
     done: AtomicU64,
     /// Execution failed: replies still missing will never come.
     failed: AtomicBool,
-}
-
-impl<R> Counted<R> {
-    /// Waits until `submitted` replies have come, or execution failed.
-    fn wait_for(&self, submitted: u64) {
-        let done = || self.done.load(Ordering::Acquire) >= submitted || self.failed.load(Ordering::Acquire);
-        // Nobody notifies (a notification per reply would cost every
-        // command a fence): the naps are short and capped instead.
-        let naps = Naps::Capped { first: Duration::from_micros(20), cap: Duration::from_millis(1) };
-        let (signal, mut patience) = (Signal::new(), Patience::brief());
-        while !done() {
-            patience.snooze(&signal, naps, &done);
-        }
-    }
 }
 
 impl<R> ReplySink<R> for Counted<R> {
@@ -572,7 +550,6 @@ impl<S: Service> Auto<S> {
             inner: Switchable::new(first, service, model, replies.clone())?,
             replies,
             submitted: 0,
-            last_batch: 0,
             pending: None,
             overlapping: None,
             controller,
@@ -622,7 +599,7 @@ impl<S: Service> Auto<S> {
     }
 
     /// Closes the window, asks the controller, and keeps its decision for
-    /// [`Auto::switch_when_drained`].
+    /// [`Auto::switch_pending`].
     fn end_window(&mut self) {
         let now = (self.probe)();
         self.window.runnable = now.zip(self.runnable_at_start).map(|(b, a)| b.saturating_sub(a));
@@ -647,37 +624,26 @@ impl<S: Service> Auto<S> {
         self.started = Instant::now();
         self.runnable_at_start = now;
         if let Some(decision) = decision {
-            self.pending = Some(Pending { decision, before, waited: 0 });
+            self.pending = Some(Pending { decision, before });
         }
     }
 
-    /// Makes the pending switch if the running scheduler holds at most the
-    /// last batch, or the switch has waited long enough.
-    fn switch_when_drained(&mut self) -> Result<(), SchedError> {
-        let Some(p) = &mut self.pending else { return Ok(()) };
-        let held = self.submitted.saturating_sub(self.replies.done.load(Ordering::Acquire));
-        let overlaps = self.inner.kind() == SchedulerKind::LateBatchBitmap;
-        if !overlaps && held > self.last_batch && p.waited < SWITCH_WAIT_MAX {
-            p.waited += 1;
-            return Ok(());
-        }
-        let Pending { mut decision, before, waited } = self.pending.take().expect("checked above");
-        (decision.held, decision.waited) = (held, waited);
+    /// Makes the pending switch, if any, at this batch boundary.
+    fn switch_pending(&mut self) -> Result<(), SchedError> {
+        let Some(Pending { mut decision, before }) = self.pending.take() else { return Ok(()) };
+        decision.held = self.submitted.saturating_sub(self.replies.done.load(Ordering::Acquire));
         let config = self.config_of(decision.to);
-        let (replies, submitted) = (self.replies.clone(), self.submitted);
         // A failed scheduler reports its failure as it finishes.
-        let failed = replies.failed.load(Ordering::Acquire);
-        let overlaps = overlaps && !failed;
-        let switched = match (failed, overlaps) {
-            (true, _) => self.inner.switch(config),
-            (false, true) => self.inner.switch_overlapped(config),
-            (false, false) => self.inner.switch_drained(config, || replies.wait_for(submitted)),
+        let switched = match self.replies.failed.load(Ordering::Acquire) {
+            true => self.inner.switch(config),
+            false => self.inner.switch_overlapped(config),
         };
         // A switch ends the overlap of the one before.
         self.overlap_ended();
         match switched {
             Ok(stall) => {
                 decision.stall = stall;
+                decision.withdrawn = self.inner.withdrawn();
                 match self.inner.overlapping() {
                     true => self.overlapping = Some(decision),
                     false => self.record(decision),
@@ -716,6 +682,7 @@ impl<S: Service> Auto<S> {
             mapping = mapping.as_deref().unwrap_or("-"),
             stall_us = decision.stall.as_micros() as u64,
             held = decision.held,
+            withdrawn = decision.withdrawn,
             overlapped = decision.overlapped,
             reason = %decision.reason,
             "auto: switched"
@@ -812,9 +779,8 @@ impl<S: Service> Scheduler<S> for Auto<S> {
                 *c += 1;
             }
         }
-        self.switch_when_drained()?;
+        self.switch_pending()?;
         self.submitted += batch.len() as u64;
-        self.last_batch = batch.len() as u64;
         let began = Instant::now();
         let result = self.inner.submit(batch);
         self.window.submitting += began.elapsed();

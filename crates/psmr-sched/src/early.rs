@@ -26,6 +26,11 @@
 //! executes the commands whose mask has its bit. This is the "fifoGet
 //! returns a batch" of 000 §5.3 and makes one queue operation per batch and
 //! worker instead of one per command.
+//!
+//! At a switch the batches no worker has begun are withdrawn
+//! ([`crate::withdraw`]): each worker asks the gate before it begins a
+//! batch; the switch takes the withdrawn ones out of the queues, a worker
+//! that already took one skips it, and they go to the next scheduler.
 
 use crate::exec::Executor;
 use crate::metrics::{Metrics, WorkerCounters};
@@ -34,18 +39,35 @@ use crate::pool::{Credits, Crew, Pool};
 use crate::queue::{ClassSet, WsQueue};
 use crate::sink::ReplySink;
 use crate::sync::{Naps, Patience};
+use crate::withdraw::Returns;
 use crate::ws::{conflicting, steal_once, steal_until, Thief};
-use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims};
+use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims, Withdrawal};
+use crossbeam::channel::Receiver;
 use psmr_model::{Batch, ClassModel, Command, Mapping, Mode, Service};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Dispatches held beyond which finished ones behind an unfinished one are
+/// let go of.
+const HELD_PRUNE: usize = 256;
 
 /// One batch as sent to the workers, with each command's target threads.
 pub(crate) struct Dispatch<O> {
     pub(crate) batch: Batch<O>,
     /// Per command, the workers it goes to (bit `t` for worker `t`).
     pub(crate) targets: Vec<u64>,
+    /// Its number, from 1 in submission order, for the [`Returns`]' gate.
+    n: u64,
+    returns: Arc<Returns<O>>,
+}
+
+impl<O> Drop for Dispatch<O> {
+    /// A withdrawn batch goes back to the scheduler that takes over.
+    fn drop(&mut self) {
+        self.returns.dropped(self.n, &mut self.batch);
+    }
 }
 
 pub(crate) struct Route {
@@ -72,9 +94,9 @@ pub(crate) fn routes_of(mapping: &Mapping) -> Vec<Route> {
 
 /// 003 Alg. 1 for one batch: each command of a sequential class goes to
 /// every thread of its class, each command of a concurrent class to the
-/// next thread of its class, round-robin. Returns the dispatch and the
-/// union of its targets.
-pub(crate) fn dispatch<O>(routes: &mut [Route], batch: Batch<O>) -> (Arc<Dispatch<O>>, u64) {
+/// next thread of its class, round-robin. Returns the dispatch, batch `n`
+/// of its scheduler, and the union of its targets.
+fn dispatch<O>(routes: &mut [Route], batch: Batch<O>, n: u64, returns: &Arc<Returns<O>>) -> (Arc<Dispatch<O>>, u64) {
     let mut targets = Vec::with_capacity(batch.len());
     let mut any = 0u64;
     for cmd in batch.commands() {
@@ -89,7 +111,7 @@ pub(crate) fn dispatch<O>(routes: &mut [Route], batch: Batch<O>) -> (Arc<Dispatc
         targets.push(mask);
         any |= mask;
     }
-    (Arc::new(Dispatch { batch, targets }), any)
+    (Arc::new(Dispatch { batch, targets, n, returns: returns.clone() }), any)
 }
 
 /// A run of one dispatched batch's commands for one worker: commands
@@ -193,6 +215,15 @@ pub(crate) struct Early<S: Service> {
     /// Scratch space for the runs of one batch for one worker.
     runs: Vec<(Slice<S::Op>, bool, ClassSet)>,
     routes: Vec<Route>,
+    /// Batches submitted so far.
+    submitted: u64,
+    /// Dispatches some worker may still hold, oldest first: what
+    /// [`Scheduler::withdraw`] looks through.
+    held: VecDeque<Arc<Dispatch<S::Op>>>,
+    returns: Arc<Returns<S::Op>>,
+    withdrawn: Receiver<(u64, Batch<S::Op>)>,
+    /// Dispatches held when the gate closed: each reports once.
+    reports: usize,
     pool: Pool<Shared<S>>,
 }
 
@@ -231,13 +262,35 @@ impl<S: Service> Early<S> {
         });
         let exec = shared.exec.clone();
         let name = if config.kind.steals() { "ws" } else { "early" };
+        let (returns, withdrawn) = Returns::new();
         Ok(Self {
             kind: config.kind,
             class_words: if waits_stealing { model.len().div_ceil(64) } else { 0 },
             runs: Vec::new(),
             routes: routes_of(&mapping),
+            submitted: 0,
+            held: VecDeque::new(),
+            returns,
+            withdrawn,
+            reports: 0,
             pool: Pool::start(&exec, name, config.workers, shared, worker)?,
         })
+    }
+
+    /// Keeps `d` among the dispatches held, and lets go of those every
+    /// worker has finished (only this list still refers to them). The
+    /// list stays about as long as the workers' queues.
+    fn hold(&mut self, d: Arc<Dispatch<S::Op>>) {
+        let done = |d: &Arc<Dispatch<S::Op>>| Arc::strong_count(d) == 1;
+        while self.held.front().is_some_and(done) {
+            self.held.pop_front();
+        }
+        // A worker far behind keeps the front: finished ones behind it go
+        // too, now and then.
+        if self.held.len() > HELD_PRUNE {
+            self.held.retain(|d| !done(d));
+        }
+        self.held.push_back(d);
     }
 
     /// Cuts worker `w`'s commands of `d` into runs in `self.runs`: one run
@@ -280,10 +333,14 @@ pub(crate) fn execute_entry<S: Service>(
     slice: &Slice<S::Op>,
     shared: &Shared<S>,
 ) -> u64 {
+    let d = &slice.job.d;
+    if !d.returns.gate.admit(d.n) {
+        // Withdrawn at a switch: the next scheduler executes it.
+        return 0;
+    }
     let bit = 1u64 << owner;
     let mut mine = 0;
     let range = slice.start as usize..slice.end as usize;
-    let d = &slice.job.d;
     for (cmd, &targets) in d.batch.commands()[range.clone()].iter().zip(&d.targets[range]) {
         if targets & bit == 0 {
             continue;
@@ -433,7 +490,9 @@ impl<S: Service> Scheduler<S> for Early<S> {
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
         self.pool.crew().exec.failure.check()?;
         check_classes(&batch, self.routes.len())?;
-        let (d, any) = dispatch(&mut self.routes, batch);
+        self.submitted += 1;
+        let (d, any) = dispatch(&mut self.routes, batch, self.submitted, &self.returns);
+        self.hold(d.clone());
         for w in 0..self.pool.crew().queues.len() {
             if any & (1u64 << w) == 0 {
                 continue;
@@ -450,6 +509,33 @@ impl<S: Service> Scheduler<S> for Early<S> {
 
     fn metrics(&self) -> Option<Arc<Metrics>> {
         Some(self.pool.crew().metrics.clone())
+    }
+
+    /// Closes the gate: the dispatches no worker has begun are withdrawn,
+    /// and come back as the workers let go of them, followed by the
+    /// sentinel ([`Returns`]).
+    fn withdraw(&mut self) -> Option<Withdrawal<S::Op>> {
+        let last = self.returns.gate.close();
+        self.reports = self.held.len();
+        let withdrawn = self.held.iter().filter(|d| d.n > last);
+        let (count, commands) = withdrawn.fold((0, 0), |(b, c), d| (b + 1, c + d.batch.len() as u64));
+        // What no worker has taken from its queue comes back at once; the
+        // rest once its worker passes it.
+        let shared = self.pool.crew();
+        for (w, queue) in shared.queues.iter().enumerate() {
+            for slice in queue.pop_back_while(|s| s.job.d.n > last) {
+                slice.done(&shared.credits, w);
+            }
+        }
+        self.held.clear();
+        let failure = shared.exec.failure.clone();
+        Some(Withdrawal::new(self.withdrawn.clone(), count, self.reports, commands, failure))
+    }
+
+    /// After a withdrawal, once every batch held then has reported: a
+    /// worker or thief lets go of a batch only after executing its part.
+    fn drained(&self) -> bool {
+        self.returns.gate.closed() && self.returns.gone() >= self.reports
     }
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {

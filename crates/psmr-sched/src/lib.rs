@@ -52,6 +52,7 @@ mod sequential;
 mod sink;
 mod switch;
 mod sync;
+mod withdraw;
 mod ws;
 
 pub use barrier::Barrier;
@@ -62,6 +63,7 @@ pub use queue::WsQueue;
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 pub use switch::{Overlap, SwitchError, Switchable};
 pub use sync::{Naps, Patience, Signal};
+pub use withdraw::{Gate, Withdrawal};
 pub use ws::Victims;
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
@@ -333,6 +335,15 @@ pub enum SchedError {
     /// A scheduler switched away from panicked while its threads exited.
     #[error("a scheduler switched away from panicked while it finished: {0}")]
     Retired(String),
+    /// Batches a scheduler held at a switch never reported back (a bug in
+    /// psmr).
+    #[error("{lost} of the {held} batches a scheduler held at a switch never reported back")]
+    WithdrawnLost {
+        /// Batches held at the switch.
+        held: usize,
+        /// Batches that never reported.
+        lost: usize,
+    },
 }
 
 /// What a finished scheduler reports.
@@ -399,10 +410,22 @@ pub trait Scheduler<S: Service>: Send {
         true
     }
 
-    /// Whether every command given has finished executing, if the
-    /// scheduler can tell cheaply; `false`, the default, when it cannot.
+    /// Whether every command given has finished executing (after
+    /// [`Scheduler::withdraw`], every command it kept), if the scheduler
+    /// can tell cheaply; `false`, the default, when it cannot.
     fn drained(&self) -> bool {
         false
+    }
+
+    /// Stops the scheduler from beginning the batches it holds and has not
+    /// begun, and hands them back for the next scheduler, which must
+    /// begin once this one has executed the rest ([`Withdrawal`]). Asked
+    /// of a scheduler that is given no more batches; only
+    /// [`Scheduler::finish`] may follow. `None`, the default, for a
+    /// scheduler that executes everything it was given; the early
+    /// schedulers withdraw what still waits in their queues.
+    fn withdraw(&mut self) -> Option<Withdrawal<S::Op>> {
+        None
     }
 
     /// Waits until every submitted command has executed, stops and joins

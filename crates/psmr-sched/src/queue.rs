@@ -129,6 +129,25 @@ impl<T> WsQueue<T> {
         st.ready_seq += usize::from(sequential);
     }
 
+    /// Removes the entries at the back of the ready queue for which `pred`
+    /// holds, up to the first for which it does not, and returns them,
+    /// last first: the scheduler taking back what a worker has not begun.
+    pub fn pop_back_while(&self, mut pred: impl FnMut(&T) -> bool) -> Vec<T> {
+        let mut st = self.lock();
+        let mut taken = Vec::new();
+        while st.queue.back().is_some_and(|e| pred(&e.0)) {
+            let (entry, sequential, _) = st.queue.pop_back().expect("checked above");
+            st.ready_seq -= usize::from(sequential);
+            taken.push(entry);
+        }
+        if st.prefix > st.queue.len() {
+            st.prefix = st.queue.len();
+            st.prefix_classes = st.queue.iter().fold(0, |acc, e| acc | fold(&e.2));
+        }
+        self.hint(&st);
+        taken
+    }
+
     /// No more entries will come.
     pub fn close(&self) {
         let mut st = self.lock();
@@ -280,6 +299,23 @@ mod tests {
         q.push(6, false);
         assert_eq!(q.try_steal(1), Some(vec![6]));
         q.steal_done(1);
+    }
+
+    #[test]
+    fn taking_back_the_tail_keeps_what_stealers_see_right() {
+        let q = WsQueue::new(2);
+        q.push_with_classes(1u32, false, &[0b01]);
+        q.push_with_classes(2, false, &[0b10]);
+        q.push(3, true);
+        q.push(4, false);
+        assert_eq!(q.pop_back_while(|&e| e >= 3), vec![4, 3]);
+        assert!(q.stealable());
+        assert_eq!(q.pop_back_while(|&e| e >= 2), vec![2]);
+        assert!(q.may_steal(&[0b10]) && !q.may_steal(&[0b01]), "only entry 1's class is left to steal");
+        assert_eq!(q.pop_back_while(|_| true), vec![1]);
+        assert!(!q.has_ready() && !q.stealable() && q.try_steal(1).is_none());
+        q.push(5, true);
+        assert_eq!(q.take_all(), vec![(5, true)], "the sequential count went down with entry 3");
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //! the next scheduler over the same service, class model and reply sink,
 //! drains the running one (every command it was given executed, its threads
 //! joined) and hands every later batch to the next. Between the last batch
-//! of the old one and the first of the new one nothing runs: the stall is
-//! the time the old one needs to finish what it holds, at most the batches
-//! in its queues. A caller that knows the old one has executed everything
-//! ([`Switchable::switch_drained`], used by `auto`, which counts replies)
-//! does not wait for its threads to exit either: another thread joins
-//! them.
+//! of the old one and the first of the new one nothing runs.
+//!
+//! What the old one must finish is only what it has begun: the early
+//! schedulers give back the batches still waiting in their workers' queues
+//! ([`Scheduler::withdraw`], [`crate::Withdrawal`]), and the next scheduler
+//! executes them first, in log order. So the stall of a switch away from
+//! one is the batches its workers were executing, not the length of its
+//! queues.
 //!
 //! [`Switchable::switch_overlapped`] does not drain at all: the old
 //! scheduler goes on executing what it holds while the next one takes the
@@ -25,11 +27,13 @@
 //! because the first batch that conflicts waits for the old scheduler to
 //! finish. The late schedulers answer from their dependency graph, so a
 //! switch away from one stalls only as long as the next batches really
-//! depend on what it holds; every other scheduler answers "may conflict",
-//! and the first batch after the switch waits for it to drain.
+//! depend on what it holds; a scheduler that withdraws waits for the rest
+//! of its work, then lets its threads be joined elsewhere; any other
+//! scheduler answers "may conflict", and the first batch after the switch
+//! waits for it to drain.
 
-use crate::{build, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
-use parking_lot::Mutex;
+use crate::{build, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Withdrawal};
+use crossbeam::channel::{Receiver, Sender};
 use psmr_model::{Batch, ClassModel, Service};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -46,15 +50,21 @@ pub struct Switchable<S: Service> {
     /// What the schedulers switched away from executed.
     executed_before: Vec<u64>,
     /// Schedulers switched away from after they executed everything,
-    /// finishing on threads of their own.
-    retiring: Vec<JoinHandle<Result<SchedStats, SchedError>>>,
+    /// finishing on a thread of their own.
+    retiring: Retiring<S>,
     /// A scheduler switched away from by [`Switchable::switch_overlapped`]
     /// that may still be executing, and what the overlap has cost so far.
     draining: Option<(Box<dyn Scheduler<S>>, Overlap)>,
     /// The last overlap, once it ended, until [`Switchable::overlap_ended`]
     /// takes it.
     ended: Option<Overlap>,
+    /// See [`Switchable::withdrawn`].
+    withdrawn: u64,
 }
+
+/// The scheduler switched away from, when the stall began, and what it
+/// withdrew.
+type Replaced<S> = (Box<dyn Scheduler<S>>, Instant, Option<Withdrawal<<S as Service>::Op>>);
 
 /// What an overlapped switch cost after it returned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,9 +85,10 @@ impl<S: Service> Switchable<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
     ) -> Result<Self, SchedError> {
         let current = build(&config, service.clone(), model, sink.clone())?;
-        let (executed_before, retiring) = (Vec::new(), Vec::new());
+        let (executed_before, retiring) = (Vec::new(), Retiring::new());
         let (draining, ended) = (None, None);
-        Ok(Self { current, config, service, model: model.clone(), sink, executed_before, retiring, draining, ended })
+        let model = model.clone();
+        Ok(Self { current, config, service, model, sink, executed_before, retiring, draining, ended, withdrawn: 0 })
     }
 
     /// The configuration of the scheduler running now.
@@ -91,23 +102,12 @@ impl<S: Service> Switchable<S> {
     /// running one stays ([`SwitchError::Build`]); if the running one fails
     /// while it drains, the error is its failure ([`SwitchError::Drain`]).
     pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
-        let (old, started) = self.replace(config, || {})?;
+        let (old, started, withdrawn) = self.replace(config)?;
         self.retire_here(old)?;
-        Ok(started.elapsed())
-    }
-
-    /// [`Switchable::switch`] for a caller that can tell when every
-    /// command given so far has executed: once the next scheduler is
-    /// built, `drained` waits for that, and the old scheduler's threads
-    /// are joined on a thread of their own (whose result a later switch or
-    /// [`Scheduler::finish`] collects), so that the switch does not wait
-    /// for them to be scheduled and exit. Returns how long it stalled
-    /// execution: `drained`'s wait and the swap.
-    pub fn switch_drained(&mut self, config: SchedConfig, drained: impl FnOnce()) -> Result<Duration, SwitchError> {
-        self.collect_retired(false).map_err(SwitchError::Drain)?;
-        let (old, started) = self.replace(config, drained)?;
-        self.retire_elsewhere(old)?;
-        Ok(started.elapsed())
+        let back = self.wait_back(withdrawn)?;
+        let stall = started.elapsed();
+        self.resubmit(back)?;
+        Ok(stall)
     }
 
     /// Replaces the running scheduler by the one `config` describes at
@@ -116,13 +116,35 @@ impl<S: Service> Switchable<S> {
     /// is done first, so little more than the swap, plus the wait for a
     /// scheduler still draining from the switch before. What later batches
     /// wait for the old one is reported by [`Switchable::overlap_ended`].
+    ///
+    /// A scheduler that withdraws what it has not begun
+    /// ([`Scheduler::withdraw`]) does not overlap: the switch waits for the
+    /// batches it gave back, which come once it has executed the rest, and
+    /// hands them to the next one first. Its threads are joined on a thread
+    /// of their own (whose result a later switch or [`Scheduler::finish`]
+    /// collects), so that the switch does not wait for them to be scheduled
+    /// and exit.
     pub fn switch_overlapped(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
-        let (old, started) = self.replace(config, || {})?;
-        match old.drained() {
-            true => self.retire_elsewhere(old)?,
-            false => self.draining = Some((old, Overlap::default())),
+        self.collect_retired(false).map_err(SwitchError::Drain)?;
+        let (old, started, withdrawn) = self.replace(config)?;
+        let withdrew = withdrawn.is_some();
+        let back = self.wait_back(withdrawn)?;
+        match (old.drained(), withdrew) {
+            (true, _) => self.retire_elsewhere(old)?,
+            (false, false) => self.draining = Some((old, Overlap::default())),
+            // It cannot tell that it has executed the rest: the batches it
+            // gave back wait until it has.
+            (false, true) => self.retire_here(old)?,
         }
-        Ok(started.elapsed())
+        let stall = started.elapsed();
+        self.resubmit(back)?;
+        Ok(stall)
+    }
+
+    /// Commands the last switch took back from the scheduler it replaced
+    /// and gave to the next one ([`Scheduler::withdraw`]).
+    pub fn withdrawn(&self) -> u64 {
+        self.withdrawn
     }
 
     /// Whether a scheduler switched away from by
@@ -167,43 +189,47 @@ impl<S: Service> Switchable<S> {
     }
 
     /// Finishes `old`, which has executed everything, without waiting for
-    /// its threads: they are joined on a thread of their own.
+    /// its threads: the retiring thread joins them.
     fn retire_elsewhere(&mut self, old: Box<dyn Scheduler<S>>) -> Result<(), SwitchError> {
         if old.kind() == SchedulerKind::Sequential {
-            // No threads to wait for: faster here than a thread's spawn.
+            // No threads to wait for.
             return self.retire_here(old);
         }
-        // If no thread can be spawned, the old one finishes here.
-        let slot = Arc::new(Mutex::new(Some(old)));
-        let theirs = slot.clone();
-        let retire = move || theirs.lock().take().map_or(Ok(SchedStats::default()), |old| old.finish());
-        match std::thread::Builder::new().name("psmr-retire".into()).spawn(retire) {
-            Ok(handle) => self.retiring.push(handle),
-            Err(_) => {
-                if let Some(old) = slot.lock().take() {
-                    self.retire_here(old)?;
-                }
-            }
+        match self.retiring.take(old) {
+            Ok(()) => Ok(()),
+            // No retiring thread could start: the old one finishes here.
+            Err(old) => self.retire_here(old),
         }
-        Ok(())
     }
 
-    /// Builds the scheduler `config` describes, waits for `drained`, and
-    /// puts it in place of the running one, which it returns with the
-    /// moment the stall began. Built first: a configuration that cannot
-    /// run leaves the running scheduler untouched.
-    fn replace(
-        &mut self,
-        config: SchedConfig,
-        drained: impl FnOnce(),
-    ) -> Result<(Box<dyn Scheduler<S>>, Instant), SwitchError> {
+    /// Builds the scheduler `config` describes, withdraws what the running
+    /// one has not begun, and puts the next one in its place; returns the
+    /// old one, the moment the stall began and what it withdrew. Built
+    /// first: a configuration that cannot run leaves the running scheduler
+    /// untouched.
+    fn replace(&mut self, config: SchedConfig) -> Result<Replaced<S>, SwitchError> {
         let next = build(&config, self.service.clone(), &self.model, self.sink.clone()).map_err(SwitchError::Build)?;
+        // Its start is no part of the stall.
+        self.retiring.start();
         let started = Instant::now();
         // At most one scheduler drains behind the running one.
         self.end_overlap()?;
-        drained();
+        let withdrawn = self.current.withdraw();
         self.config = config;
-        Ok((std::mem::replace(&mut self.current, next), started))
+        Ok((std::mem::replace(&mut self.current, next), started, withdrawn))
+    }
+
+    /// Waits for the batches the old scheduler withdrew: they come once
+    /// its workers have gone past them, having finished what they began.
+    fn wait_back(&mut self, withdrawn: Option<Withdrawal<S::Op>>) -> Result<Vec<Batch<S::Op>>, SwitchError> {
+        self.withdrawn = withdrawn.as_ref().map_or(0, Withdrawal::commands);
+        withdrawn.map_or(Ok(Vec::new()), |w| w.wait().map_err(SwitchError::Drain))
+    }
+
+    /// Gives the withdrawn batches to the running scheduler, ahead of any
+    /// later batch (executing them is not stall).
+    fn resubmit(&mut self, back: Vec<Batch<S::Op>>) -> Result<(), SwitchError> {
+        back.into_iter().try_for_each(|batch| Scheduler::submit(self, batch)).map_err(SwitchError::Drain)
     }
 
     /// Finishes `old` on this thread and counts what it executed.
@@ -216,14 +242,70 @@ impl<S: Service> Switchable<S> {
     /// Merges what retired schedulers executed: those already finished, or
     /// all of them (`wait`). A retired scheduler's failure is returned.
     fn collect_retired(&mut self, wait: bool) -> Result<(), SchedError> {
-        let (done, running): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.retiring).into_iter().partition(|h| wait || h.is_finished());
-        self.retiring = running;
-        for handle in done {
-            let stats = handle.join().map_err(|p| SchedError::Retired(crate::panic_message(p.as_ref())))??;
-            merge(&mut self.executed_before, &stats.executed_per_worker);
+        for stats in self.retiring.collect(wait) {
+            merge(&mut self.executed_before, &stats?.executed_per_worker);
         }
         Ok(())
+    }
+}
+
+/// The thread that finishes the schedulers switched away from, started at
+/// the first switch (before its stall begins): a switch hands one over and
+/// goes on, instead of waiting for its threads to be scheduled and exit,
+/// or for a thread to start.
+struct Retiring<S: Service> {
+    /// Schedulers to finish; `None` until the thread starts.
+    to_finish: Option<Sender<Box<dyn Scheduler<S>>>>,
+    finished: Receiver<Result<SchedStats, SchedError>>,
+    results: Sender<Result<SchedStats, SchedError>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<S: Service> Retiring<S> {
+    fn new() -> Self {
+        let (results, finished) = crossbeam::channel::unbounded();
+        Self { to_finish: None, finished, results, thread: None }
+    }
+
+    /// Starts the thread, unless it runs; if it cannot start, schedulers
+    /// are finished where they are retired.
+    fn start(&mut self) {
+        if self.to_finish.is_some() {
+            return;
+        }
+        let (tx, rx) = crossbeam::channel::unbounded::<Box<dyn Scheduler<S>>>();
+        let results = self.results.clone();
+        let body = move || {
+            for old in rx {
+                // The switch that collects this has gone if the send fails.
+                let _ = results.send(old.finish());
+            }
+        };
+        if let Ok(handle) = std::thread::Builder::new().name("psmr-retire".into()).spawn(body) {
+            (self.to_finish, self.thread) = (Some(tx), Some(handle));
+        }
+    }
+
+    /// Hands `old` to the retiring thread; gives it back if the thread
+    /// does not run. The channels hold at most one scheduler per switch
+    /// not yet collected.
+    fn take(&mut self, old: Box<dyn Scheduler<S>>) -> Result<(), Box<dyn Scheduler<S>>> {
+        match &self.to_finish {
+            Some(tx) => tx.send(old).map_err(|e| e.into_inner()),
+            None => Err(old),
+        }
+    }
+
+    /// The results of the schedulers finished so far; with `wait`, of all
+    /// of them, once the thread has finished them and exited.
+    fn collect(&mut self, wait: bool) -> Vec<Result<SchedStats, SchedError>> {
+        if wait {
+            self.to_finish = None;
+            if let Some(Err(p)) = self.thread.take().map(JoinHandle::join) {
+                return vec![Err(SchedError::Retired(crate::panic_message(p.as_ref())))];
+            }
+        }
+        self.finished.try_iter().collect()
     }
 }
 

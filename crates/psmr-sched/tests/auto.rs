@@ -67,18 +67,18 @@ fn auto_switches_mid_stream_and_matches_sequential() {
     assert_eq!(got_digest, want_digest);
     let trials = decisions.iter().filter(|d| d.reason.starts_with("measuring")).count();
     assert!(trials >= 2, "auto measured fewer than its two parallel candidates: {decisions:#?}");
-    // A switch away from `late-batch-bitmap` overlaps what it holds; any
-    // other began with at most the last batch (50 commands) left to
-    // drain, unless it had waited as long as it may.
-    // Every switch made is recorded, overlapped ones included: each
+    // A switch away from `late-batch-bitmap` overlaps what it holds; one
+    // away from `early` takes back what it had not begun. Every switch made is recorded, overlapped ones included: each
     // decision leaves what the one before chose.
     assert!(decisions.len() < psmr_sched::auto::DECISIONS_KEPT);
     for pair in decisions.windows(2) {
         assert_eq!(pair[1].from, pair[0].to, "a switch went unrecorded: {decisions:#?}");
     }
     for d in &decisions {
-        let overlaps = matches!(d.from, psmr_sched::auto::Choice::Late(_));
-        assert!(overlaps || d.held <= 50 || d.waited == psmr_sched::auto::SWITCH_WAIT_MAX, "{d:#?}");
+        use psmr_sched::auto::Choice;
+        let overlaps = matches!(d.from, Choice::Late(_));
+        let withdraws = matches!(d.from, Choice::Early(_));
         assert!(overlaps || d.overlapped == 0, "{d:#?}");
+        assert!(if withdraws { d.withdrawn <= d.held } else { d.withdrawn == 0 }, "{d:#?}");
     }
 }

@@ -179,7 +179,10 @@ fn a_switch_that_cannot_be_built_keeps_the_running_scheduler() {
         s.submit(b).unwrap();
     }
     s.switch(config(SchedulerKind::LateBatchBitmap, 4)).unwrap();
-    assert_eq!(service.executed.load(Ordering::Relaxed), 200, "drained at the switch");
+    // What the early one had begun ran before the switch returned; what it
+    // had not, it gave to the next one.
+    let executed = service.executed.load(Ordering::Relaxed);
+    assert!(executed + s.withdrawn() >= 200, "drained at the switch: {executed} + {} withdrawn", s.withdrawn());
     for b in all {
         s.submit(b).unwrap();
     }

@@ -1,10 +1,12 @@
 //! An overlapped switch (`Switchable::switch_overlapped`): the next
 //! scheduler takes a batch that conflicts with nothing the old one still
 //! holds while the old one executes, and the late schedulers tell which
-//! batches those are from their graph. Command 1 blocks at a gate, so
-//! "still executing" is a state the test holds, not a race it hopes for.
+//! batches those are from their graph. A switch away from an early
+//! scheduler takes back what its workers have not begun
+//! (`Scheduler::withdraw`). Command 1 blocks at a gate, so "still
+//! executing" is a state the test holds, not a race it hopes for.
 
-use psmr_model::{Batch, ClassId, ClassModel, ClientId, Command, Digest, Service, SnapshotError};
+use psmr_model::{Batch, ClassId, ClassModel, ClientId, Command, Digest, Mapping, Service, SnapshotError};
 use psmr_sched::{build, CollectSink, SchedConfig, Scheduler, SchedulerKind, Switchable};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -87,6 +89,15 @@ fn write(seq: u64, key: u64) -> Batch<u64> {
 /// One class of writes, each in conflict with the others.
 fn model() -> ClassModel {
     ClassModel::builder("w").class("W").conflict("W", "W").build().unwrap()
+}
+
+/// `kind` on `workers` early workers that all run every write.
+fn early(kind: SchedulerKind, workers: usize) -> SchedConfig {
+    let spec = format!("W=seq:0-{}", workers - 1);
+    SchedConfig {
+        mapping: Some(Mapping::from_spec(&model(), workers, &spec).unwrap()),
+        ..SchedConfig::new(kind, workers)
+    }
 }
 
 #[test]
@@ -182,4 +193,56 @@ fn an_overlapped_switch_away_from_a_scheduler_holding_nothing_does_not_overlap()
     assert!(!s.overlapping(), "nothing to overlap");
     assert_eq!(s.overlap_ended(), None, "no overlap to report");
     Box::new(s).finish().unwrap();
+}
+
+#[test]
+fn an_early_scheduler_gives_back_the_batches_its_workers_have_not_begun() {
+    for kind in [SchedulerKind::Early, SchedulerKind::EarlyBusyWait, SchedulerKind::EarlyWsOptimistic] {
+        let service = Arc::new(Gated::default());
+        let sink = Arc::new(CollectSink::new(2));
+        let mut early = build(&early(kind, 1), service.clone(), &model(), sink.clone()).unwrap();
+        for (seq, key) in [(1, 7), (2, 8), (3, 7), (4, 9)] {
+            early.submit(write(seq, key)).unwrap();
+        }
+        service.wait_for("command 1 starting", |s| s.started.contains(&1));
+        let withdrawal = early.withdraw().expect("early schedulers withdraw");
+        assert_eq!((withdrawal.len(), withdrawal.commands()), (3, 3), "{kind}: commands 2-4 were not begun");
+        service.open();
+        let back = withdrawal.wait().unwrap();
+        let seqs: Vec<u64> = back.iter().flat_map(|b| b.commands().iter().map(|c| c.seq)).collect();
+        assert_eq!(seqs, [2, 3, 4], "{kind}: given back in log order");
+        assert_eq!(service.finished(), [1], "{kind}: the withdrawn commands did not run");
+        assert!(early.drained(), "{kind}: every batch it held has reported back");
+        assert_eq!(early.finish().unwrap().executed(), 1);
+
+        // The next scheduler executes them, then what follows.
+        let mut next = build(&SchedConfig::new(SchedulerKind::Sequential, 1), service.clone(), &model(), sink).unwrap();
+        back.into_iter().chain([write(5, 7)]).for_each(|b| next.submit(b).unwrap());
+        assert_eq!(service.finished(), [1, 2, 3, 4, 5]);
+        next.finish().unwrap();
+    }
+}
+
+#[test]
+fn a_switch_away_from_an_early_scheduler_runs_what_it_took_back_on_the_next_one() {
+    let service = Arc::new(Gated::default());
+    service.open();
+    let sink = Arc::new(CollectSink::new(2));
+    let mut s = Switchable::new(early(SchedulerKind::Early, 2), service.clone(), &model(), sink.clone()).unwrap();
+    for seq in 1..=40 {
+        s.submit(write(seq, seq % 3)).unwrap();
+    }
+    s.switch_overlapped(SchedConfig::new(SchedulerKind::Sequential, 1)).unwrap();
+    assert!(!s.overlapping(), "nothing of the early scheduler runs once the switch returns");
+    assert!(s.withdrawn() <= 40);
+    s.submit(write(41, 41 % 3)).unwrap();
+    let finished = service.finished();
+    assert_eq!(finished.len(), 41, "each command ran once");
+    // Commands on one key ran in log order, whoever ran them.
+    for key in 0..3 {
+        let on_key: Vec<u64> = finished.iter().copied().filter(|q| q % 3 == key).collect();
+        assert!(on_key.windows(2).all(|w| w[0] < w[1]), "key {key}: {on_key:?}");
+    }
+    assert_eq!(Box::new(s).finish().unwrap().executed(), 41);
+    assert_eq!(sink.take().0.len(), 41);
 }
