@@ -64,7 +64,8 @@ pub(crate) struct Dispatch<O> {
 }
 
 impl<O> Drop for Dispatch<O> {
-    /// A withdrawn batch goes back to the scheduler that takes over.
+    /// After a switch closed the gate, the batch reports that every worker
+    /// is done with it; a withdrawn one goes back with its commands.
     fn drop(&mut self) {
         self.returns.dropped(self.n, &mut self.batch);
     }
