@@ -6,6 +6,8 @@
 //! replies is its own history, whatever the order in which the log
 //! interleaves the clients. Seeds are printed; `PSMR_TEST_SEED` replays.
 
+mod common;
+
 use psmr_client::{Client, ClientConfig, Reconfiguration};
 use psmr_model::wire::{frame_bytes, Outcome};
 use psmr_replica::{Config, Member, Replica, Storage};
@@ -183,20 +185,8 @@ fn run_client(config: &Config, id: u64, seed: u64, requests: usize, per: usize, 
 /// Waits until the replicas at `addrs` report the same applied index and
 /// digest; returns it.
 fn converged(addrs: &[SocketAddr]) -> (u64, String) {
-    let probe = client_for_status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st: Vec<_> = addrs.iter().map(|&a| probe.status_of(a, Duration::from_secs(2))).collect();
-        if let Ok(st) = st.into_iter().collect::<Result<Vec<_>, _>>() {
-            if st.windows(2).all(|w| w[0].applied == w[1].applied && w[0].digest == w[1].digest) {
-                return (st[0].applied, st[0].digest.clone());
-            }
-            assert!(Instant::now() < deadline, "replicas never converged: {st:?}");
-        } else {
-            assert!(Instant::now() < deadline, "a replica does not answer status");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let st = common::converged(addrs, Duration::from_secs(30), "replicas never converged");
+    (st.applied, st.digest)
 }
 
 fn client_for_status() -> Client {

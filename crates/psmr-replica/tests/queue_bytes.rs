@@ -4,6 +4,8 @@
 //! and of peer messages waiting for its protocol thread, not `queue_depth`
 //! items of any size; once execution resumes it catches up.
 
+mod common;
+
 use parking_lot::{Condvar, Mutex};
 use psmr_client::{Client, ClientConfig};
 use psmr_model::{Access, ClassModel, Command, Refused, Service, SnapshotError};
@@ -11,7 +13,7 @@ use psmr_replica::{App, LocalCluster};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use psmr_services::KvApp;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Closed, execution waits at it.
 #[derive(Default)]
@@ -121,18 +123,7 @@ fn a_stalled_follower_queues_a_bounded_number_of_bytes_and_catches_up() {
     assert!(apply >= QUEUE_BYTES / 2, "the apply queue filled up ({apply} bytes): the follower was stalled");
 
     gates[stalled as usize - 1].set(false);
-    let probe = Client::new(ClientConfig::new(cluster.client_addrs())).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let st: Result<Vec<_>, _> =
-            cluster.client_addrs().iter().map(|&a| probe.status_of(a, Duration::from_secs(2))).collect();
-        if let Ok(st) = &st {
-            if st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied) {
-                assert!(st[0].applied as usize >= PUTS, "{st:?}");
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "the stalled follower never caught up: {st:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let st =
+        common::converged(&cluster.client_addrs(), Duration::from_secs(60), "the stalled follower never caught up");
+    assert!(st.applied as usize >= PUTS, "{st:?}");
 }
