@@ -15,7 +15,10 @@
 //! * A snapshot is written to a temporary file, synced, renamed over
 //!   `snapshot.bin` and the directory synced; only then is the log
 //!   compacted behind it. A crash at any point leaves either the old
-//!   snapshot with the longer log or the new one.
+//!   snapshot with the longer log or the new one. Membership at a restart
+//!   is the snapshot file's conf state, since the log is replayed from it;
+//!   the key beside the log that also holds it may lag or, written by
+//!   older builds, lead the file after a crash.
 //!
 //! # Recovery
 //!
@@ -932,9 +935,20 @@ impl DiskStore {
         let Recovered { engine, checked: Checked { hs, cs, last } } = recovered;
         let log_err = |e| engine_err(&layout.log, e);
         let mut batch = LogBatch::default();
-        let cs = match cs {
-            Some(cs) => cs,
-            None => {
+        let cs = match (snapshot.as_ref(), cs) {
+            // A restart applies the log from the snapshot on, so raft's
+            // membership starts from the snapshot's, whatever a crash left
+            // in the key beside it (`persist` writes the key after the
+            // file; older builds wrote it before).
+            (Some(snapshot), stored) => {
+                let cs = snapshot.get_metadata().get_conf_state().clone();
+                if stored.as_ref() != Some(&cs) {
+                    batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(log_err)?;
+                }
+                cs
+            }
+            (None, Some(cs)) => cs,
+            (None, None) => {
                 let cs = ConfState::from((voters, vec![]));
                 batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(log_err)?;
                 cs
@@ -1082,18 +1096,16 @@ impl DiskStore {
             let mut record = self.record.lock();
             // A restart applies the log from the snapshot on, so raft's
             // membership then starts from the snapshot's (see `membership`).
-            let (hs, cs) = {
+            let hs = {
                 let mut st = self.state.lock();
                 if snapshot_index(&st).0 >= index {
                     return Ok(false);
                 }
                 st.hs.commit = st.hs.commit.max(index);
-                st.cs = snapshot.get_metadata().get_conf_state().clone();
-                (st.hs.clone(), st.cs.clone())
+                st.hs.clone()
             };
             let mut batch = LogBatch::default();
             batch.put_message(GROUP, HARD_STATE.to_vec(), &hs).map_err(raft_err)?;
-            batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(raft_err)?;
             self.write_synced(&mut batch)?;
             let now = {
                 let st = self.state.lock();
@@ -1107,6 +1119,13 @@ impl DiskStore {
         }
         write_snapshot(&self.dir, snapshot).map_err(raft_err)?;
         *on_disk = index;
+        // Only now, so that the key never runs ahead of the file. Unsynced:
+        // a restart takes the conf state from the file anyway.
+        let cs = snapshot.get_metadata().get_conf_state().clone();
+        let mut batch = LogBatch::default();
+        batch.put_message(GROUP, CONF_STATE.to_vec(), &cs).map_err(raft_err)?;
+        self.engine.write(&mut batch, false).map_err(raft_err)?;
+        self.state.lock().cs = cs;
         Ok(true)
     }
 
@@ -1584,6 +1603,46 @@ mod tests {
         let s = DiskStore::open(&dir, vec![1]).unwrap();
         let kept = s.snapshot(0, 1).unwrap();
         assert_eq!((kept.get_metadata().index, kept.data.to_vec()), (9, vec![9]));
+    }
+
+    /// A crash between the snapshot file and the conf state key beside it
+    /// leaves the two from different snapshots, either way round; the
+    /// restart replays the log from the file's snapshot, so its membership
+    /// is the file's.
+    #[test]
+    fn a_restart_takes_the_membership_of_the_snapshot_it_replays_from() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        let snap = |index: u64, voters: Vec<u64>| {
+            let mut snap = Snapshot { data: vec![index as u8].into(), ..Default::default() };
+            snap.mut_metadata().index = index;
+            snap.mut_metadata().term = 1;
+            snap.mut_metadata().set_conf_state(ConfState::from((voters, vec![])));
+            snap
+        };
+        let key = |dir: &Path, voters: Vec<u64>| {
+            let config = engine_config(&dir.join(LOG_DIR), RecoveryMode::AbsoluteConsistency, &DiskOptions::default());
+            let engine = Engine::open(config).unwrap();
+            let mut batch = LogBatch::default();
+            batch.put_message(GROUP, CONF_STATE.to_vec(), &ConfState::from((voters, vec![]))).unwrap();
+            engine.write(&mut batch, true).unwrap();
+        };
+        let voters =
+            |dir: &Path| DiskStore::open(dir, vec![1, 2, 3]).unwrap().initial_state().unwrap().conf_state.voters;
+        {
+            let s = DiskStore::open(&dir, vec![1, 2, 3]).unwrap();
+            let hs = HardState { term: 1, vote: 1, commit: 4, ..Default::default() };
+            s.append(&(1..=4).map(|i| entry(i, 1)).collect::<Vec<_>>(), Some(&hs)).unwrap();
+            s.install(snap(2, vec![1, 2, 3]), 2).unwrap();
+        }
+        assert_eq!(voters(&dir), [1, 2, 3]);
+        // The key of a later snapshot, whose file never landed.
+        key(&dir, vec![1, 2, 3, 4]);
+        assert_eq!(voters(&dir), [1, 2, 3], "the key ran ahead of the file");
+        assert_eq!(voters(&dir), [1, 2, 3], "and was mended");
+        // A later file, whose key never landed.
+        write_snapshot(&dir, &snap(3, vec![2, 3, 4])).unwrap();
+        assert_eq!(voters(&dir), [2, 3, 4], "the file ran ahead of the key");
     }
 
     #[test]
