@@ -18,12 +18,12 @@
 #[cfg(loom)]
 pub use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(loom)]
-pub use loom::sync::{Condvar, Mutex, MutexGuard};
+pub use loom::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 #[cfg(not(loom))]
 pub use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
-pub use std::sync::{Condvar, Mutex, MutexGuard};
+pub use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

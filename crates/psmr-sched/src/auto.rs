@@ -489,8 +489,9 @@ pub struct Auto<S: Service> {
     submitted: u64,
     /// A decision to act on before the next batch.
     pending: Option<Pending>,
-    /// A decision whose switch overlaps the old choice's last commands.
-    overlapping: Option<Decision>,
+    /// Decisions whose switch may overlap the old choice's last commands,
+    /// with the number of their switch ([`Switchable::switches`]).
+    overlapping: VecDeque<(u64, Decision)>,
 }
 
 /// A switch decided and not yet made.
@@ -551,7 +552,7 @@ impl<S: Service> Auto<S> {
             replies,
             submitted: 0,
             pending: None,
-            overlapping: None,
+            overlapping: VecDeque::new(),
             controller,
             base: config.clone(),
             model: model.clone(),
@@ -638,15 +639,19 @@ impl<S: Service> Auto<S> {
             true => self.inner.switch(config),
             false => self.inner.switch_overlapped(config),
         };
-        // A switch ends the overlap of the one before.
-        self.overlap_ended();
         match switched {
             Ok(stall) => {
                 decision.stall = stall;
                 decision.withdrawn = self.inner.withdrawn();
-                match self.inner.overlapping() {
-                    true => self.overlapping = Some(decision),
-                    false => self.record(decision),
+                // A switch ends the overlap of the one before, and its own
+                // may have ended as it began.
+                self.overlapping.push_back((self.inner.switches(), decision));
+                self.overlap_ended();
+                if !self.inner.overlapping() {
+                    // It did not overlap at all.
+                    while let Some((_, decision)) = self.overlapping.pop_front() {
+                        self.record(decision);
+                    }
                 }
                 Ok(())
             }
@@ -664,10 +669,16 @@ impl<S: Service> Auto<S> {
     /// Records the overlapping decision once its old choice has finished,
     /// with what waiting for it cost.
     fn overlap_ended(&mut self) {
-        if let Some(overlap) = self.inner.overlap_ended() {
-            if let Some(mut decision) = self.overlapping.take() {
-                decision.stall += overlap.stall;
-                decision.overlapped = overlap.batches;
+        while let Some(overlap) = self.inner.overlap_ended() {
+            // Overlaps end in the order their switches were made.
+            while let Some((switch, mut decision)) = self.overlapping.pop_front() {
+                if switch == overlap.switch {
+                    decision.stall += overlap.stall;
+                    decision.overlapped = overlap.batches;
+                    self.record(decision);
+                    break;
+                }
+                // Its switch did not overlap.
                 self.record(decision);
             }
         }

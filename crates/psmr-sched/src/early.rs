@@ -29,8 +29,10 @@
 //!
 //! At a switch the batches no worker has begun are withdrawn
 //! ([`crate::withdraw`]): each worker asks the gate before it begins a
-//! batch; the switch takes the withdrawn ones out of the queues, a worker
-//! that already took one skips it, and they go to the next scheduler.
+//! batch; the switch takes the withdrawn ones out of the queues and out of
+//! their dispatches (a worker that already took one skips it), and they go
+//! to the next scheduler, which runs them beside the batches still
+//! executing here unless they depend on those.
 
 use crate::exec::Executor;
 use crate::metrics::{Metrics, WorkerCounters};
@@ -38,15 +40,15 @@ use crate::plan::{at_barrier, on_cycles, ClassPlan, Meeting};
 use crate::pool::{Credits, Crew, Pool};
 use crate::queue::{ClassSet, WsQueue};
 use crate::sink::ReplySink;
-use crate::sync::{Naps, Patience};
-use crate::withdraw::Returns;
+use crate::sync::{fence, Naps, Patience, RwLock, RwLockReadGuard};
+use crate::withdraw::{Counts, Returns};
 use crate::ws::{conflicting, steal_once, steal_until, Thief};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims, Withdrawal};
 use crossbeam::channel::Receiver;
 use psmr_model::{Batch, ClassModel, Command, Mapping, Mode, Service};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// Dispatches held beyond which finished ones behind an unfinished one are
@@ -55,7 +57,9 @@ const HELD_PRUNE: usize = 256;
 
 /// One batch as sent to the workers, with each command's target threads.
 pub(crate) struct Dispatch<O> {
-    pub(crate) batch: Batch<O>,
+    /// Read by workers once the gate admitted it; taken out by a switch
+    /// that withdrew it, which no worker then reads.
+    batch: RwLock<Batch<O>>,
     /// Per command, the workers it goes to (bit `t` for worker `t`).
     pub(crate) targets: Vec<u64>,
     /// Its number, from 1 in submission order, for the [`Returns`]' gate.
@@ -67,7 +71,25 @@ impl<O> Drop for Dispatch<O> {
     /// After a switch closed the gate, the batch reports that every worker
     /// is done with it; a withdrawn one goes back with its commands.
     fn drop(&mut self) {
-        self.returns.dropped(self.n, &mut self.batch);
+        let batch = self.batch.get_mut().unwrap_or_else(PoisonError::into_inner);
+        self.returns.dropped(self.n, batch);
+    }
+}
+
+impl<O> Dispatch<O> {
+    /// The batch, to read.
+    pub(crate) fn batch(&self) -> RwLockReadGuard<'_, Batch<O>> {
+        // Workers only read it: a panic cannot leave it half-written.
+        self.batch.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The commands of a withdrawn batch, taken out for the next
+    /// scheduler; `None` if a reader holds it (no worker reads a withdrawn
+    /// batch, so never), and it then comes back as its last reference
+    /// goes.
+    fn take(&self) -> Option<Batch<O>> {
+        let mut batch = self.batch.try_write().ok()?;
+        Some(std::mem::replace(&mut *batch, Batch::new(Vec::new(), 0)))
     }
 }
 
@@ -112,7 +134,7 @@ fn dispatch<O>(routes: &mut [Route], batch: Batch<O>, n: u64, returns: &Arc<Retu
         targets.push(mask);
         any |= mask;
     }
-    (Arc::new(Dispatch { batch, targets, n, returns: returns.clone() }), any)
+    (Arc::new(Dispatch { batch: RwLock::new(batch), targets, n, returns: returns.clone() }), any)
 }
 
 /// A run of one dispatched batch's commands for one worker: commands
@@ -225,6 +247,8 @@ pub(crate) struct Early<S: Service> {
     withdrawn: Receiver<(u64, Batch<S::Op>)>,
     /// Dispatches held when the gate closed: each reports once.
     reports: usize,
+    /// The dispatches admitted and still held when the gate closed.
+    begun: Vec<Weak<Dispatch<S::Op>>>,
     pool: Pool<Shared<S>>,
 }
 
@@ -274,6 +298,7 @@ impl<S: Service> Early<S> {
             returns,
             withdrawn,
             reports: 0,
+            begun: Vec::new(),
             pool: Pool::start(&exec, name, config.workers, shared, worker)?,
         })
     }
@@ -305,7 +330,7 @@ impl<S: Service> Early<S> {
             self.runs.push((Slice { job: job.clone(), start: 0, end: d.targets.len() as u32 }, false, ClassSet::new()));
             return job;
         }
-        for (i, (c, &t)) in d.batch.commands().iter().zip(&d.targets).enumerate() {
+        for (i, (c, &t)) in d.batch().commands().iter().zip(&d.targets).enumerate() {
             if t & bit == 0 {
                 continue;
             }
@@ -342,7 +367,8 @@ pub(crate) fn execute_entry<S: Service>(
     let bit = 1u64 << owner;
     let mut mine = 0;
     let range = slice.start as usize..slice.end as usize;
-    for (cmd, &targets) in d.batch.commands()[range.clone()].iter().zip(&d.targets[range]) {
+    let batch = d.batch();
+    for (cmd, &targets) in batch.commands()[range.clone()].iter().zip(&d.targets[range]) {
         if targets & bit == 0 {
             continue;
         }
@@ -512,25 +538,50 @@ impl<S: Service> Scheduler<S> for Early<S> {
         Some(self.pool.crew().metrics.clone())
     }
 
-    /// Closes the gate: the dispatches no worker has begun are withdrawn,
-    /// and come back as the workers let go of them, followed by the
-    /// sentinel ([`Returns`]).
+    /// Closes the gate and takes the batches no worker has begun out of
+    /// the queues and out of their dispatches, so that the switch has them
+    /// at once (a worker that already took one skips it at the gate); the
+    /// batches begun report as they finish ([`Returns`]).
     fn withdraw(&mut self) -> Option<Withdrawal<S::Op>> {
         let last = self.returns.gate.close();
         self.reports = self.held.len();
-        let withdrawn = self.held.iter().filter(|d| d.n > last);
-        let (count, commands) = withdrawn.fold((0, 0), |(b, c), d| (b + 1, c + d.batch.len() as u64));
-        // What no worker has taken from its queue comes back at once; the
-        // rest once its worker passes it.
         let shared = self.pool.crew();
         for (w, queue) in shared.queues.iter().enumerate() {
             for slice in queue.pop_back_while(|s| s.job.d.n > last) {
                 slice.done(&shared.credits, w);
             }
         }
-        self.held.clear();
+        let (mut taken, mut count, mut commands) = (Vec::new(), 0, 0);
+        for d in self.held.iter().filter(|d| d.n > last) {
+            let len = d.batch().len();
+            if len == 0 {
+                continue;
+            }
+            (count, commands) = (count + 1, commands + len as u64);
+            // Else it comes back as its last reference goes.
+            taken.extend(d.take().map(|b| (d.n, b)));
+        }
+        // What the workers may still be executing: all that a later batch
+        // can depend on. Weak, so that each still reports as it goes.
+        self.begun = self.held.drain(..).filter(|d| d.n <= last).map(|d| Arc::downgrade(&d)).collect();
         let failure = shared.exec.failure.clone();
-        Some(Withdrawal::new(self.withdrawn.clone(), count, self.reports, commands, failure))
+        let counts = Counts { cut: last, withdrawn: count, reports: self.reports, commands };
+        Some(Withdrawal::new(self.withdrawn.clone(), counts, taken, failure))
+    }
+
+    /// After a withdrawal, exact: whether `batch` conflicts with a command
+    /// of a batch that was begun and has not finished.
+    fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
+        if !self.returns.gate.closed() {
+            return true;
+        }
+        let conflicts =
+            self.begun.iter().filter_map(Weak::upgrade).any(|d| d.batch().summary().keys_conflict(batch.summary()));
+        // A batch found gone was let go of after it executed: with the
+        // release of its last reference, which the failed upgrade read,
+        // this makes what it did happen before what runs next.
+        fence(Ordering::Acquire);
+        conflicts
     }
 
     /// After a withdrawal, once every batch held then has reported: a

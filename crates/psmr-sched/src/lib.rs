@@ -405,7 +405,9 @@ pub trait Scheduler<S: Service>: Send {
     /// `batch` may run elsewhere at once, concurrently with what this one
     /// still executes ([`Switchable::switch_overlapped`]). `true`, the
     /// default, is always right; the late schedulers answer from their
-    /// dependency graph.
+    /// dependency graph, the early ones, once they have withdrawn, from the
+    /// key summaries of the batches they began (what they gave back is no
+    /// longer theirs).
     fn may_conflict(&self, _batch: &Batch<S::Op>) -> bool {
         true
     }

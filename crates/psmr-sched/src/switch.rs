@@ -14,9 +14,8 @@
 //! What the old one must finish is only what it has begun: the early
 //! schedulers give back the batches still waiting in their workers' queues
 //! ([`Scheduler::withdraw`], [`crate::Withdrawal`]), and the next scheduler
-//! executes them first, in log order. So the stall of a switch away from
-//! one is the batches its workers were executing, not the length of its
-//! queues.
+//! executes them first, in log order. So a switch away from one waits at
+//! most for the batches its workers were executing, not for its queues.
 //!
 //! [`Switchable::switch_overlapped`] does not drain at all: the old
 //! scheduler goes on executing what it holds while the next one takes the
@@ -27,14 +26,17 @@
 //! because the first batch that conflicts waits for the old scheduler to
 //! finish. The late schedulers answer from their dependency graph, so a
 //! switch away from one stalls only as long as the next batches really
-//! depend on what it holds; a scheduler that withdraws waits for the rest
-//! of its work, then lets its threads be joined elsewhere; any other
+//! depend on what it holds. The early schedulers, once they have withdrawn,
+//! answer exactly from the key summaries of the batches they began, so
+//! the withdrawn batches, and those that follow, wait only if they depend
+//! on those; their workers' threads are then joined elsewhere. Any other
 //! scheduler answers "may conflict", and the first batch after the switch
 //! waits for it to drain.
 
 use crate::{build, ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Withdrawal};
 use crossbeam::channel::{Receiver, Sender};
 use psmr_model::{Batch, ClassModel, Service};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -54,10 +56,14 @@ pub struct Switchable<S: Service> {
     retiring: Retiring<S>,
     /// A scheduler switched away from by [`Switchable::switch_overlapped`]
     /// that may still be executing, and what the overlap has cost so far.
-    draining: Option<(Box<dyn Scheduler<S>>, Overlap)>,
-    /// The last overlap, once it ended, until [`Switchable::overlap_ended`]
-    /// takes it.
-    ended: Option<Overlap>,
+    draining: Option<Draining<S>>,
+    /// Overlaps that ended, oldest first, until
+    /// [`Switchable::overlap_ended`] takes them: at most two, the one
+    /// before a switch and the switch's own, which ends as it begins when
+    /// the first batch it gave back conflicts.
+    ended: VecDeque<Overlap>,
+    /// Switches made.
+    switches: u64,
     /// See [`Switchable::withdrawn`].
     withdrawn: u64,
 }
@@ -66,9 +72,19 @@ pub struct Switchable<S: Service> {
 /// withdrew.
 type Replaced<S> = (Box<dyn Scheduler<S>>, Instant, Option<Withdrawal<<S as Service>::Op>>);
 
+/// A scheduler switched away from that may still be executing.
+struct Draining<S: Service> {
+    old: Box<dyn Scheduler<S>>,
+    overlap: Overlap,
+    /// Its withdrawal, which tells when what it began has executed.
+    withdrawn: Option<Withdrawal<S::Op>>,
+}
+
 /// What an overlapped switch cost after it returned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Overlap {
+    /// The switch, counted from 1 ([`Switchable::switches`]).
+    pub switch: u64,
     /// How long batches waited for the old scheduler: the part of the
     /// switch's stall that came after [`Switchable::switch_overlapped`].
     pub stall: Duration,
@@ -86,9 +102,21 @@ impl<S: Service> Switchable<S> {
     ) -> Result<Self, SchedError> {
         let current = build(&config, service.clone(), model, sink.clone())?;
         let (executed_before, retiring) = (Vec::new(), Retiring::new());
-        let (draining, ended) = (None, None);
+        let (draining, ended) = (None, VecDeque::new());
         let model = model.clone();
-        Ok(Self { current, config, service, model, sink, executed_before, retiring, draining, ended, withdrawn: 0 })
+        Ok(Self {
+            current,
+            config,
+            service,
+            model,
+            sink,
+            executed_before,
+            retiring,
+            draining,
+            ended,
+            switches: 0,
+            withdrawn: 0,
+        })
     }
 
     /// The configuration of the scheduler running now.
@@ -102,9 +130,9 @@ impl<S: Service> Switchable<S> {
     /// running one stays ([`SwitchError::Build`]); if the running one fails
     /// while it drains, the error is its failure ([`SwitchError::Drain`]).
     pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
-        let (old, started, withdrawn) = self.replace(config)?;
+        let (old, started, mut withdrawn) = self.replace(config)?;
         self.retire_here(old)?;
-        let back = self.wait_back(withdrawn)?;
+        let back = self.take_back(&mut withdrawn)?;
         let stall = started.elapsed();
         self.resubmit(back)?;
         Ok(stall)
@@ -118,23 +146,21 @@ impl<S: Service> Switchable<S> {
     /// wait for the old one is reported by [`Switchable::overlap_ended`].
     ///
     /// A scheduler that withdraws what it has not begun
-    /// ([`Scheduler::withdraw`]) does not overlap: the switch waits for the
-    /// batches it gave back, which come once it has executed the rest, and
-    /// hands them to the next one first. Its threads are joined on a thread
-    /// of their own (whose result a later switch or [`Scheduler::finish`]
-    /// collects), so that the switch does not wait for them to be scheduled
-    /// and exit.
+    /// ([`Scheduler::withdraw`]) gives those batches back at once, and the
+    /// next one executes them first, each as soon as nothing the old one
+    /// began conflicts with it. Schedulers switched away from are joined
+    /// on a thread of their own (whose result a later switch or
+    /// [`Scheduler::finish`] collects), so that the switch does not wait
+    /// for their threads to be scheduled and exit.
     pub fn switch_overlapped(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
         self.collect_retired(false).map_err(SwitchError::Drain)?;
-        let (old, started, withdrawn) = self.replace(config)?;
-        let withdrew = withdrawn.is_some();
-        let back = self.wait_back(withdrawn)?;
-        match (old.drained(), withdrew) {
-            (true, _) => self.retire_elsewhere(old)?,
-            (false, false) => self.draining = Some((old, Overlap::default())),
-            // It cannot tell that it has executed the rest: the batches it
-            // gave back wait until it has.
-            (false, true) => self.retire_here(old)?,
+        let (old, started, mut withdrawn) = self.replace(config)?;
+        let back = self.take_back(&mut withdrawn)?;
+        if old.drained() {
+            self.retire_elsewhere(old)?;
+        } else {
+            let overlap = Overlap { switch: self.switches, ..Overlap::default() };
+            self.draining = Some(Draining { old, overlap, withdrawn });
         }
         let stall = started.elapsed();
         self.resubmit(back)?;
@@ -154,37 +180,54 @@ impl<S: Service> Switchable<S> {
         self.draining.is_some()
     }
 
-    /// The cost of the last overlap, once its old scheduler has finished
-    /// executing; `None` before that, for a switch that did not overlap
-    /// (the old one held nothing), and once taken.
+    /// The cost of the oldest overlap not yet taken, once its old
+    /// scheduler has finished executing; `None` before that, for a switch
+    /// that did not overlap (the old one held nothing), and once taken.
     pub fn overlap_ended(&mut self) -> Option<Overlap> {
-        self.ended.take()
+        self.ended.pop_front()
+    }
+
+    /// Switches made so far; [`Overlap::switch`] names one of them.
+    pub fn switches(&self) -> u64 {
+        self.switches
     }
 
     /// Before `batch` runs on the next scheduler: retires a draining
     /// scheduler that is done, or waits for it if `batch` may conflict
     /// with what it still holds.
     fn overlap(&mut self, batch: &Batch<S::Op>) -> Result<(), SchedError> {
-        let Some((old, overlap)) = &mut self.draining else { return Ok(()) };
+        let Some(Draining { old, overlap, .. }) = &mut self.draining else { return Ok(()) };
         if !old.drained() && !old.may_conflict(batch) {
             overlap.batches += 1;
             return Ok(());
         }
-        self.end_overlap().map_err(SchedError::from)
+        self.end_overlap(true).map_err(SchedError::from)
     }
 
     /// Finishes the draining scheduler, if any: on a thread of its own if
-    /// it is done, else here, counting the wait as stall.
-    fn end_overlap(&mut self) -> Result<(), SwitchError> {
-        let Some((old, mut overlap)) = self.draining.take() else { return Ok(()) };
-        if old.drained() {
-            self.retire_elsewhere(old)?;
-        } else {
-            let waited = Instant::now();
-            self.retire_here(old)?;
+    /// it is done, or once its withdrawal says it is, else here. Waiting
+    /// counts as the overlap's stall if something `stalls` meanwhile (a
+    /// batch, or a switch), not when all is finishing.
+    fn end_overlap(&mut self, stalls: bool) -> Result<(), SwitchError> {
+        let Some(Draining { old, mut overlap, withdrawn }) = self.draining.take() else { return Ok(()) };
+        let waited = Instant::now();
+        let done = match (old.drained(), withdrawn) {
+            (true, _) => Some(old),
+            (false, Some(mut withdrawn)) => {
+                withdrawn.wait().map_err(SwitchError::Drain)?;
+                Some(old)
+            }
+            (false, None) => {
+                self.retire_here(old)?;
+                None
+            }
+        };
+        if stalls {
             overlap.stall += waited.elapsed();
         }
-        self.ended = Some(overlap);
+        // Its threads are joined elsewhere: no part of the stall.
+        done.map_or(Ok(()), |old| self.retire_elsewhere(old))?;
+        self.ended.push_back(overlap);
         Ok(())
     }
 
@@ -213,17 +256,18 @@ impl<S: Service> Switchable<S> {
         self.retiring.start();
         let started = Instant::now();
         // At most one scheduler drains behind the running one.
-        self.end_overlap()?;
+        self.end_overlap(true)?;
+        self.switches += 1;
         let withdrawn = self.current.withdraw();
         self.config = config;
         Ok((std::mem::replace(&mut self.current, next), started, withdrawn))
     }
 
-    /// Waits for the batches the old scheduler withdrew: they come once
-    /// its workers have gone past them, having finished what they began.
-    fn wait_back(&mut self, withdrawn: Option<Withdrawal<S::Op>>) -> Result<Vec<Batch<S::Op>>, SwitchError> {
+    /// Takes back the batches the old scheduler withdrew, which come at
+    /// once (see [`Withdrawal::back`]).
+    fn take_back(&mut self, withdrawn: &mut Option<Withdrawal<S::Op>>) -> Result<Vec<Batch<S::Op>>, SwitchError> {
         self.withdrawn = withdrawn.as_ref().map_or(0, Withdrawal::commands);
-        withdrawn.map_or(Ok(Vec::new()), |w| w.wait().map_err(SwitchError::Drain))
+        withdrawn.as_mut().map_or(Ok(Vec::new()), |w| w.back().map_err(SwitchError::Drain))
     }
 
     /// Gives the withdrawn batches to the running scheduler, ahead of any
@@ -372,17 +416,17 @@ impl<S: Service> Scheduler<S> for Switchable<S> {
     }
 
     fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
-        self.draining.as_ref().is_some_and(|(old, _)| old.may_conflict(batch)) || self.current.may_conflict(batch)
+        self.draining.as_ref().is_some_and(|d| d.old.may_conflict(batch)) || self.current.may_conflict(batch)
     }
 
     fn drained(&self) -> bool {
-        self.draining.as_ref().map_or(true, |(old, _)| old.drained()) && self.current.drained()
+        self.draining.as_ref().map_or(true, |d| d.old.drained()) && self.current.drained()
     }
 
     /// Finishes the running scheduler; the counts cover every scheduler
     /// this one ran, per worker id.
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
-        self.end_overlap()?;
+        self.end_overlap(false)?;
         self.collect_retired(true)?;
         let mut executed = self.executed_before;
         merge(&mut executed, &self.current.finish()?.executed_per_worker);

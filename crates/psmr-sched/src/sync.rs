@@ -6,4 +6,4 @@
 
 pub use psmr_rt::wait::{Naps, Patience, Signal};
 
-pub(crate) use psmr_rt::wait::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard};
+pub(crate) use psmr_rt::wait::{fence, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};

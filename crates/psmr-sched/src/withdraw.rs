@@ -5,8 +5,9 @@
 //! it may wait behind several others. Draining all of that before the next
 //! scheduler starts is a stall as long as the queues. Instead, at a switch,
 //! the batches no worker has begun are *withdrawn*: the switch takes them
-//! out of the queues, a worker that already took one skips it, and they go
-//! to the next scheduler, in order, ahead of the batches that follow.
+//! out of the queues and their commands out of the batches (a worker that
+//! already took one from its queue skips it), and they go to the next
+//! scheduler, in order, ahead of the batches that follow.
 //!
 //! Which batches may still begin is decided by one atomic word, the
 //! [`Gate`]: before a worker begins any part of batch `n` (batches are
@@ -16,16 +17,19 @@
 //! every later one is withdrawn, and no worker has begun any of those.
 //! That is a cut of the log: what runs on the old scheduler is a prefix,
 //! so no withdrawn command precedes a command left behind, and the next
-//! scheduler, which begins once the old one has finished its part,
-//! executes the rest in log order. (A finer cut, per worker, could leave
+//! scheduler executes the rest in log order, each command once nothing it
+//! depends on is left on the old one. (A finer cut, per worker, could leave
 //! less behind when one worker runs ahead of another; the prefix is what
 //! one word can decide.)
 //!
 //! When the old one has finished is told by the batches themselves: after
 //! the close, each reports on a channel as its last reference goes
 //! ([`Returns`]), and a worker lets go of a batch only after executing its
-//! part. So the switch waits for exactly what was begun, woken by the
-//! worker that finishes it, and not for every worker to wake up.
+//! part. So a wait for what was begun ends exactly when it has executed,
+//! woken by the worker that finishes it, not when every worker has woken
+//! up. Meanwhile the next scheduler already runs the withdrawn and later
+//! batches that conflict with nothing the old one began
+//! ([`crate::Scheduler::may_conflict`]).
 
 use crate::exec::Failure;
 use crate::sync::{AtomicU64, AtomicUsize};
@@ -137,65 +141,101 @@ impl<O> Returns<O> {
 
 /// The batches a scheduler gave back at a switch
 /// ([`crate::Scheduler::withdraw`]), which arrive as its workers let go of
-/// them, with a report of every batch it still held: [`Withdrawal::wait`]
-/// returns once everything it admitted has executed.
+/// them, with a report of every batch it still held:
+/// [`Withdrawal::back`] returns the withdrawn ones (at once, unless a
+/// worker still holds one), [`Withdrawal::wait`] once everything it
+/// admitted has executed.
 pub struct Withdrawal<O> {
     rx: Receiver<(u64, Batch<O>)>,
-    /// Batches withdrawn.
-    count: usize,
-    /// Batches held at the close, each of which reports once.
-    reports: usize,
-    commands: u64,
+    counts: Counts,
+    /// Reports received so far.
+    received: usize,
+    /// The withdrawn batches back so far, with their numbers.
+    back: Vec<(u64, Batch<O>)>,
     failure: Arc<Failure>,
+}
+
+/// What a withdrawal is made of.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Counts {
+    /// The last batch that executes: later ones were withdrawn.
+    pub(crate) cut: u64,
+    /// Batches withdrawn that hold commands (empty ones are dropped).
+    pub(crate) withdrawn: usize,
+    /// Batches held at the close, each of which reports once.
+    pub(crate) reports: usize,
+    /// Commands withdrawn.
+    pub(crate) commands: u64,
 }
 
 /// How often a wait for withdrawn batches looks at the scheduler's failure.
 const FAILURE_POLL: Duration = Duration::from_millis(10);
 
 impl<O> Withdrawal<O> {
+    /// `back` holds the withdrawn batches the scheduler could take at
+    /// once; the others report on `rx` as their last reference goes.
     pub(crate) fn new(
         rx: Receiver<(u64, Batch<O>)>,
-        count: usize,
-        reports: usize,
-        commands: u64,
+        counts: Counts,
+        back: Vec<(u64, Batch<O>)>,
         failure: Arc<Failure>,
     ) -> Self {
-        Self { rx, count, reports, commands, failure }
+        Self { rx, counts, received: 0, back, failure }
     }
 
     /// Batches withdrawn.
     pub fn len(&self) -> usize {
-        self.count
+        self.counts.withdrawn
     }
 
     /// Whether nothing was withdrawn.
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.counts.withdrawn == 0
     }
 
     /// Commands withdrawn: the scheduler will not execute them.
     pub fn commands(&self) -> u64 {
-        self.commands
+        self.counts.commands
     }
 
-    /// Waits until every batch held at the close has reported (everything
-    /// admitted has executed) and returns the withdrawn ones in log order.
-    /// Fails if the scheduler failed meanwhile.
-    pub fn wait(self) -> Result<Vec<Batch<O>>, SchedError> {
-        let expected = self.reports;
-        let mut back = Vec::with_capacity(expected);
-        while back.len() < expected {
-            match self.rx.recv_timeout(FAILURE_POLL) {
-                Ok(b) => back.push(b),
-                Err(RecvTimeoutError::Timeout) => self.failure.check()?,
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(SchedError::WithdrawnLost { held: expected, lost: expected - back.len() });
+    /// Waits until every withdrawn batch is back and returns them in log
+    /// order, while the scheduler may still execute what it had begun:
+    /// they are out of its queues, or about to be let go by a worker that
+    /// finds them withdrawn. Fails if the scheduler failed meanwhile.
+    pub fn back(&mut self) -> Result<Vec<Batch<O>>, SchedError> {
+        while self.back.len() < self.counts.withdrawn {
+            self.receive()?;
+        }
+        let mut back = std::mem::take(&mut self.back);
+        back.sort_unstable_by_key(|(n, _)| *n);
+        Ok(back.into_iter().map(|(_, b)| b).collect())
+    }
+
+    /// Waits until every batch held at the close has reported: everything
+    /// the scheduler admitted has executed. Fails if it failed meanwhile.
+    pub fn wait(&mut self) -> Result<(), SchedError> {
+        while self.received < self.counts.reports {
+            self.receive()?;
+        }
+        Ok(())
+    }
+
+    fn receive(&mut self) -> Result<(), SchedError> {
+        match self.rx.recv_timeout(FAILURE_POLL) {
+            Ok((n, batch)) => {
+                self.received += 1;
+                // A withdrawn batch taken at the close reports empty.
+                if n > self.counts.cut && !batch.is_empty() {
+                    self.back.push((n, batch));
                 }
+                Ok(())
+            }
+            Err(RecvTimeoutError::Timeout) => self.failure.check(),
+            Err(RecvTimeoutError::Disconnected) => {
+                let held = self.counts.reports;
+                Err(SchedError::WithdrawnLost { held, lost: held - self.received })
             }
         }
-        back.sort_unstable_by_key(|(n, _)| *n);
-        // The batches that ran report empty.
-        Ok(back.into_iter().map(|(_, b)| b).filter(|b| !b.is_empty()).collect())
     }
 }
 

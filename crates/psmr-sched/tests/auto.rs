@@ -68,15 +68,16 @@ fn auto_switches_mid_stream_and_matches_sequential() {
     let trials = decisions.iter().filter(|d| d.reason.starts_with("measuring")).count();
     assert!(trials >= 2, "auto measured fewer than its two parallel candidates: {decisions:#?}");
     // A switch away from `late-batch-bitmap` overlaps what it holds; one
-    // away from `early` takes back what it had not begun. Every switch made is recorded, overlapped ones included: each
-    // decision leaves what the one before chose.
+    // away from `early` takes back what it had not begun and overlaps what
+    // it had. Every switch made is recorded, overlapped ones included:
+    // each decision leaves what the one before chose.
     assert!(decisions.len() < psmr_sched::auto::DECISIONS_KEPT);
     for pair in decisions.windows(2) {
         assert_eq!(pair[1].from, pair[0].to, "a switch went unrecorded: {decisions:#?}");
     }
     for d in &decisions {
         use psmr_sched::auto::Choice;
-        let overlaps = matches!(d.from, Choice::Late(_));
+        let overlaps = matches!(d.from, Choice::Late(_) | Choice::Early(_));
         let withdraws = matches!(d.from, Choice::Early(_));
         assert!(overlaps || d.overlapped == 0, "{d:#?}");
         assert!(if withdraws { d.withdrawn <= d.held } else { d.withdrawn == 0 }, "{d:#?}");

@@ -4,7 +4,7 @@
 //! (`.ci/run` does). Without `--cfg loom` this file compiles to nothing.
 #![cfg(loom)]
 
-use loom::sync::Arc;
+use loom::sync::{Arc, RwLock};
 use loom::thread;
 use psmr_sched::Gate;
 
@@ -35,5 +35,35 @@ fn every_worker_sees_the_same_cut_and_it_is_what_close_returned() {
             assert_eq!(gate.withdrawn(n), n > cut);
             assert_eq!(gate.admit(n), n <= cut, "asked again after the close");
         }
+    });
+}
+
+/// A switch takes the commands out of every withdrawn batch at once, under
+/// the batch's lock, while workers read the batches the gate admitted
+/// (early.rs, `Dispatch::take` and `execute_entry`): a worker reads a batch
+/// only after the gate admitted it, so the switch never finds a withdrawn
+/// one locked, and never takes one a worker reads.
+#[test]
+fn the_switch_takes_withdrawn_batches_that_no_worker_reads() {
+    loom::model(|| {
+        let gate = Arc::new(Gate::new());
+        let batches: Arc<Vec<RwLock<Vec<u64>>>> = Arc::new((1..=2).map(|n| RwLock::new(vec![n])).collect());
+        let worker = {
+            let (gate, batches) = (gate.clone(), batches.clone());
+            thread::spawn(move || {
+                for n in 1..=2u64 {
+                    if gate.admit(n) {
+                        let batch = batches[n as usize - 1].read().unwrap();
+                        assert_eq!(*batch, [n], "batch {n} was taken while admitted");
+                    }
+                }
+            })
+        };
+        let cut = gate.close();
+        for n in cut + 1..=2 {
+            let mut batch = batches[n as usize - 1].try_write().expect("a withdrawn batch is never read");
+            batch.clear();
+        }
+        worker.join().unwrap();
     });
 }

@@ -211,14 +211,20 @@ fn an_early_scheduler_gives_back_the_batches_its_workers_have_not_begun() {
             early.submit(write(seq, key)).unwrap();
         }
         service.wait_for("command 1 starting", |s| s.started.contains(&1));
-        let withdrawal = early.withdraw().expect("early schedulers withdraw");
+        let mut withdrawal = early.withdraw().expect("early schedulers withdraw");
         assert_eq!((withdrawal.len(), withdrawal.commands()), (3, 3), "{kind}: commands 2-4 were not begun");
-        service.open();
-        let back = withdrawal.wait().unwrap();
+        // Back while command 1 still runs.
+        let back = withdrawal.back().unwrap();
         let seqs: Vec<u64> = back.iter().flat_map(|b| b.commands().iter().map(|c| c.seq)).collect();
         assert_eq!(seqs, [2, 3, 4], "{kind}: given back in log order");
+        assert!(!early.drained(), "{kind}: command 1 has not finished");
+        assert!(early.may_conflict(&write(5, 7)), "{kind}: key 7 is command 1's");
+        assert!(!early.may_conflict(&write(5, 8)), "{kind}: nothing it kept touches key 8");
+        service.open();
+        withdrawal.wait().unwrap();
         assert_eq!(service.finished(), [1], "{kind}: the withdrawn commands did not run");
         assert!(early.drained(), "{kind}: every batch it held has reported back");
+        assert!(!early.may_conflict(&write(5, 7)), "{kind}: command 1 is done");
         assert_eq!(early.finish().unwrap().executed(), 1);
 
         // The next scheduler executes them, then what follows.
@@ -226,6 +232,41 @@ fn an_early_scheduler_gives_back_the_batches_its_workers_have_not_begun() {
         back.into_iter().chain([write(5, 7)]).for_each(|b| next.submit(b).unwrap());
         assert_eq!(service.finished(), [1, 2, 3, 4, 5]);
         next.finish().unwrap();
+    }
+}
+
+#[test]
+fn a_switch_away_from_an_early_scheduler_runs_what_does_not_depend_on_what_it_began_at_once() {
+    for kind in [SchedulerKind::Early, SchedulerKind::EarlyWsOptimistic] {
+        let service = Arc::new(Gated::default());
+        let sink = Arc::new(CollectSink::new(2));
+        let mut s = Switchable::new(early(kind, 1), service.clone(), &model(), sink.clone()).unwrap();
+        for (seq, key) in [(1, 7), (2, 8), (3, 7), (4, 9)] {
+            s.submit(write(seq, key)).unwrap();
+        }
+        service.wait_for("command 1 starting", |s| s.started.contains(&1));
+        // Command 3 waits for command 1, so the switch itself does: the gate
+        // opens once command 2, on the next scheduler, has finished.
+        let opener = {
+            let service = service.clone();
+            std::thread::spawn(move || {
+                service.wait_for("command 2 finishing", |s| s.finished.contains(&2));
+                service.open();
+            })
+        };
+        s.switch_overlapped(SchedConfig::new(SchedulerKind::Sequential, 1)).unwrap();
+        opener.join().unwrap();
+        assert_eq!(s.withdrawn(), 3, "{kind}");
+        // Command 3 ended the overlap while the switch gave the batches
+        // back: that wait is the switch's.
+        assert!(!s.overlapping(), "{kind}");
+        let overlap = s.overlap_ended().expect("the old scheduler overlapped the next");
+        assert_eq!((overlap.switch, s.switches()), (1, 1), "{kind}");
+        assert_eq!(overlap.batches, 1, "{kind}: command 2 ran beside command 1");
+        s.submit(write(5, 9)).unwrap();
+        assert_eq!(service.finished(), [2, 1, 3, 4, 5], "{kind}");
+        assert_eq!(Box::new(s).finish().unwrap().executed(), 5, "{kind}");
+        assert_eq!(sink.take().0.len(), 5, "{kind}");
     }
 }
 
@@ -239,7 +280,6 @@ fn a_switch_away_from_an_early_scheduler_runs_what_it_took_back_on_the_next_one(
         s.submit(write(seq, seq % 3)).unwrap();
     }
     s.switch_overlapped(SchedConfig::new(SchedulerKind::Sequential, 1)).unwrap();
-    assert!(!s.overlapping(), "nothing of the early scheduler runs once the switch returns");
     assert!(s.withdrawn() <= 40);
     s.submit(write(41, 41 % 3)).unwrap();
     let finished = service.finished();
