@@ -45,12 +45,12 @@
 //! it, so execution stalls only as long as the workload really depends on
 //! what the old one holds. A switch away from `early` takes back the
 //! batches no worker has begun ([`crate::Withdrawal`]) and hands them to
-//! the next choice once the batches begun have executed: the stall is what
-//! the workers were executing, not what waited in their queues. `early`
-//! runs with at most [`EARLY_QUEUE_DEPTH`] batches queued per worker,
-//! which bounds how far one worker can run ahead of another, and so what
-//! is begun. A decision is recorded once its switch is complete, with the
-//! whole stall.
+//! the next choice at once, and then the same holds: a batch waits only if
+//! it conflicts with one the workers had begun, never for what waited in
+//! their queues. `early` runs with at most [`EARLY_QUEUE_DEPTH`] batches
+//! queued per worker, which bounds how far one worker can run ahead of
+//! another, and so what is begun. A decision is recorded once its switch
+//! is complete, with the whole stall.
 
 use crate::optimizer::{naive, Problem};
 use crate::{ReplySink, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Switchable};
@@ -215,7 +215,8 @@ pub struct Decision {
     pub to: Choice,
     /// Why, in words.
     pub reason: String,
-    /// How long execution stalled while the previous choice drained.
+    /// How long execution stalled for the previous choice: the switch
+    /// itself, and batches that waited for commands it still executed.
     pub stall: Duration,
     /// Commands the previous choice still held when the switch began.
     pub held: u64,

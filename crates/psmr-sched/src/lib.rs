@@ -420,11 +420,13 @@ pub trait Scheduler<S: Service>: Send {
     }
 
     /// Stops the scheduler from beginning the batches it holds and has not
-    /// begun, and hands them back for the next scheduler, which must
-    /// begin once this one has executed the rest ([`Withdrawal`]). Asked
-    /// of a scheduler that is given no more batches; only
-    /// [`Scheduler::finish`] may follow. `None`, the default, for a
-    /// scheduler that executes everything it was given; the early
+    /// begun, and hands them back for the next scheduler ([`Withdrawal`]),
+    /// which may run each of them, and what follows, beside what this one
+    /// still executes where [`Scheduler::may_conflict`] says no, and the
+    /// rest once this one has executed everything it kept. Asked of a
+    /// scheduler that is given no more batches; only `may_conflict`,
+    /// `drained` and [`Scheduler::finish`] may follow. `None`, the default,
+    /// for a scheduler that executes everything it was given; the early
     /// schedulers withdraw what still waits in their queues.
     fn withdraw(&mut self) -> Option<Withdrawal<S::Op>> {
         None
