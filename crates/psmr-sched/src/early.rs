@@ -41,7 +41,7 @@ use crate::pool::{Credits, Crew, Pool};
 use crate::queue::{ClassSet, WsQueue};
 use crate::sink::ReplySink;
 use crate::sync::{fence, Naps, Patience, RwLock, RwLockReadGuard};
-use crate::withdraw::{Counts, Returns};
+use crate::withdraw::Returns;
 use crate::ws::{conflicting, steal_once, steal_until, Thief};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims, Withdrawal};
 use crossbeam::channel::Receiver;
@@ -64,15 +64,14 @@ pub(crate) struct Dispatch<O> {
     pub(crate) targets: Vec<u64>,
     /// Its number, from 1 in submission order, for the [`Returns`]' gate.
     n: u64,
-    returns: Arc<Returns<O>>,
+    returns: Arc<Returns>,
 }
 
 impl<O> Drop for Dispatch<O> {
     /// After a switch closed the gate, the batch reports that every worker
-    /// is done with it; a withdrawn one goes back with its commands.
+    /// is done with it.
     fn drop(&mut self) {
-        let batch = self.batch.get_mut().unwrap_or_else(PoisonError::into_inner);
-        self.returns.dropped(self.n, batch);
+        self.returns.dropped();
     }
 }
 
@@ -84,12 +83,11 @@ impl<O> Dispatch<O> {
     }
 
     /// The commands of a withdrawn batch, taken out for the next
-    /// scheduler; `None` if a reader holds it (no worker reads a withdrawn
-    /// batch, so never), and it then comes back as its last reference
-    /// goes.
-    fn take(&self) -> Option<Batch<O>> {
-        let mut batch = self.batch.try_write().ok()?;
-        Some(std::mem::replace(&mut *batch, Batch::new(Vec::new(), 0)))
+    /// scheduler. No worker reads a withdrawn batch (it asks the gate
+    /// first), so the lock is free.
+    fn take(&self) -> Batch<O> {
+        let mut batch = self.batch.write().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *batch, Batch::new(Vec::new(), 0))
     }
 }
 
@@ -119,7 +117,7 @@ pub(crate) fn routes_of(mapping: &Mapping) -> Vec<Route> {
 /// every thread of its class, each command of a concurrent class to the
 /// next thread of its class, round-robin. Returns the dispatch, batch `n`
 /// of its scheduler, and the union of its targets.
-fn dispatch<O>(routes: &mut [Route], batch: Batch<O>, n: u64, returns: &Arc<Returns<O>>) -> (Arc<Dispatch<O>>, u64) {
+fn dispatch<O>(routes: &mut [Route], batch: Batch<O>, n: u64, returns: &Arc<Returns>) -> (Arc<Dispatch<O>>, u64) {
     let mut targets = Vec::with_capacity(batch.len());
     let mut any = 0u64;
     for cmd in batch.commands() {
@@ -243,8 +241,8 @@ pub(crate) struct Early<S: Service> {
     /// Dispatches some worker may still hold, oldest first: what
     /// [`Scheduler::withdraw`] looks through.
     held: VecDeque<Arc<Dispatch<S::Op>>>,
-    returns: Arc<Returns<S::Op>>,
-    withdrawn: Receiver<(u64, Batch<S::Op>)>,
+    returns: Arc<Returns>,
+    withdrawn: Receiver<()>,
     /// Dispatches held when the gate closed: each reports once.
     reports: usize,
     /// The dispatches admitted and still held when the gate closed.
@@ -551,22 +549,13 @@ impl<S: Service> Scheduler<S> for Early<S> {
                 slice.done(&shared.credits, w);
             }
         }
-        let (mut taken, mut count, mut commands) = (Vec::new(), 0, 0);
-        for d in self.held.iter().filter(|d| d.n > last) {
-            let len = d.batch().len();
-            if len == 0 {
-                continue;
-            }
-            (count, commands) = (count + 1, commands + len as u64);
-            // Else it comes back as its last reference goes.
-            taken.extend(d.take().map(|b| (d.n, b)));
-        }
+        // Held in log order; empty batches have nothing to give back.
+        let taken = self.held.iter().filter(|d| d.n > last).map(|d| d.take()).filter(|b| !b.is_empty()).collect();
         // What the workers may still be executing: all that a later batch
         // can depend on. Weak, so that each still reports as it goes.
         self.begun = self.held.drain(..).filter(|d| d.n <= last).map(|d| Arc::downgrade(&d)).collect();
         let failure = shared.exec.failure.clone();
-        let counts = Counts { cut: last, withdrawn: count, reports: self.reports, commands };
-        Some(Withdrawal::new(self.withdrawn.clone(), counts, taken, failure))
+        Some(Withdrawal::new(taken, self.withdrawn.clone(), self.reports, failure))
     }
 
     /// After a withdrawal, exact: whether `batch` conflicts with a command

@@ -132,7 +132,7 @@ impl<S: Service> Switchable<S> {
     pub fn switch(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
         let (old, started, mut withdrawn) = self.replace(config)?;
         self.retire_here(old)?;
-        let back = self.take_back(&mut withdrawn)?;
+        let back = self.take_back(&mut withdrawn);
         let stall = started.elapsed();
         self.resubmit(back)?;
         Ok(stall)
@@ -155,7 +155,7 @@ impl<S: Service> Switchable<S> {
     pub fn switch_overlapped(&mut self, config: SchedConfig) -> Result<Duration, SwitchError> {
         self.collect_retired(false).map_err(SwitchError::Drain)?;
         let (old, started, mut withdrawn) = self.replace(config)?;
-        let back = self.take_back(&mut withdrawn)?;
+        let back = self.take_back(&mut withdrawn);
         if old.drained() {
             self.retire_elsewhere(old)?;
         } else {
@@ -263,11 +263,10 @@ impl<S: Service> Switchable<S> {
         Ok((std::mem::replace(&mut self.current, next), started, withdrawn))
     }
 
-    /// Takes back the batches the old scheduler withdrew, which come at
-    /// once (see [`Withdrawal::back`]).
-    fn take_back(&mut self, withdrawn: &mut Option<Withdrawal<S::Op>>) -> Result<Vec<Batch<S::Op>>, SwitchError> {
+    /// Takes back the batches the old scheduler withdrew.
+    fn take_back(&mut self, withdrawn: &mut Option<Withdrawal<S::Op>>) -> Vec<Batch<S::Op>> {
         self.withdrawn = withdrawn.as_ref().map_or(0, Withdrawal::commands);
-        withdrawn.as_mut().map_or(Ok(Vec::new()), |w| w.back().map_err(SwitchError::Drain))
+        withdrawn.as_mut().map_or_else(Vec::new, Withdrawal::back)
     }
 
     /// Gives the withdrawn batches to the running scheduler, ahead of any

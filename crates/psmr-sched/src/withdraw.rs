@@ -94,26 +94,25 @@ impl Gate {
     }
 }
 
-/// Where withdrawn batches go once the last reference to them goes;
-/// shared by a scheduler and every batch it dispatched.
+/// How the batches held at a switch tell that they are done; shared by a
+/// scheduler and every batch it dispatched.
 ///
 /// After the gate closes, every dispatched batch reports on the channel as
-/// its last reference goes: a withdrawn one with its commands, one that ran
-/// empty. The scheduler counts the batches it still held at the close, so
-/// once that many have reported, everything admitted has executed (a worker
-/// or thief lets go of a batch only after executing its part) and every
-/// withdrawn batch is back.
-pub(crate) struct Returns<O> {
+/// its last reference goes. The scheduler counts the batches it still held
+/// at the close, so once that many have reported, everything admitted has
+/// executed (a worker or thief lets go of a batch only after executing its
+/// part).
+pub(crate) struct Returns {
     pub(crate) gate: Gate,
-    tx: Sender<(u64, Batch<O>)>,
+    tx: Sender<()>,
     /// Batches whose last reference went after the gate closed.
     gone: AtomicUsize,
 }
 
-impl<O> Returns<O> {
+impl Returns {
     /// An open gate and the channel batches report on. The channel holds
     /// at most the batches the scheduler held at the switch.
-    pub(crate) fn new() -> (Arc<Self>, Receiver<(u64, Batch<O>)>) {
+    pub(crate) fn new() -> (Arc<Self>, Receiver<()>) {
         let (tx, rx) = crossbeam::channel::unbounded();
         (Arc::new(Self { gate: Gate::new(), tx, gone: AtomicUsize::new(0) }), rx)
     }
@@ -123,119 +122,81 @@ impl<O> Returns<O> {
         self.gone.load(Ordering::Acquire)
     }
 
-    /// Called as the last reference to batch `n` goes: once the gate is
-    /// closed, reports it, with its commands if it was withdrawn.
-    pub(crate) fn dropped(&self, n: u64, batch: &mut Batch<O>) {
+    /// Called as the last reference to a batch goes: once the gate is
+    /// closed, reports it.
+    pub(crate) fn dropped(&self) {
         if !self.gate.closed() {
             return;
         }
-        let batch = match self.gate.withdrawn(n) {
-            true => std::mem::replace(batch, Batch::new(Vec::new(), 0)),
-            false => Batch::new(Vec::new(), 0),
-        };
         self.gone.fetch_add(1, Ordering::Release);
         // The receiver may be gone (the switch failed): nothing to do.
-        let _ = self.tx.send((n, batch));
+        let _ = self.tx.send(());
     }
 }
 
 /// The batches a scheduler gave back at a switch
-/// ([`crate::Scheduler::withdraw`]), which arrive as its workers let go of
-/// them, with a report of every batch it still held:
-/// [`Withdrawal::back`] returns the withdrawn ones (at once, unless a
-/// worker still holds one), [`Withdrawal::wait`] once everything it
-/// admitted has executed.
+/// ([`crate::Scheduler::withdraw`]), taken out at the close
+/// ([`Withdrawal::back`]), and a report of every batch it still held:
+/// [`Withdrawal::wait`] returns once everything it admitted has executed.
 pub struct Withdrawal<O> {
-    rx: Receiver<(u64, Batch<O>)>,
-    counts: Counts,
-    /// Reports received so far.
+    /// The withdrawn batches, in log order, until taken.
+    back: Vec<Batch<O>>,
+    /// Batches and commands withdrawn.
+    batches: usize,
+    commands: u64,
+    rx: Receiver<()>,
+    /// Batches held at the close, each of which reports once, and the
+    /// reports received so far.
+    reports: usize,
     received: usize,
-    /// The withdrawn batches back so far, with their numbers.
-    back: Vec<(u64, Batch<O>)>,
     failure: Arc<Failure>,
 }
 
-/// What a withdrawal is made of.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Counts {
-    /// The last batch that executes: later ones were withdrawn.
-    pub(crate) cut: u64,
-    /// Batches withdrawn that hold commands (empty ones are dropped).
-    pub(crate) withdrawn: usize,
-    /// Batches held at the close, each of which reports once.
-    pub(crate) reports: usize,
-    /// Commands withdrawn.
-    pub(crate) commands: u64,
-}
-
-/// How often a wait for withdrawn batches looks at the scheduler's failure.
+/// How often a wait for what was begun looks at the scheduler's failure.
 const FAILURE_POLL: Duration = Duration::from_millis(10);
 
 impl<O> Withdrawal<O> {
-    /// `back` holds the withdrawn batches the scheduler could take at
-    /// once; the others report on `rx` as their last reference goes.
-    pub(crate) fn new(
-        rx: Receiver<(u64, Batch<O>)>,
-        counts: Counts,
-        back: Vec<(u64, Batch<O>)>,
-        failure: Arc<Failure>,
-    ) -> Self {
-        Self { rx, counts, received: 0, back, failure }
+    /// `back`: the withdrawn batches, in log order; `reports`: the batches
+    /// held at the close, which report on `rx`.
+    pub(crate) fn new(back: Vec<Batch<O>>, rx: Receiver<()>, reports: usize, failure: Arc<Failure>) -> Self {
+        let commands = back.iter().map(|b| b.len() as u64).sum();
+        Self { batches: back.len(), commands, back, rx, reports, received: 0, failure }
     }
 
     /// Batches withdrawn.
     pub fn len(&self) -> usize {
-        self.counts.withdrawn
+        self.batches
     }
 
     /// Whether nothing was withdrawn.
     pub fn is_empty(&self) -> bool {
-        self.counts.withdrawn == 0
+        self.batches == 0
     }
 
     /// Commands withdrawn: the scheduler will not execute them.
     pub fn commands(&self) -> u64 {
-        self.counts.commands
+        self.commands
     }
 
-    /// Waits until every withdrawn batch is back and returns them in log
-    /// order, while the scheduler may still execute what it had begun:
-    /// they are out of its queues, or about to be let go by a worker that
-    /// finds them withdrawn. Fails if the scheduler failed meanwhile.
-    pub fn back(&mut self) -> Result<Vec<Batch<O>>, SchedError> {
-        while self.back.len() < self.counts.withdrawn {
-            self.receive()?;
-        }
-        let mut back = std::mem::take(&mut self.back);
-        back.sort_unstable_by_key(|(n, _)| *n);
-        Ok(back.into_iter().map(|(_, b)| b).collect())
+    /// The withdrawn batches, in log order (once; then none), while the
+    /// scheduler may still execute what it had begun.
+    pub fn back(&mut self) -> Vec<Batch<O>> {
+        std::mem::take(&mut self.back)
     }
 
     /// Waits until every batch held at the close has reported: everything
     /// the scheduler admitted has executed. Fails if it failed meanwhile.
     pub fn wait(&mut self) -> Result<(), SchedError> {
-        while self.received < self.counts.reports {
-            self.receive()?;
+        while self.received < self.reports {
+            match self.rx.recv_timeout(FAILURE_POLL) {
+                Ok(()) => self.received += 1,
+                Err(RecvTimeoutError::Timeout) => self.failure.check()?,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(SchedError::WithdrawnLost { held: self.reports, lost: self.reports - self.received });
+                }
+            }
         }
         Ok(())
-    }
-
-    fn receive(&mut self) -> Result<(), SchedError> {
-        match self.rx.recv_timeout(FAILURE_POLL) {
-            Ok((n, batch)) => {
-                self.received += 1;
-                // A withdrawn batch taken at the close reports empty.
-                if n > self.counts.cut && !batch.is_empty() {
-                    self.back.push((n, batch));
-                }
-                Ok(())
-            }
-            Err(RecvTimeoutError::Timeout) => self.failure.check(),
-            Err(RecvTimeoutError::Disconnected) => {
-                let held = self.counts.reports;
-                Err(SchedError::WithdrawnLost { held, lost: held - self.received })
-            }
-        }
     }
 }
 
