@@ -12,8 +12,9 @@
 //! [`scenario`] names the end-to-end experiments of `psmr bench` and
 //! expands their parameter sweeps; [`report`] writes their results as
 //! JSON, CSV, SVG plots and a Markdown report, with [`timeline`] for
-//! workloads that shift during a run; [`simulate`] is the bitmap
-//! false-positive simulation of 004 Table I.
+//! workloads that shift during a run and [`compare`] for `auto` against
+//! the fixed schedulers and for points run several times (`--repeat`);
+//! [`simulate`] is the bitmap false-positive simulation of 004 Table I.
 //!
 //! [`history`] reads client histories of the key-value store and checks
 //! them for linearizability (`psmr check-history`).
@@ -40,6 +41,7 @@
 //! (`psmr_replica::sim`) over many seeds with faults and checks each run,
 //! its clients' history included (`psmr simulate`).
 
+pub mod compare;
 pub mod cpu;
 pub mod dst;
 pub mod faults;

@@ -117,6 +117,11 @@ pub struct PointResult {
     pub params: BTreeMap<String, String>,
     /// Commands per second over the measured window.
     pub commands_per_s: f64,
+    /// With `--repeat`: the commands/s of every run of this point, in the
+    /// order they ran; the rest of this result is the median run's
+    /// ([`crate::compare::median_run`]). Empty for a point run once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
     /// Requests per second.
     pub requests_per_s: f64,
     /// Requests that failed (timed out or refused), warm-up included.
@@ -162,6 +167,7 @@ impl PointResult {
             label: point.label.iter().cloned().collect(),
             params,
             commands_per_s: 0.0,
+            runs: Vec::new(),
             requests_per_s: 0.0,
             failed_requests: 0,
             latency_us: BTreeMap::new(),
@@ -183,15 +189,17 @@ impl PointResult {
 /// table, one line each (what `psmr bench` prints).
 pub fn format_points(points: &[PointResult]) -> String {
     let mut out = String::new();
-    let _ = writeln!(
+    let repeated = points.iter().any(|p| !p.runs.is_empty());
+    let _ = write!(
         out,
         "{:<40} {:>14} {:>12} {:>12} {:>18} {:>20}",
         "point", "commands/s", "p50 ms", "p99 ms", "cpu µs/cmd leader", "followers mean/max"
     );
+    let _ = writeln!(out, "{}", if repeated { "   runs (commands/s; the median run is shown)" } else { "" });
     for r in points {
         let l = r.latency_us.get("request").cloned().unwrap_or_default();
         let (leader, followers) = cpu::cells(&r.cpu);
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{:<40} {:>14.0} {:>12.2} {:>12.2} {:>18} {:>20}",
             r.name,
@@ -201,6 +209,8 @@ pub fn format_points(points: &[PointResult]) -> String {
             leader,
             followers
         );
+        let runs = crate::compare::runs_cell(r);
+        let _ = writeln!(out, "{}", if runs.is_empty() { runs } else { format!("   {runs}") });
     }
     out
 }
@@ -283,7 +293,12 @@ pub fn csv(points: &[PointResult]) -> String {
     let keys: Vec<&String> = points.first().map(|p| p.params.keys().collect()).unwrap_or_default();
     let kinds = kinds(points);
     let mut header: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-    header.extend(["commands_per_s".into(), "requests_per_s".into(), "failed_requests".into()]);
+    header.extend([
+        "commands_per_s".into(),
+        "runs_commands_per_s".into(),
+        "requests_per_s".into(),
+        "failed_requests".into(),
+    ]);
     header.extend(
         ["cpu_us_per_cmd_leader", "cpu_us_per_cmd_followers_mean", "cpu_us_per_cmd_followers_max"].map(String::from),
     );
@@ -297,6 +312,8 @@ pub fn csv(points: &[PointResult]) -> String {
     for p in points {
         let mut row: Vec<String> = keys.iter().map(|k| p.params.get(*k).cloned().unwrap_or_default()).collect();
         row.push(format!("{:.1}", p.commands_per_s));
+        // Every run's figure, `;`-separated within the one cell.
+        row.push(p.runs.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(";"));
         row.push(format!("{:.1}", p.requests_per_s));
         row.push(p.failed_requests.to_string());
         let figure = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
@@ -601,16 +618,6 @@ fn running_threads(running: &str) -> usize {
     words.windows(2).find(|w| w[1] == "workers").and_then(|w| w[0].parse().ok()).unwrap_or(1)
 }
 
-/// The point of the same run that differs from `p` only in running
-/// `sequential` (and its worker count), if there is one.
-fn sequential_twin<'a>(p: &PointResult, points: &'a [PointResult]) -> Option<&'a PointResult> {
-    let differs = |k: &str| k == "scheduler" || k == "workers" || k == "mapping";
-    points.iter().find(|q| {
-        q.params.get("scheduler").is_some_and(|s| s == "sequential")
-            && q.params.iter().all(|(k, v)| differs(k) || p.params.get(k) == Some(v))
-    })
-}
-
 /// Lines for each point whose execution threads outnumber the cores: the
 /// replicas' workers then share cores with each other, and a parallel
 /// scheduler may lose to `sequential` for lack of cores, not of merit.
@@ -631,7 +638,7 @@ fn core_notes(s: &mut String, points: &[PointResult], machine: Machine) {
         let threads = p.stages.iter().map(|r| r.threads).sum::<usize>() / replicas;
         let threads = if threads == 0 { "n/a".to_string() } else { threads.to_string() };
         let exec = replicas * execution_threads(p);
-        let twin = sequential_twin(p, points).filter(|q| q.name != p.name && q.commands_per_s > 0.0);
+        let twin = crate::compare::sequential_twin(p, points).filter(|q| q.name != p.name && q.commands_per_s > 0.0);
         let ratio = twin.map(|q| p.commands_per_s / q.commands_per_s);
         let vs = ratio.map_or("-".to_string(), |r| format!("{r:.2}x"));
         let short = exec > machine.cores && execution_threads(p) > 1;
@@ -676,8 +683,13 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
     }
     // One column per command kind: p50 / p99 / p99.9 of its latency.
     let kinds: Vec<String> = kinds(points).into_iter().filter(|k| k != "request").collect();
+    let repeated = points.iter().any(|p| !p.runs.is_empty());
     let mut header = String::from("| point | commands/s |");
     let mut rule = String::from("| --- | ---: |");
+    if repeated {
+        header.push_str(" every run, commands/s |");
+        rule.push_str(" --- |");
+    }
     for k in &kinds {
         header.push_str(&format!(" {k} p50 / p99 / p99.9 ms |"));
         rule.push_str(" ---: |");
@@ -690,6 +702,9 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
     for p in points {
         let mut row = format!("| {} | {:.0} |", p.name, p.commands_per_s);
+        if repeated {
+            row.push_str(&format!(" {} |", crate::compare::runs_cell(p)));
+        }
         for k in &kinds {
             let cell = p
                 .latency_us
@@ -702,6 +717,13 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
         let (leader, followers) = cpu::cells(&p.cpu);
         let _ = writeln!(s, "{row} {max} | {} | {leader} | {followers} |", p.failed_requests);
     }
+    if repeated {
+        let _ = writeln!(
+            s,
+            "\nEach point ran several times, in rounds of all the points; its row is the run of median commands/s."
+        );
+    }
+    crate::compare::markdown(&mut s, points);
     cpu_notes(&mut s, points);
     core_notes(&mut s, points, machine);
     let mapped: Vec<&PointResult> = points.iter().filter(|p| p.mapping_spec.is_some()).collect();

@@ -4,6 +4,7 @@
 //! replica's scheduler marked, and each phase's throughput per point next
 //! to the best fixed scheduler's.
 
+use crate::compare::{is_auto, siblings};
 use crate::report::{chart_marked, Mark, PointResult};
 use crate::scenario::PHASE_KEYS;
 use std::fmt::Write;
@@ -103,17 +104,6 @@ pub fn svg(title: &str, points: &[PointResult]) -> Option<String> {
         &[],
         &marks,
     ))
-}
-
-/// The points of `points` that differ from `p` only in what executes
-/// (scheduler, workers, mapping), `p` included.
-fn siblings<'a>(p: &PointResult, points: &'a [PointResult]) -> Vec<&'a PointResult> {
-    let differs = |k: &str| k == "scheduler" || k == "workers" || k == "mapping";
-    points.iter().filter(|q| q.params.iter().all(|(k, v)| differs(k) || p.params.get(k) == Some(v))).collect()
-}
-
-fn is_auto(p: &PointResult) -> bool {
-    p.params.get("scheduler").is_some_and(|s| s == "auto")
 }
 
 /// The report's section on shifting workloads: each phase's throughput per

@@ -38,6 +38,20 @@
 //! and a decision is followed by [`DWELL_WINDOWS`] windows without
 //! another. Every decision carries its reason.
 //!
+//! A window's throughput counts the commands executed in it (replies
+//! delivered), not those submitted: a parallel choice fills its queues as
+//! it starts. Measuring a candidate costs what it is slower than the best
+//! choice for as long as its trial lasts, so a trial is kept short: a
+//! switch to it that stalled nothing (from `sequential`, say) skips the
+//! dwell window and is measured in the window right after, and a
+//! candidate that runs at less than [`TRIAL_CUTOFF`] of the best rate
+//! measured for the workload is given up once [`TRIAL_MIN_PART`] of its
+//! window has passed. A trial is finished even if the workload shifts
+//! during it, and once one candidate of a workload is measured the others
+//! are too, whatever the scheduler thread's load: a parallel candidate
+//! that keeps up leaves that thread idle, which must not leave it running
+//! unmeasured.
+//!
 //! Every switch overlaps ([`Switchable::switch_overlapped`]), at the
 //! batch boundary where it is decided. A switch away from
 //! `late-batch-bitmap` lets the next choice take the batches that follow
@@ -97,6 +111,17 @@ pub const SAMPLE_EVERY: u64 = 8;
 /// is not tried: nearly every batch would wait for the one before it in
 /// the dependency graph.
 pub const LATE_CONFLICTS_MAX: f64 = 0.9;
+/// Share of the best rate measured for the workload under which a
+/// candidate on trial is given up before its window is over
+/// ([`Controller::trial_cutoff`]): it cannot win, and every further
+/// moment of its trial is lost throughput.
+pub const TRIAL_CUTOFF: f64 = 0.5;
+/// Part of a window a trial runs at least before it may be cut short: a
+/// shorter one says too little.
+pub const TRIAL_MIN_PART: f64 = 0.25;
+/// Share of a window above which a switch's stall keeps the window after
+/// it from measuring the choice switched to.
+pub const STALL_SHARE_MAX: f64 = 0.05;
 /// Share of commands that `early`'s mapping for the workload synchronizes
 /// all of a class's threads for (sequential classes on several threads)
 /// above which `early` is not tried: a barrier every few commands costs
@@ -142,6 +167,10 @@ pub struct Window {
     pub elapsed: Duration,
     /// Commands submitted.
     pub commands: u64,
+    /// Commands executed (replies delivered): what the window's
+    /// throughput counts. Not the commands submitted, which a parallel
+    /// choice also counts as it fills its queues when it starts.
+    pub executed: u64,
     /// Commands that write.
     pub writes: u64,
     /// Commands per class.
@@ -164,9 +193,9 @@ impl Window {
         part.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// Commands per second.
+    /// Commands executed per second.
     pub fn throughput(&self) -> f64 {
-        self.commands as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.executed as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
 
@@ -250,6 +279,11 @@ pub struct Controller {
     /// The running choice was picked as the fastest (not merely being
     /// measured).
     chosen: bool,
+    /// The running choice was switched to in order to measure it, and has
+    /// not been measured yet. Kept across a shift of the workload: a
+    /// candidate that leaves the scheduler thread idle would otherwise
+    /// never be measured, and run on unmeasured.
+    trial: bool,
     window: u64,
     measured_at: u64,
 }
@@ -269,6 +303,7 @@ impl Controller {
             dwell: 0,
             synchronized: None,
             chosen: false,
+            trial: false,
             window: 0,
             measured_at: 0,
         }
@@ -304,6 +339,34 @@ impl Controller {
         out
     }
 
+    /// Whether the running choice is a candidate being measured.
+    fn on_trial(&self) -> bool {
+        self.trial
+    }
+
+    /// The throughput under which the candidate on trial may be given up
+    /// before its window is over ([`TRIAL_CUTOFF`] of the best rate
+    /// measured for the workload); `None` when no trial is measured now.
+    /// The window cut short is taken in by [`Controller::observe`] like
+    /// any other.
+    pub fn trial_cutoff(&self) -> Option<f64> {
+        if self.dwell > 0 || !self.on_trial() {
+            return None;
+        }
+        self.measured.iter().map(|&(_, r)| r).reduce(f64::max).map(|best| TRIAL_CUTOFF * best)
+    }
+
+    /// The switch to the candidate on trial stalled execution for next to
+    /// nothing ([`STALL_SHARE_MAX`] of a window, with nothing of the old
+    /// choice left to wait for): the window after it measures the
+    /// candidate, with no window of dwell. A switch that chose the fastest
+    /// keeps its dwell, against flapping.
+    pub fn switch_was_free(&mut self) {
+        if self.on_trial() {
+            self.dwell = 0;
+        }
+    }
+
     /// Tells the share of the current workload's commands that `early`'s
     /// mapping for it synchronizes (`None`: unknown, `early` is tried).
     pub fn set_synchronized(&mut self, share: Option<f64>) {
@@ -320,8 +383,7 @@ impl Controller {
         // load: one that leaves it idle (a parallel scheduler taking
         // batches faster than anything downstream) would otherwise never
         // be measured, and the trial never end.
-        let on_trial = self.rate(self.current).is_none() && !self.measured.is_empty();
-        if !settling && (busy >= SATURATED || on_trial) && self.stable >= STABLE_WINDOWS {
+        if !settling && (busy >= SATURATED || self.on_trial()) && self.stable >= STABLE_WINDOWS {
             self.record(w.throughput());
         }
         if settling {
@@ -347,12 +409,18 @@ impl Controller {
             );
             return self.go(best, why);
         }
-        if busy < SATURATED {
+        // Measuring begins only while execution is the bottleneck, but a
+        // measurement begun is finished: a parallel candidate that keeps up
+        // leaves the scheduler thread idle, and the choice must still be
+        // made between it and the others.
+        if busy < SATURATED && self.measured.is_empty() {
             return None;
         }
         if let Some(next) = self.candidates().into_iter().find(|c| !self.measured.iter().any(|(m, _)| m == c)) {
             let why = format!("measuring {next} for this workload ({}){}", self.describe(), starved(w, self.cores));
-            return self.go(next, why);
+            let decision = self.go(next, why);
+            self.trial = decision.is_some();
+            return decision;
         }
         None
     }
@@ -424,6 +492,7 @@ impl Controller {
     }
 
     fn record(&mut self, rate: f64) {
+        self.trial = false;
         self.measured.retain(|(c, _)| *c != self.current);
         self.measured.push((self.current, rate));
         self.measured_at = self.window;
@@ -437,6 +506,7 @@ impl Controller {
     /// refused choice counts as measured at nothing for this workload.
     pub fn refused(&mut self, refused: Choice, running: Choice) {
         self.current = running;
+        self.trial = false;
         self.measured.retain(|(c, _)| *c != refused);
         self.measured.push((refused, 0.0));
     }
@@ -447,6 +517,7 @@ impl Controller {
         }
         let from = std::mem::replace(&mut self.current, to);
         self.dwell = DWELL_WINDOWS;
+        self.trial = false;
         let (stall, held, withdrawn, overlapped) = (Duration::ZERO, 0, 0, 0);
         Some(Decision { window: self.window, from, to, reason, stall, held, withdrawn, overlapped })
     }
@@ -488,6 +559,8 @@ pub struct Auto<S: Service> {
     /// scheduler still holds.
     replies: Arc<Counted<S::Reply>>,
     submitted: u64,
+    /// Replies delivered when the window began.
+    executed_at_start: u64,
     /// A decision to act on before the next batch.
     pending: Option<Pending>,
     /// Decisions whose switch may overlap the old choice's last commands,
@@ -552,6 +625,7 @@ impl<S: Service> Auto<S> {
             inner: Switchable::new(first, service, model, replies.clone())?,
             replies,
             submitted: 0,
+            executed_at_start: 0,
             pending: None,
             overlapping: VecDeque::new(),
             controller,
@@ -600,12 +674,31 @@ impl<S: Service> Auto<S> {
         Some(naive(&problem))
     }
 
+    /// Whether the window is over: its time is up, or it measures a
+    /// candidate on trial that has run long enough to show it is far
+    /// slower than the best choice measured ([`Controller::trial_cutoff`]).
+    fn window_over(&self) -> bool {
+        let (elapsed, window) = (self.started.elapsed(), self.base.auto_window);
+        if elapsed >= window {
+            return true;
+        }
+        let rate = self.executed_in_window() as f64 / elapsed.as_secs_f64().max(1e-9);
+        elapsed >= window.mul_f64(TRIAL_MIN_PART) && self.controller.trial_cutoff().is_some_and(|cut| rate < cut)
+    }
+
+    /// Replies delivered since the window began.
+    fn executed_in_window(&self) -> u64 {
+        self.replies.done.load(Ordering::Acquire).saturating_sub(self.executed_at_start)
+    }
+
     /// Closes the window, asks the controller, and keeps its decision for
     /// [`Auto::switch_pending`].
     fn end_window(&mut self) {
         let now = (self.probe)();
         self.window.runnable = now.zip(self.runnable_at_start).map(|(b, a)| b.saturating_sub(a));
         self.window.elapsed = self.started.elapsed();
+        self.window.executed = self.executed_in_window();
+        self.executed_at_start += self.window.executed;
         let w = &self.window;
         tracing::debug!(
             running = %self.controller.current(),
@@ -642,6 +735,11 @@ impl<S: Service> Auto<S> {
         };
         match switched {
             Ok(stall) => {
+                if !self.inner.overlapping()
+                    && stall.as_secs_f64() <= STALL_SHARE_MAX * self.base.auto_window.as_secs_f64()
+                {
+                    self.controller.switch_was_free();
+                }
                 decision.stall = stall;
                 decision.withdrawn = self.inner.withdrawn();
                 // A switch ends the overlap of the one before, and its own
@@ -798,7 +896,7 @@ impl<S: Service> Scheduler<S> for Auto<S> {
         self.window.submitting += began.elapsed();
         result?;
         self.overlap_ended();
-        if self.started.elapsed() >= self.base.auto_window {
+        if self.window_over() {
             self.end_window();
         }
         Ok(())
@@ -841,6 +939,7 @@ mod tests {
         Window {
             elapsed,
             commands,
+            executed: commands,
             writes: (commands as f64 * writes) as u64,
             classes: vec![commands / 2, commands - commands / 2],
             submitting: elapsed.mul_f64(busy),
@@ -919,6 +1018,47 @@ mod tests {
             c.observe(&Window { pairs: 4, conflicting_pairs: 4, ..window(rate, 0.15, busy, 0.0) });
         }
         assert_eq!(c.current(), Choice::Sequential, "the trial of early ended and sequential came back");
+    }
+
+    #[test]
+    fn a_trial_that_stalled_nothing_is_measured_at_once_and_a_hopeless_one_is_cut_short() {
+        // Every sampled pair conflicts: early is the one candidate.
+        let conflicting = |commands| Window { pairs: 4, conflicting_pairs: 4, ..window(commands, 0.15, 0.9, 0.0) };
+        let mut c = Controller::new(2, 2);
+        let first = (0..10).find_map(|_| c.observe(&conflicting(4000))).expect("early is measured");
+        assert_eq!(first.to, Choice::Early(2), "{first:?}");
+        assert_eq!(c.trial_cutoff(), None, "the window after a switch holds its stall");
+        c.switch_was_free();
+        let cutoff = c.trial_cutoff().expect("a trial measured now");
+        assert!((cutoff - TRIAL_CUTOFF * 40_000.0).abs() < 1e-6, "half of sequential's 40 000/s: {cutoff}");
+        // A quarter window at a tenth of sequential's rate ends the trial.
+        let short = Window { elapsed: Duration::from_millis(25), executed: 100, ..conflicting(100) };
+        let back = c.observe(&short).expect("back to the fastest");
+        assert_eq!(back.to, Choice::Sequential, "{back:?}");
+        assert!(back.reason.contains("early with 2 workers: 4000"), "{}", back.reason);
+        assert_eq!(c.trial_cutoff(), None, "no trial once everything is measured");
+        // A switch to the fastest keeps its dwell, whatever it stalled.
+        c.switch_was_free();
+        assert_eq!(c.dwell, DWELL_WINDOWS);
+    }
+
+    #[test]
+    fn a_trial_ends_even_when_the_workload_shifts_during_it() {
+        // Late scheduling takes batches at once (the scheduler thread
+        // idles) and runs at half of sequential's rate; while it is on
+        // trial the sampled conflict share jumps, which is a new workload.
+        let mut c = Controller::new(2, 2);
+        c.set_synchronized(Some(0.5));
+        let at = |c: &Controller, conflicts: u64| {
+            let (rate, busy) = if c.current() == Choice::Sequential { (4000, 0.9) } else { (2000, 0.2) };
+            Window { pairs: 10, conflicting_pairs: conflicts, ..window(rate, 0.0, busy, 0.0) }
+        };
+        let first = (0..10).find_map(|_| c.observe(&at(&c, 0))).expect("late is measured");
+        assert_eq!(first.to, Choice::Late(2));
+        c.observe(&at(&c, 0));
+        c.observe(&at(&c, 5));
+        let after: Vec<Decision> = (0..10).filter_map(|_| c.observe(&at(&c, 5))).collect();
+        assert_eq!(c.current(), Choice::Sequential, "the trial was measured and lost: {after:#?}");
     }
 
     #[test]

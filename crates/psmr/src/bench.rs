@@ -6,6 +6,7 @@
 use crate::cluster::psmr_exe;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use psmr_bench::compare;
 use psmr_bench::faults::Faults;
 use psmr_bench::peers::{self, cases};
 use psmr_bench::probe;
@@ -54,6 +55,14 @@ pub struct BenchArgs {
     /// to FILE with `.N` before its extension.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
+    /// Run every point N times, in N rounds of all the points (a drift in
+    /// the machine's speed then touches every point alike), each round in
+    /// an order shuffled from --seed (a point runs slower right after one
+    /// that loaded the machine hard), and report each point by its run of
+    /// median commands/s, every run's figure beside it; the replicas' logs
+    /// go to logs/run-K/point-N. Cluster scenarios only.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: u32,
     /// Seed of the clients' random operations (and of the simulation);
     /// printed, pass it back to replay.
     #[arg(long, default_value_t = 1)]
@@ -122,6 +131,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let scenario = scenario::find(&args.scenario)?;
+    if args.repeat > 1 && scenario.kind != ScenarioKind::Cluster {
+        bail!("--repeat applies to the scenarios that run clusters; scenario {} runs each case once", scenario.name);
+    }
+    if args.repeat > 1 && args.history.is_some() {
+        bail!("--history writes one history per point, which --repeat would overwrite: run with --repeat 1");
+    }
     match scenario.kind {
         ScenarioKind::BitmapSimulation => return simulation(&args, &scenario),
         ScenarioKind::Peers => return peers(&args, &scenario),
@@ -148,8 +163,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     run_points(&args, &scenario, &plan.sweeps, &points, &Runner { target, faults, seed: args.seed })
 }
 
-/// Runs every point in order until one fails, then writes the report of
-/// those that ran.
+/// Runs every point in order, `--repeat` rounds of them, until one fails;
+/// then writes the report of those that ran, each point by its median run.
 fn run_points(
     args: &BenchArgs,
     scenario: &Scenario,
@@ -181,11 +196,33 @@ fn run_points(
         };
         format!("{:.0} commands/s, request p99 {:.2} ms{failed}", r.commands_per_s, p99 as f64 / 1e3)
     };
-    let (results, failure) = run_each(&names, total_s, &out, run, summary);
+    let rounds = args.repeat as usize;
+    let mut runs: Vec<Vec<report::PointResult>> = vec![Vec::new(); points.len()];
+    let mut failure = None;
+    for round in 1..=rounds {
+        let (tags, logs) = match rounds {
+            1 => (names.clone(), out.join("logs")),
+            _ => (
+                names.iter().map(|n| format!("run {round}/{rounds}: {n}")).collect(),
+                out.join("logs").join(format!("run-{round}")),
+            ),
+        };
+        let order = compare::round_order(points.len(), rounds, round, args.seed);
+        let (done, failed) = run_each(&tags, &order, total_s, &logs, &run, summary);
+        for (i, r) in done {
+            runs[i].push(r);
+        }
+        if failed.is_some() {
+            failure = failed;
+            break;
+        }
+    }
+    let results: Vec<report::PointResult> = runs.into_iter().filter_map(compare::median_run).collect();
     if !results.is_empty() {
         let files = report::write_all(&out, scenario, sweeps, &results)
             .with_context(|| format!("cannot write results into {}", out.display()))?;
         print!("{}", report::format_points(&results));
+        print!("{}", compare::format_auto(&results));
         for f in files {
             println!("wrote {}", f.display());
         }
@@ -201,24 +238,26 @@ fn output_dir(args: &BenchArgs, scenario: &Scenario) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Runs `run(i, logs)` for each of `names` in order, its replicas' logs in
-/// `out/logs/point-i`, until one fails: one line per run on stderr (from
-/// `summary`), with a progress bar of `total_s(i)` seconds on a terminal.
-/// Returns what ran and the failure.
+/// Runs `run(i, logs)` for each point `i` of `order` in turn (`names[i]`
+/// names it), its replicas' logs in `logs/point-i`, until one fails: one
+/// line per run on stderr (from `summary`), with a progress bar of
+/// `total_s(i)` seconds on a terminal. Returns what ran, by point, and
+/// the failure.
 fn run_each<T>(
     names: &[String],
+    order: &[usize],
     total_s: impl Fn(usize) -> f64,
-    out: &Path,
+    logs: &Path,
     mut run: impl FnMut(usize, &Path) -> Result<T>,
     summary: impl Fn(&T) -> String,
-) -> (Vec<T>, Option<anyhow::Error>) {
+) -> (Vec<(usize, T)>, Option<anyhow::Error>) {
     let terminal = std::io::stderr().is_terminal();
     // Erases the rest of a progress line on a terminal.
     let clear = if terminal { "\x1b[K" } else { "" };
-    let mut done = Vec::with_capacity(names.len());
-    for (i, name) in names.iter().enumerate() {
-        let tag = format!("[{}/{}] {name}", i + 1, names.len());
-        let logs = out.join("logs").join(format!("point-{i}"));
+    let mut done = Vec::with_capacity(order.len());
+    for (k, &i) in order.iter().enumerate() {
+        let tag = format!("[{}/{}] {}", k + 1, order.len(), names[i]);
+        let logs = logs.join(format!("point-{i}"));
         let finished = AtomicBool::new(false);
         let outcome = std::thread::scope(|scope| {
             if terminal {
@@ -232,7 +271,7 @@ fn run_each<T>(
         match outcome {
             Ok(r) => {
                 eprintln!("{tag}: {}{clear}", summary(&r));
-                done.push(r);
+                done.push((i, r));
             }
             Err(e) => {
                 eprintln!("{tag}: failed{clear}");
@@ -350,7 +389,10 @@ fn peers(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
             row.p99_us as f64 / 1e3
         )
     };
-    let (rows, failure) = run_each(&names, |_| base.warmup_s + base.duration_s, &out, run, summary);
+    let order: Vec<usize> = (0..names.len()).collect();
+    let (rows, failure) =
+        run_each(&names, &order, |_| base.warmup_s + base.duration_s, &out.join("logs"), run, summary);
+    let rows: Vec<peers::Row> = rows.into_iter().map(|(_, row)| row).collect();
     setup.load_average = format!("{} before the runs, {} after", setup.load_average, cases::load_average());
     if !rows.is_empty() {
         let files = peers::write(&out, scenario.about, &setup, &rows)

@@ -57,6 +57,60 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["bench", "--cluster", "not an address"], "bad replica address");
     fails_with(&["bench", "--scenario", "bitmap-false-positives", "--sweep", "clients=1"], "is a simulation");
     fails_with(&["bench", "--set", "batch_max_commands=10"], "per_request 50 is above batch_max_commands 10");
+    fails_with(&["bench", "--repeat", "0"], "0 is not in 1..=100");
+    fails_with(&["bench", "--repeat", "2", "--history", "/tmp/h.jsonl"], "run with --repeat 1");
+    fails_with(&["bench", "--scenario", "peers", "--repeat", "2"], "scenario peers runs each case once");
+}
+
+#[test]
+fn a_repeated_run_reports_each_point_by_its_median_run_and_sets_auto_against_the_fixed_ones() {
+    let dir = test_dir("repeat");
+    let out = dir.join("out");
+    let o = psmr(&[
+        "bench",
+        "--scenario",
+        "client-batching",
+        "--sweep",
+        "per_request=5",
+        "--sweep",
+        "scheduler=sequential,auto",
+        "--set",
+        "clients=2",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--repeat",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stderr = text(&o.stderr);
+    for round in ["run 1/2", "run 2/2"] {
+        for point in ["per_request=5 scheduler=sequential", "per_request=5 scheduler=auto"] {
+            assert_eq!(stderr.matches(&format!("] {round}: {point}:")).count(), 1, "{stderr}");
+        }
+    }
+    let points = read_json(&out.join("results.json"))["points"].as_array().unwrap().clone();
+    assert_eq!(points.len(), 2, "one result per point, not per run");
+    for p in &points {
+        let runs: Vec<f64> = p["runs"].as_array().unwrap().iter().map(|r| r.as_f64().unwrap()).collect();
+        assert_eq!(runs.len(), 2, "{p}");
+        let median = p["commands_per_s"].as_f64().unwrap();
+        assert_eq!(median, runs.iter().copied().fold(f64::INFINITY, f64::min), "the lower of two runs: {p}");
+    }
+    for run in ["run-1", "run-2"] {
+        assert!(out.join("logs").join(run).join("point-1").is_dir(), "{run}'s replica logs");
+    }
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("x the best fixed scheduler (per_request=5 scheduler=sequential"), "{stdout}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("## `auto` against the fixed schedulers") && report.contains("Each point ran 2 times"),
+        "{report}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn read_json(path: &Path) -> Value {
