@@ -105,6 +105,8 @@ enum Slot {
 /// commands upwards, so nearly every insertion is at the end and nearly
 /// every removal at the front: a sorted ring, searched by bisection, does
 /// both in constant time and keeps the window in one block of memory.
+/// A client's writes are usually numbered without gaps, so a number is
+/// first looked for where it would be in a gapless window.
 #[derive(Default, Debug)]
 struct Seqs(VecDeque<(u64, Slot)>);
 
@@ -112,9 +114,16 @@ impl Seqs {
     fn find(&self, seq: u64) -> Result<usize, usize> {
         // The newest is the one most often asked for (its reply comes
         // back), or a newer one (the next command).
-        match self.0.back() {
-            Some(&(last, _)) if last < seq => Err(self.0.len()),
-            Some(&(last, _)) if last == seq => Ok(self.0.len() - 1),
+        match (self.0.front(), self.0.back()) {
+            (_, Some(&(last, _))) if last < seq => Err(self.0.len()),
+            (_, Some(&(last, _))) if last == seq => Ok(self.0.len() - 1),
+            (Some(&(first, _)), _) if seq >= first => {
+                let guess = usize::try_from(seq - first).unwrap_or(usize::MAX);
+                match self.0.get(guess) {
+                    Some(&(q, _)) if q == seq => Ok(guess),
+                    _ => self.0.binary_search_by_key(&seq, |&(q, _)| q),
+                }
+            }
             _ => self.0.binary_search_by_key(&seq, |&(q, _)| q),
         }
     }
