@@ -32,7 +32,7 @@ use psmr_services::{BuiltIn, KvApp, ListApp, ServiceConfig, WorkloadError};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -135,8 +135,54 @@ pub fn parse_storage(name: &str) -> Result<Storage, LaunchError> {
 /// chosen: a port closed at once may be handed out again.
 pub fn free_ports(host: &str, n: usize) -> Result<Vec<SocketAddr>, LaunchError> {
     let bind = || io(format!("cannot bind a port on {host}"));
-    let held = (0..n).map(|_| TcpListener::bind((host, 0)).map_err(bind())).collect::<Result<Vec<_>, _>>()?;
+    let held = hold_free_ports(host, n).map_err(bind())?;
     held.iter().map(|l| l.local_addr().map_err(bind())).collect()
+}
+
+/// The next port [`hold_free_ports`] tries, shared by the process's
+/// threads so that two clusters started one after the other get different
+/// ports; 0 until first used.
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// `n` listeners on distinct free ports of `host`, below the kernel's range
+/// of ephemeral ports (`/proc/sys/net/ipv4/ip_local_port_range`): the
+/// kernel never gives one of those to an outgoing connection, so a replica
+/// killed and restarted on its port finds it free, where a port of the
+/// ephemeral range may meanwhile be the local end of any connection of any
+/// process. The ports are tried in turn from a place that depends on the
+/// process id (concurrent processes start apart), one cursor for the
+/// whole process; where no such port can be bound, the kernel picks.
+pub fn hold_free_ports(host: &str, n: usize) -> std::io::Result<Vec<TcpListener>> {
+    let (lo, hi) = below_ephemeral();
+    let span = u32::from(hi - lo);
+    let start = u32::from(lo) + std::process::id().wrapping_mul(7919) % span;
+    let _ = NEXT_PORT.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..span {
+        if held.len() == n {
+            break;
+        }
+        let port = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(u32::from(lo) + (port - u32::from(lo)) % span).unwrap_or(lo);
+        if let Ok(l) = TcpListener::bind((host, port)) {
+            held.push(l);
+        }
+    }
+    while held.len() < n {
+        held.push(TcpListener::bind((host, 0))?);
+    }
+    Ok(held)
+}
+
+/// The ports from half the start of the ephemeral range up to it (16384 to
+/// 32767 under Linux's default range, 32768 to 60999).
+fn below_ephemeral() -> (u16, u16) {
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|f| f.parse::<u16>().ok()))
+        .filter(|&f| f >= 2048)
+        .unwrap_or(32768);
+    (first / 2, first)
 }
 
 /// The configuration's `[service]` section, checked, with the scheduler's
@@ -498,6 +544,23 @@ mod tests {
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
+    }
+
+    #[test]
+    fn free_ports_lie_below_the_ephemeral_range_and_are_not_handed_out_twice() {
+        let (lo, hi) = below_ephemeral();
+        assert!(lo < hi && hi >= 1024, "{lo}..{hi}");
+        let first = free_ports("127.0.0.1", 6).unwrap();
+        let second = free_ports("127.0.0.1", 6).unwrap();
+        let ports: std::collections::BTreeSet<u16> = first.iter().chain(&second).map(SocketAddr::port).collect();
+        assert_eq!(ports.len(), 12, "two calls, twelve different ports: {first:?} {second:?}");
+        // Where another process holds the whole range the kernel picks;
+        // on a test machine it does not.
+        assert!(ports.iter().all(|&p| (lo..hi).contains(&p)), "{ports:?} outside {lo}..{hi}");
+        // Each is free: it binds again once its listener is gone.
+        for a in &first {
+            TcpListener::bind(a).unwrap_or_else(|e| panic!("{a}: {e}"));
+        }
     }
 
     #[test]

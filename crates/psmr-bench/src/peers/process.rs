@@ -4,7 +4,7 @@
 
 use super::PeersError;
 use std::io::{Read, Seek, SeekFrom};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -173,11 +173,11 @@ impl Drop for Scratch {
     }
 }
 
-/// `n` distinct free ports on loopback (held together while chosen, so
-/// they differ; another process may still take one before it is used).
+/// `n` distinct free ports on loopback, chosen as psmr's own clusters'
+/// are ([`crate::launch::hold_free_ports`]).
 pub fn free_ports(n: usize) -> Result<Vec<SocketAddr>, PeersError> {
     let io = |source| PeersError::Io { what: "cannot find a free port on 127.0.0.1".into(), source };
-    let held = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>().map_err(io)?;
+    let held = crate::launch::hold_free_ports("127.0.0.1", n).map_err(io)?;
     held.iter().map(|l| l.local_addr().map_err(io)).collect()
 }
 
