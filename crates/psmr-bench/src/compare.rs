@@ -140,9 +140,8 @@ pub fn markdown(s: &mut String, points: &[PointResult]) {
     if rows.is_empty() {
         return;
     }
-    let repeated = points.iter().map(|p| p.runs.len()).max().unwrap_or(0);
     let _ = writeln!(s, "\n## `auto` against the fixed schedulers\n");
-    let _ = match repeated {
+    let _ = match runs_per_point(points) {
         0 | 1 => writeln!(s, "Each point ran once: a second run of one point may differ by more than these ratios.\n"),
         n => writeln!(s, "Each point ran {n} times, in rounds of all the points; the ratios are of the medians.\n"),
     };
@@ -159,6 +158,11 @@ pub fn markdown(s: &mut String, points: &[PointResult]) {
             a.vs_best()
         );
     }
+}
+
+/// The most runs any point of `points` had (0 or 1: each ran once).
+pub fn runs_per_point(points: &[PointResult]) -> usize {
+    points.iter().map(|p| p.runs.len()).max().unwrap_or(0)
 }
 
 /// Every run's commands/s of a repeated point, `a / b / c` in the order

@@ -189,7 +189,7 @@ impl PointResult {
 /// table, one line each (what `psmr bench` prints).
 pub fn format_points(points: &[PointResult]) -> String {
     let mut out = String::new();
-    let repeated = points.iter().any(|p| !p.runs.is_empty());
+    let repeated = crate::compare::runs_per_point(points) > 1;
     let _ = write!(
         out,
         "{:<40} {:>14} {:>12} {:>12} {:>18} {:>20}",
@@ -683,7 +683,7 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
     }
     // One column per command kind: p50 / p99 / p99.9 of its latency.
     let kinds: Vec<String> = kinds(points).into_iter().filter(|k| k != "request").collect();
-    let repeated = points.iter().any(|p| !p.runs.is_empty());
+    let repeated = crate::compare::runs_per_point(points) > 1;
     let mut header = String::from("| point | commands/s |");
     let mut rule = String::from("| --- | ---: |");
     if repeated {

@@ -114,17 +114,15 @@ impl Seqs {
     fn find(&self, seq: u64) -> Result<usize, usize> {
         // The newest is the one most often asked for (its reply comes
         // back), or a newer one (the next command).
-        match (self.0.front(), self.0.back()) {
-            (_, Some(&(last, _))) if last < seq => Err(self.0.len()),
-            (_, Some(&(last, _))) if last == seq => Ok(self.0.len() - 1),
-            (Some(&(first, _)), _) if seq >= first => {
-                let guess = usize::try_from(seq - first).unwrap_or(usize::MAX);
-                match self.0.get(guess) {
-                    Some(&(q, _)) if q == seq => Ok(guess),
-                    _ => self.0.binary_search_by_key(&seq, |&(q, _)| q),
-                }
-            }
-            _ => self.0.binary_search_by_key(&seq, |&(q, _)| q),
+        match self.0.back() {
+            Some(&(last, _)) if last < seq => return Err(self.0.len()),
+            Some(&(last, _)) if last == seq => return Ok(self.0.len() - 1),
+            _ => {}
+        }
+        let gapless = self.0.front().and_then(|&(first, _)| usize::try_from(seq.checked_sub(first)?).ok());
+        match gapless.filter(|&i| self.0.get(i).is_some_and(|&(q, _)| q == seq)) {
+            Some(i) => Ok(i),
+            None => self.0.binary_search_by_key(&seq, |&(q, _)| q),
         }
     }
 

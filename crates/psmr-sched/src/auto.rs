@@ -339,18 +339,13 @@ impl Controller {
         out
     }
 
-    /// Whether the running choice is a candidate being measured.
-    fn on_trial(&self) -> bool {
-        self.trial
-    }
-
     /// The throughput under which the candidate on trial may be given up
     /// before its window is over ([`TRIAL_CUTOFF`] of the best rate
     /// measured for the workload); `None` when no trial is measured now.
     /// The window cut short is taken in by [`Controller::observe`] like
     /// any other.
     pub fn trial_cutoff(&self) -> Option<f64> {
-        if self.dwell > 0 || !self.on_trial() {
+        if self.dwell > 0 || !self.trial {
             return None;
         }
         self.measured.iter().map(|&(_, r)| r).reduce(f64::max).map(|best| TRIAL_CUTOFF * best)
@@ -362,7 +357,7 @@ impl Controller {
     /// candidate, with no window of dwell. A switch that chose the fastest
     /// keeps its dwell, against flapping.
     pub fn switch_was_free(&mut self) {
-        if self.on_trial() {
+        if self.trial {
             self.dwell = 0;
         }
     }
@@ -383,7 +378,7 @@ impl Controller {
         // load: one that leaves it idle (a parallel scheduler taking
         // batches faster than anything downstream) would otherwise never
         // be measured, and the trial never end.
-        if !settling && (busy >= SATURATED || self.on_trial()) && self.stable >= STABLE_WINDOWS {
+        if !settling && (busy >= SATURATED || self.trial) && self.stable >= STABLE_WINDOWS {
             self.record(w.throughput());
         }
         if settling {
