@@ -97,6 +97,18 @@ impl Workload {
         }
     }
 
+    /// What a full local queue does unless told: options' queues grow
+    /// (001 §5.5 traces its tail to queues that grow), so that `fifo` and
+    /// `lifo` keep their order; overflowing half of a spawner's queue into
+    /// the injector, which a worker looks at only now and then, would run
+    /// the newer options ahead of the older ones under either policy.
+    pub fn default_full(self) -> Full {
+        match self {
+            Workload::Options => Full::Resize,
+            _ => Full::Overflow,
+        }
+    }
+
     /// 001's local queue capacity and spawners for the workload.
     fn shape(self) -> (usize, usize) {
         match self {
@@ -143,8 +155,8 @@ pub struct RtBenchConfig {
     pub steal: Steal,
     /// psmr-rt's victims.
     pub victims: Victims,
-    /// psmr-rt's full queues.
-    pub full: Full,
+    /// psmr-rt's full queues (default: the workload's, `default_full`).
+    pub full: Option<Full>,
     /// packet-bimodal: the heavy tasks on a pool of their own (one worker)
     /// for psmr-rt; tokio runs them inline.
     pub staged: bool,
@@ -160,6 +172,11 @@ pub struct RtBenchConfig {
 }
 
 impl RtBenchConfig {
+    /// What psmr-rt's full local queues do in this run.
+    pub fn full(&self) -> Full {
+        self.full.unwrap_or(self.workload.default_full())
+    }
+
     /// The defaults for `workload`: 2 workers, every policy, 001's queue
     /// sizes and spawners.
     pub fn new(workload: Workload) -> Self {
@@ -172,7 +189,7 @@ impl RtBenchConfig {
             policies: Policy::ALL.to_vec(),
             steal: Steal::Half,
             victims: Victims::Random,
-            full: Full::Overflow,
+            full: None,
             staged: false,
             conferences: 8,
             silos: 1,
@@ -541,34 +558,74 @@ fn options<E: Exec>(exec: &E, config: &RtBenchConfig) -> Outcome {
             let steps = if rng.next() % 1000 < 5 { 2000 } else { 20 };
             let strike = 90.0 + (rng.next() % 20) as f64;
             let (e2, r2) = (e.clone(), r.clone());
-            e.spawn(async move { step(e2, r2, i, leaves(100.0, strike, steps), steps) });
+            e.spawn(async move { step(e2, r2, i, Lattice::new(100.0, strike, steps)) });
         }
     });
     run.latch.wait();
     Outcome { run, tasks: n as u64, mix: None }
 }
 
-/// A call's payoffs at the lattice's leaves after `steps` steps.
-fn leaves(spot: f64, strike: f64, steps: usize) -> Vec<f64> {
-    let up: f64 = 1.01;
-    (0..=steps).map(|j| (spot * up.powi(2 * j as i32 - steps as i32) - strike).max(0.0)).collect()
+/// An American put's binomial lattice, walked backwards one time step at
+/// a time. Early exercise is why such options are priced on a lattice at
+/// all (a European one has a closed form), and it makes every node look at
+/// the underlying's price there: a few flops and a multiplication chain per
+/// node, so that a 2 000-step option weighs what it does in practice
+/// against the per-task cost of the 20-step ones.
+struct Lattice {
+    spot: f64,
+    strike: f64,
+    /// The option's values at the nodes of the time step reached.
+    values: Vec<f64>,
 }
 
-/// One time step of an option's lattice, backwards; the next step is the
-/// next task.
-fn step<E: Exec>(e: E, run: Arc<Run>, i: usize, mut values: Vec<f64>, k: usize) {
-    let (p, discount) = (0.5, 0.9999);
-    for j in 0..k {
-        values[j] = discount * (p * values[j + 1] + (1.0 - p) * values[j]);
+impl Lattice {
+    /// Up move per step; a down move is its inverse.
+    const UP: f64 = 1.01;
+    /// Probability of an up move.
+    const P: f64 = 0.5;
+    /// Discount per step.
+    const DISCOUNT: f64 = 0.9999;
+
+    /// The payoffs at the leaves, `steps` steps from now.
+    fn new(spot: f64, strike: f64, steps: usize) -> Lattice {
+        let values = (0..=steps).map(|j| (strike - Self::price(spot, j, steps)).max(0.0)).collect();
+        Lattice { spot, strike, values }
     }
-    values.truncate(k);
-    if k <= 1 {
-        std::hint::black_box(values.first().copied());
+
+    /// The underlying's price at node `j` of time step `t`.
+    fn price(spot: f64, j: usize, t: usize) -> f64 {
+        spot * Self::UP.powi(2 * j as i32 - t as i32)
+    }
+
+    /// Time steps left before the root.
+    fn steps(&self) -> usize {
+        self.values.len() - 1
+    }
+
+    /// One step backwards: each node holds the larger of its discounted
+    /// expectation and exercising there.
+    fn back(&mut self) {
+        let t = self.steps() - 1;
+        let mut s = Self::price(self.spot, 0, t);
+        for j in 0..=t {
+            let hold = Self::DISCOUNT * (Self::P * self.values[j + 1] + (1.0 - Self::P) * self.values[j]);
+            self.values[j] = hold.max(self.strike - s);
+            s *= Self::UP * Self::UP;
+        }
+        self.values.truncate(t + 1);
+    }
+}
+
+/// One time step of an option's lattice; the next step is the next task.
+fn step<E: Exec>(e: E, run: Arc<Run>, i: usize, mut lattice: Lattice) {
+    lattice.back();
+    if lattice.steps() == 0 {
+        std::hint::black_box(lattice.values[0]);
         run.done(i, run.start);
         return;
     }
     let e2 = e.clone();
-    e.spawn(async move { step(e2, run, i, values, k - 1) });
+    e.spawn(async move { step(e2, run, i, lattice) });
 }
 
 /// A one-frame slot between two tasks of a conference.
@@ -696,7 +753,7 @@ fn pools(config: &RtBenchConfig, policy: Policy) -> Vec<PoolConfig> {
         policy,
         steal: config.steal,
         victims: config.victims,
-        full: config.full,
+        full: config.full(),
         capacity: config.capacity.unwrap_or(config.workload.shape().0),
         seed: config.seed,
         ..PoolConfig::new(name, workers)
@@ -809,7 +866,7 @@ pub fn run(config: &RtBenchConfig) -> Result<Vec<RtRun>, RtBenchError> {
 pub fn format_table(config: &RtBenchConfig, runs: &[RtRun]) -> String {
     let tokio = runs.iter().find(|r| r.runtime == "tokio");
     let mut s = format!(
-        "{} on {} workers, {} tasks{}\n{:<28} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>13} {:>9}\n",
+        "{} on {} workers, {} tasks{}, full queues {}\n{:<28} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>13} {:>9}\n",
         config.workload,
         config.workers,
         config.tasks,
@@ -818,6 +875,7 @@ pub fn format_table(config: &RtBenchConfig, runs: &[RtRun]) -> String {
         } else {
             String::new()
         },
+        config.full(),
         "runtime",
         "tasks/s",
         "ns/task",
@@ -914,18 +972,25 @@ mod tests {
     }
 
     #[test]
-    fn option_prices_do_not_depend_on_the_schedule() {
-        // Backward induction by hand for 2 steps against the task chain's
-        // arithmetic.
-        let mut v = leaves(100.0, 95.0, 2);
-        for k in (1..=2).rev() {
-            for j in 0..k {
-                v[j] = 0.9999 * (0.5 * v[j + 1] + 0.5 * v[j]);
-            }
+    fn an_american_put_is_priced_by_hand_and_exercised_early() {
+        // Two steps by hand: up 1.01, p = 0.5, discount 0.9999.
+        let (u, d) = (1.01f64, 0.9999f64);
+        let leaf = |j: i32| (100.0 - 100.0 * u.powi(2 * j - 2)).max(0.0);
+        let down = (d * 0.5 * (leaf(1) + leaf(0))).max(100.0 - 100.0 / u);
+        let up = (d * 0.5 * (leaf(2) + leaf(1))).max(100.0 - 100.0 * u);
+        let root = (d * 0.5 * (up + down)).max(0.0);
+        let mut l = Lattice::new(100.0, 100.0, 2);
+        l.back();
+        assert!((l.values[0] - down).abs() < 1e-9 && (l.values[1] - up).abs() < 1e-9, "{:?}", l.values);
+        l.back();
+        assert_eq!(l.steps(), 0);
+        assert!((l.values[0] - root).abs() < 1e-9, "{} {root}", l.values[0]);
+        // Deep in the money the put is worth exercising at once: its
+        // value is the exercise value, above what holding would give.
+        let mut deep = Lattice::new(100.0, 150.0, 20);
+        while deep.steps() > 0 {
+            deep.back();
         }
-        let up: f64 = 1.01;
-        let expected =
-            0.9999 * 0.9999 * 0.25 * ((100.0 * up * up - 95.0) + 2.0 * 5.0 + 0.0f64.max(100.0 / up / up - 95.0));
-        assert!((v[0] - expected).abs() < 1e-9, "{} {expected}", v[0]);
+        assert!((deep.values[0] - 50.0).abs() < 1e-9, "{}", deep.values[0]);
     }
 }

@@ -99,8 +99,9 @@ impl FromStr for Policy {
 /// How much a thief takes from a victim (001 §5.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Steal {
-    /// About half of the victim's tasks (crossbeam-deque's batch, at most
-    /// 32), one of them run at once: stolen tasks spread in hops.
+    /// Half of the victim's tasks, one of them run at once: stolen tasks
+    /// spread in hops. With `Full::Overflow` no more than the thief's
+    /// queue holds; from the injector crossbeam-deque's batch (at most 32).
     Half,
     /// One task (Domainslib's).
     One,

@@ -615,6 +615,17 @@ impl Local {
         }
     }
 
+    /// How many tasks a steal-half may take: half the victim's queue,
+    /// however long (crossbeam's own batch stops at 32, which leaves a
+    /// thief holding the victim's 32 oldest tasks of thousands), but no
+    /// more than the thief's queue holds before it would overflow.
+    fn room(&self) -> usize {
+        match self.shared.config.full {
+            Full::Resize => usize::MAX,
+            Full::Overflow => self.shared.config.capacity.saturating_sub(self.queue.len()).max(1),
+        }
+    }
+
     /// Tries each victim once (twice if it was busy).
     fn steal(&self) -> Option<Item> {
         let candidates = &self.victims;
@@ -627,7 +638,7 @@ impl Local {
             for _ in 0..2 {
                 Counters::add(&self.counters().steals_tried, 1);
                 let got = match self.shared.config.steal {
-                    Steal::Half => victim.steal_batch_and_pop(&self.queue),
+                    Steal::Half => victim.steal_batch_with_limit_and_pop(&self.queue, self.room()),
                     Steal::One => victim.steal(),
                 };
                 match got {

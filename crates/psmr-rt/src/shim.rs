@@ -89,17 +89,20 @@ pub(crate) mod deque {
             self.q.lock().unwrap().pop_front().map_or(Steal::Empty, Steal::Success)
         }
         pub fn steal_batch_and_pop(&self, dest: &Worker<T>) -> Steal<T> {
-            take_half(&self.q, dest)
+            take_half(&self.q, dest, usize::MAX)
+        }
+        pub fn steal_batch_with_limit_and_pop(&self, dest: &Worker<T>, limit: usize) -> Steal<T> {
+            take_half(&self.q, dest, limit)
         }
         pub fn is_empty(&self) -> bool {
             self.q.lock().unwrap().is_empty()
         }
     }
 
-    fn take_half<T>(q: &Shared<T>, dest: &Worker<T>) -> Steal<T> {
+    fn take_half<T>(q: &Shared<T>, dest: &Worker<T>, limit: usize) -> Steal<T> {
         let mut batch: Vec<T> = {
             let mut q = q.lock().unwrap();
-            let n = q.len().div_ceil(2);
+            let n = q.len().div_ceil(2).min(limit);
             q.drain(..n).collect()
         };
         if batch.is_empty() {

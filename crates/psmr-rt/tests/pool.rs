@@ -134,6 +134,47 @@ fn full_queues_overflow_or_grow() {
     }
 }
 
+/// Spins (yielding the CPU) until `flag` is set.
+fn wait_for(flag: &AtomicBool) {
+    while !flag.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_thief_takes_half_of_a_long_queue_not_a_fixed_batch() {
+    // Worker B is held by `hold` while `root` on worker A queues 200
+    // children; then B is let go, steals once from A (A is still in
+    // `root`), and its first child holds it until `root` has read the
+    // counters: exactly one steal has happened by then.
+    let pool = Pool::start(PoolConfig { full: Full::Resize, capacity: 8, ..config(Policy::Fifo, 2) }).unwrap();
+    let [held, release, started, gate] = [(); 4].map(|_| Arc::new(AtomicBool::new(false)));
+    let (h, r) = (held.clone(), release.clone());
+    pool.spawn_fn(move || {
+        h.store(true, Ordering::SeqCst);
+        wait_for(&r);
+    });
+    wait_for(&held);
+    let stolen = Arc::new(AtomicU64::new(0));
+    let (h, s, st, g) = (pool.handle(), stolen.clone(), started.clone(), gate.clone());
+    pool.spawn_fn(move || {
+        for _ in 0..200 {
+            let (st, g) = (st.clone(), g.clone());
+            h.spawn_fn(move || {
+                st.store(true, Ordering::SeqCst);
+                wait_for(&g);
+            });
+        }
+        release.store(true, Ordering::SeqCst);
+        wait_for(&st);
+        s.store(h.stats().total().stolen, Ordering::SeqCst);
+        g.store(true, Ordering::SeqCst);
+    });
+    let total = pool.shutdown().unwrap().total();
+    assert_eq!(total.tasks_run, 202);
+    assert_eq!(stolen.load(Ordering::SeqCst), 100, "one steal takes half of the 200 queued");
+}
+
 #[test]
 fn futures_return_values_and_run_without_an_awaiter() {
     for policy in Policy::ALL {

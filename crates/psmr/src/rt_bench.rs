@@ -29,9 +29,11 @@ pub struct RtBenchArgs {
     /// psmr-rt's victims: random or neighbourhood:K.
     #[arg(long, default_value = "random")]
     victims: String,
-    /// What a full psmr-rt local queue does: overflow or resize.
-    #[arg(long, default_value = "overflow")]
-    full: String,
+    /// What a full psmr-rt local queue does: overflow (half goes to the
+    /// injector) or resize (default: resize for options, whose FIFO and
+    /// LIFO orders it keeps; overflow for the others).
+    #[arg(long)]
+    full: Option<String>,
     /// psmr-rt's local queue capacity (default: 001's for the workload).
     #[arg(long)]
     capacity: Option<usize>,
@@ -96,7 +98,7 @@ impl<'a> Report<'a> {
                 .with_context(|| format!("cannot write {}", file.display()))?;
             self.markdown.push_str(&format!("\n## {name}\n\n```\n{table}```\n\n![{name}]({name}.svg)\n"));
         }
-        let mut value = serde_json::json!({ "workload": config.workload, "workers": config.workers, "tasks": config.tasks, "runs": runs });
+        let mut value = serde_json::json!({ "workload": config.workload, "workers": config.workers, "tasks": config.tasks, "full": config.full().to_string(), "runs": runs });
         if config.workload == Workload::Mixer {
             value["conferences"] = config.conferences.into();
         }
@@ -123,7 +125,11 @@ impl<'a> Report<'a> {
 
 /// The mixer at each conference count asked for, or doubling until the
 /// best psmr-rt policy breaches for more than 1 % of its mixes.
-fn mixer_sweep(report: &mut Report, policies: &[Policy], (steal, victims, full): (Steal, Victims, Full)) -> Result<()> {
+fn mixer_sweep(
+    report: &mut Report,
+    policies: &[Policy],
+    (steal, victims, full): (Steal, Victims, Option<Full>),
+) -> Result<()> {
     let args = report.args;
     let doubling = args.conferences.iter().any(|c| c == "double");
     let mut counts: Vec<usize> = if doubling {
@@ -175,8 +181,8 @@ pub fn rt_bench(args: RtBenchArgs) -> Result<()> {
         args.workloads.iter().map(|w| w.parse()).collect::<Result<_, _>>()?
     };
     let policies = policies(&args.policies)?;
-    let (steal, victims, full): (Steal, Victims, Full) =
-        (args.steal.parse()?, args.victims.parse()?, args.full.parse()?);
+    let full: Option<Full> = args.full.as_deref().map(str::parse).transpose()?;
+    let (steal, victims): (Steal, Victims) = (args.steal.parse()?, args.victims.parse()?);
     eprintln!("rt-bench: seed {} (pass --seed to replay), {} workers", args.seed, args.workers);
     let mut report = Report::new(&args);
     for workload in workloads {

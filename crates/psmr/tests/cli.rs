@@ -294,7 +294,7 @@ fn rt_bench_writes_its_report_and_refuses_bad_settings() {
     let o = psmr(&[
         "rt-bench",
         "--workload",
-        "spawn,mixer",
+        "spawn,mixer,options",
         "--tasks",
         "200",
         "--conferences",
@@ -315,9 +315,13 @@ fn rt_bench_writes_its_report_and_refuses_bad_settings() {
     let runs = results[1]["runs"].as_array().unwrap();
     assert_eq!((results[1]["conferences"].as_u64(), runs.len()), (Some(2), 3), "fifo, lifo, tokio");
     assert!(runs.iter().all(|r| r["tasks"] == 400 && r["breaches"].is_number()), "{runs:?}");
+    // Options' queues grow unless told otherwise, so that FIFO stays FIFO;
+    // the others overflow.
+    assert_eq!((results[0]["full"].as_str(), results[2]["full"].as_str()), (Some("overflow"), Some("resize")));
     std::fs::remove_dir_all(&dir).ok();
     fails_with(&["rt-bench", "--workload", "packets"], "unknown workload \"packets\"");
     fails_with(&["rt-bench", "--policy", "stack"], "bad policy \"stack\"");
     fails_with(&["rt-bench", "--workload", "mixer", "--silos", "3"], "--silos must be between 1 and the workers (2)");
     fails_with(&["rt-bench", "--victims", "neighbourhood:0"], "bad victims");
+    fails_with(&["rt-bench", "--full", "grow"], "bad full \"grow\": overflow or resize");
 }
