@@ -22,6 +22,8 @@ use std::process::ExitCode;
 /// A replica allocates and frees a few small buffers per command on many
 /// threads (operations, replies, reply-cache slots): mimalloc's per-thread
 /// free lists make that a fraction of what glibc's allocator costs there.
+/// It is built without transparent huge pages (the workspace's `no_thp`):
+/// see the workspace's Cargo.toml.
 #[cfg(not(feature = "alloc-meter"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

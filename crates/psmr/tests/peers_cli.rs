@@ -105,6 +105,7 @@ fn a_short_run_puts_every_system_side_by_side() {
     if !peers_installed() {
         eprintln!("etcd or Redis is not installed (scripts/peers.sh installs them): only the error is checked");
         assert_not_installed_error(&o, None);
+        std::fs::remove_dir_all(&dir).ok();
         return;
     }
     assert!(o.status.success(), "{}", text(&o.stderr));
