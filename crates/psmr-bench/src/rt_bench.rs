@@ -98,10 +98,11 @@ impl Workload {
     }
 
     /// What a full local queue does unless told: options' queues grow
-    /// (001 §5.5 traces its tail to queues that grow), so that `fifo` and
-    /// `lifo` keep their order; overflowing half of a spawner's queue into
-    /// the injector, which a worker looks at only now and then, would run
-    /// the newer options ahead of the older ones under either policy.
+    /// (001 §5.5 speaks of its queues growing with more spawners), so that
+    /// `fifo` and `lifo` keep their order; overflowing half of a spawner's
+    /// queue into the injector, which a worker looks at only now and then,
+    /// would run the newer options ahead of the older ones under either
+    /// policy.
     pub fn default_full(self) -> Full {
         match self {
             Workload::Options => Full::Resize,
@@ -603,9 +604,9 @@ impl Lattice {
     }
 
     /// One step backwards: each node holds the larger of its discounted
-    /// expectation and exercising there.
+    /// expectation and exercising there. The root has no step behind it.
     fn back(&mut self) {
-        let t = self.steps() - 1;
+        let Some(t) = self.steps().checked_sub(1) else { return };
         let mut s = Self::price(self.spot, 0, t);
         for j in 0..=t {
             let hold = Self::DISCOUNT * (Self::P * self.values[j + 1] + (1.0 - Self::P) * self.values[j]);
@@ -992,5 +993,9 @@ mod tests {
             deep.back();
         }
         assert!((deep.values[0] - 50.0).abs() < 1e-9, "{}", deep.values[0]);
+        // The root is the end: a step more changes nothing.
+        let root = deep.values.clone();
+        deep.back();
+        assert_eq!(deep.values, root);
     }
 }
