@@ -97,25 +97,18 @@ impl Workload {
         }
     }
 
-    /// What a full local queue does unless told: options' queues grow
-    /// (001 §5.5 speaks of its queues growing with more spawners), so that
-    /// `fifo` and `lifo` keep their order; overflowing half of a spawner's
-    /// queue into the injector, which a worker looks at only now and then,
-    /// would run the newer options ahead of the older ones under either
-    /// policy.
-    pub fn default_full(self) -> Full {
+    /// 001's local queue capacity and spawners for the workload, and what
+    /// a full local queue does. Options' queues grow (001 §5.5 speaks of
+    /// its queues growing with more spawners), so that `fifo` and `lifo`
+    /// keep their order; overflowing half of a spawner's queue into the
+    /// injector, which a worker looks at only now and then, would run the
+    /// newer options ahead of the older ones under either policy.
+    fn shape(self) -> (usize, usize, Full) {
         match self {
-            Workload::Options => Full::Resize,
-            _ => Full::Overflow,
-        }
-    }
-
-    /// 001's local queue capacity and spawners for the workload.
-    fn shape(self) -> (usize, usize) {
-        match self {
-            Workload::PacketCache => (1024, 5),
-            Workload::PacketBimodal => (1024, 1),
-            _ => (128, 1),
+            Workload::PacketCache => (1024, 5, Full::Overflow),
+            Workload::PacketBimodal => (1024, 1, Full::Overflow),
+            Workload::Options => (128, 1, Full::Resize),
+            _ => (128, 1, Full::Overflow),
         }
     }
 }
@@ -156,7 +149,7 @@ pub struct RtBenchConfig {
     pub steal: Steal,
     /// psmr-rt's victims.
     pub victims: Victims,
-    /// psmr-rt's full queues (default: the workload's, `default_full`).
+    /// psmr-rt's full queues (default: the workload's, as 001 ran it).
     pub full: Option<Full>,
     /// packet-bimodal: the heavy tasks on a pool of their own (one worker)
     /// for psmr-rt; tokio runs them inline.
@@ -175,7 +168,7 @@ pub struct RtBenchConfig {
 impl RtBenchConfig {
     /// What psmr-rt's full local queues do in this run.
     pub fn full(&self) -> Full {
-        self.full.unwrap_or(self.workload.default_full())
+        self.full.unwrap_or(self.workload.shape().2)
     }
 
     /// The defaults for `workload`: 2 workers, every policy, 001's queue

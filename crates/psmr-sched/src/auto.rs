@@ -488,9 +488,14 @@ impl Controller {
 
     fn record(&mut self, rate: f64) {
         self.trial = false;
-        self.measured.retain(|(c, _)| *c != self.current);
-        self.measured.push((self.current, rate));
+        self.set_rate(self.current, rate);
         self.measured_at = self.window;
+    }
+
+    /// `c`'s rate for this workload, replacing any earlier one.
+    fn set_rate(&mut self, c: Choice, rate: f64) {
+        self.measured.retain(|(m, _)| *m != c);
+        self.measured.push((c, rate));
     }
 
     fn rate(&self, c: Choice) -> Option<f64> {
@@ -502,8 +507,7 @@ impl Controller {
     pub fn refused(&mut self, refused: Choice, running: Choice) {
         self.current = running;
         self.trial = false;
-        self.measured.retain(|(c, _)| *c != refused);
-        self.measured.push((refused, 0.0));
+        self.set_rate(refused, 0.0);
     }
 
     fn go(&mut self, to: Choice, reason: String) -> Option<Decision> {
