@@ -838,8 +838,9 @@ impl Sampler {
 /// Per-worker totals of each run's metrics: one line per worker with the
 /// share of the run spent idle in synchronization and on the queue.
 pub fn format_metrics_table(reports: &[RunReport]) -> String {
+    let name = name_width(reports);
     let mut out = format!(
-        "{:<18} {:>7} {:>6} {:>10} {:>9} {:>10} {:>10} {:>7}\n",
+        "{:<name$} {:>7} {:>6} {:>10} {:>9} {:>10} {:>10} {:>7}\n",
         "scheduler", "workers", "worker", "executed", "sync_idle", "queue_idle", "queue_size", "steals"
     );
     for r in reports {
@@ -859,7 +860,7 @@ pub fn format_metrics_table(reports: &[RunReport]) -> String {
         let span = r.metrics.iter().map(|m| m.t_s).fold(0.0, f64::max).max(1e-9);
         for (w, t) in totals.iter().enumerate() {
             out.push_str(&format!(
-                "{:<18} {:>7} {:>6} {:>10} {:>8.1}% {:>9.1}% {:>10.1} {:>3}/{:<3}\n",
+                "{:<name$} {:>7} {:>6} {:>10} {:>8.1}% {:>9.1}% {:>10.1} {:>3}/{:<3}\n",
                 r.scheduler,
                 r.workers,
                 w,
@@ -875,8 +876,14 @@ pub fn format_metrics_table(reports: &[RunReport]) -> String {
     out
 }
 
+/// The width of a table's scheduler column: its longest name.
+fn name_width(reports: &[RunReport]) -> usize {
+    reports.iter().map(|r| r.scheduler.len()).max().unwrap_or(0).max("scheduler".len())
+}
+
 /// A readable table of runs, one line each.
 pub fn format_table(reports: &[RunReport]) -> String {
+    let name = name_width(reports);
     let mut out = String::new();
     if let Some(r) = reports.first() {
         let write_skew = r.write_skew.map(|w| format!(" write-skew {w}")).unwrap_or_default();
@@ -892,7 +899,7 @@ pub fn format_table(reports: &[RunReport]) -> String {
     let mapping_cell =
         |m: Option<&str>| if show_mapping { format!(" {:<width$}", m.unwrap_or("-")) } else { String::new() };
     out.push_str(&format!(
-        "{:<18} {:>7}{} {:>10} {:>14} {:>8}  {}\n",
+        "{:<name$} {:>7}{} {:>10} {:>14} {:>8}  {}\n",
         "scheduler",
         "workers",
         mapping_cell(Some("mapping")),
@@ -904,7 +911,7 @@ pub fn format_table(reports: &[RunReport]) -> String {
     for r in reports {
         let vs = r.vs_sequential.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<18} {:>7}{} {:>10.3} {:>14.0} {:>8}  {}\n",
+            "{:<name$} {:>7}{} {:>10.3} {:>14.0} {:>8}  {}\n",
             r.scheduler,
             r.workers,
             mapping_cell(r.mapping.as_deref()),
@@ -941,5 +948,48 @@ mod tests {
         let spec = list(&["R=conc:0,1;W=seq:0-1", "default"]).unwrap();
         assert_eq!(spec, [MappingSource::Spec("R=conc:0,1;W=seq:0-1".into()), MappingSource::Default]);
         assert!(list(&["naive,optimal:best"]).is_err());
+    }
+
+    #[test]
+    fn the_scheduler_column_fits_the_longest_name() {
+        let report = |scheduler: &str| RunReport {
+            scheduler: scheduler.into(),
+            workers: 2,
+            commands: 1,
+            elapsed_s: 1.0,
+            runs: 1,
+            elapsed_min_s: 1.0,
+            elapsed_max_s: 1.0,
+            throughput_cps: 1.0,
+            digest: "d".into(),
+            reply_digest: "r".into(),
+            vs_sequential: None,
+            service: "kv".into(),
+            model: "readers-writers".into(),
+            cost: "light".into(),
+            workload: "0-0-0".into(),
+            shards: 1,
+            skew: 0.0,
+            write_skew: None,
+            mapping: None,
+            mapping_spec: None,
+            batch: 1,
+            seed: 1,
+            executed_per_worker: vec![1],
+            metrics: Vec::new(),
+        };
+        let table = format_table(&[report("sequential"), report("late-batch-bitmap-pool")]);
+        // Where each line's second column (workers) ends.
+        let ends: Vec<usize> = table
+            .lines()
+            .skip(1)
+            .map(|line| {
+                let after_name = line.find(' ').expect("two columns");
+                let rest = line[after_name..].trim_start();
+                line.len() - rest.len() + rest.find(' ').expect("more columns")
+            })
+            .collect();
+        assert_eq!(ends.len(), 3, "{table}");
+        assert!(ends.iter().all(|&e| e == ends[0]), "columns do not line up:\n{table}");
     }
 }

@@ -50,6 +50,14 @@ impl Policy {
     pub fn is_lifo(self) -> bool {
         !matches!(self, Policy::Fifo | Policy::FifoSlot)
     }
+
+    /// Whether a worker runs the task it queued last before the older ones
+    /// it queued: from its slot (`fifo-slot`) or the top of its stack (the
+    /// LIFO policies, on their LIFO turns). Only `fifo` runs the oldest
+    /// first.
+    pub fn runs_newest_first(self) -> bool {
+        self != Policy::Fifo
+    }
 }
 
 impl fmt::Display for Policy {

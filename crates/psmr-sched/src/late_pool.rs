@@ -8,24 +8,35 @@
 //! injector). A node freed by a finishing job is spawned by the worker that
 //! ran that job, into its own slot or stack (`--pool fifo-slot` or `lifo`):
 //! a chain of conflicting commands on one key stays on one core, the
-//! locality 001 §4.3.1 argues for, while idle workers steal the rest.
+//! locality 001 §4.3.1 argues for, while idle workers steal the rest. Of
+//! the nodes one job frees, its worker runs the oldest next, as a worker of
+//! `late-batch-bitmap` would.
 
 use crate::exec::{stats_of, Executor};
 use crate::late::{nodes, Item, Shared};
 use crate::sink::ReplySink;
 use crate::sync::{Naps, Patience};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind};
+use crossbeam::utils::CachePadded;
 use psmr_model::{Batch, Service};
 use psmr_rt::{Handle, Pool, PoolConfig};
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Nodes freed at once: almost always few.
+type Freed<O> = SmallVec<[(u32, Arc<Item<O>>); 4]>;
 
 /// What the jobs share: the graph and the pool they run on.
 struct Jobs<S: Service> {
     shared: Shared<S>,
     pool: Handle,
-    /// Commands executed by each worker.
-    executed: Vec<AtomicU64>,
+    /// Commands executed by each worker, a cache line each: every job
+    /// adds to its worker's.
+    executed: Vec<CachePadded<AtomicU64>>,
+    /// Whether a worker runs the job it spawned last before the older
+    /// ones ([`psmr_rt::Policy::runs_newest_first`]).
+    newest_first: bool,
 }
 
 /// The late schedulers on a psmr-rt pool.
@@ -46,8 +57,9 @@ impl<S: Service> LatePool<S> {
         let pool_config = PoolConfig { policy: config.pool, ..PoolConfig::new("late", config.workers) };
         let pool = Pool::start(pool_config).map_err(|e| SchedError::Spawn(e.to_string()))?;
         let shared = Shared::new(config, Executor::new(service, sink));
-        let executed = (0..config.workers).map(|_| AtomicU64::new(0)).collect();
-        let jobs = Arc::new(Jobs { shared, pool: pool.handle(), executed });
+        let executed = (0..config.workers).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
+        let newest_first = config.pool.runs_newest_first();
+        let jobs = Arc::new(Jobs { shared, pool: pool.handle(), executed, newest_first });
         Ok(Self { kind: config.kind, jobs, pool: Some(pool), classes })
     }
 
@@ -63,12 +75,27 @@ impl<S: Service> LatePool<S> {
         }
         let mut g = shared.lock();
         g.insert(item, shared.test);
-        let free: Vec<_> = std::iter::from_fn(|| g.take()).collect();
+        let free: Freed<_> = std::iter::from_fn(|| g.take()).collect();
         shared.publish(&g);
         drop(g);
         for (slot, item) in free {
             spawn(&self.jobs, slot, item);
         }
+    }
+}
+
+/// Spawns the nodes a finished job freed (oldest first, as the graph
+/// gives them) from its worker, so that the oldest is the one this worker
+/// runs next, as a worker of `late-batch-bitmap` would take it, and the
+/// others queue by age for thieves. An older node has had longer to gather
+/// dependents, so running it first frees more work sooner. Where the
+/// worker runs its newest task first, the oldest is spawned last.
+fn spawn_freed<S: Service>(jobs: &Arc<Jobs<S>>, mut free: Freed<S::Op>) {
+    if jobs.newest_first && free.len() > 1 {
+        free[..].rotate_left(1);
+    }
+    for (slot, item) in free {
+        spawn(jobs, slot, item);
     }
 }
 
@@ -91,13 +118,11 @@ fn run<S: Service>(jobs: &Arc<Jobs<S>>, slot: u32, item: Arc<Item<S::Op>>) {
     drop(item);
     let mut g = shared.lock();
     g.remove(slot);
-    let free: Vec<_> = std::iter::from_fn(|| g.take()).collect();
+    let free: Freed<_> = std::iter::from_fn(|| g.take()).collect();
     shared.publish(&g);
     let (len, drained) = (g.len(), g.closed && g.len() == 0);
     drop(g);
-    for (slot, item) in free {
-        spawn(jobs, slot, item);
-    }
+    spawn_freed(jobs, free);
     // As in `late`: a scheduler blocked on a full graph goes on once it
     // has drained to half; `finish` waits for it to drain completely.
     if len <= shared.graph_max / 2 {

@@ -4,9 +4,12 @@
 //! batches those are from their graph. A switch away from an early
 //! scheduler takes back what its workers have not begun
 //! (`Scheduler::withdraw`). Command 1 blocks at a gate, so "still
-//! executing" is a state the test holds, not a race it hopes for.
+//! executing" is a state the test holds, not a race it hopes for. The gate
+//! also holds a late pool's job while others queue behind it, to show
+//! which of the nodes it frees its worker runs next.
 
 use psmr_model::{Batch, ClassId, ClassModel, ClientId, Command, Digest, Mapping, Service, SnapshotError};
+use psmr_rt::Policy;
 use psmr_sched::{build, CollectSink, SchedConfig, Scheduler, SchedulerKind, Switchable};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -86,6 +89,19 @@ fn write(seq: u64, key: u64) -> Batch<u64> {
     Batch::new(vec![cmd], 64)
 }
 
+/// A batch of one command, `seq`, reading key `key`.
+fn read(seq: u64, key: u64) -> Batch<u64> {
+    let cmd = Command {
+        client: ClientId(1),
+        seq,
+        class: ClassId(0),
+        reads: [key].into_iter().collect(),
+        writes: Default::default(),
+        op: key,
+    };
+    Batch::new(vec![cmd], 64)
+}
+
 /// One class of writes, each in conflict with the others.
 fn model() -> ClassModel {
     ClassModel::builder("w").class("W").conflict("W", "W").build().unwrap()
@@ -121,6 +137,28 @@ fn a_late_scheduler_knows_which_batches_conflict_with_what_it_still_executes() {
         service.open();
         service.wait_for("command 1 finishing", |s| s.finished.contains(&1));
         late.finish().unwrap();
+    }
+}
+
+#[test]
+fn a_late_pool_worker_runs_the_oldest_node_its_job_freed_next() {
+    // On the policies whose worker runs its newest task first, spawning
+    // the freed nodes in age order would run command 4 next.
+    for policy in [Policy::Fifo, Policy::Lifo, Policy::FifoSlot] {
+        let service = Arc::new(Gated::default());
+        let config = SchedConfig { pool: policy, ..SchedConfig::new(SchedulerKind::LateBatchBitmapPool, 1) };
+        let mut late = build(&config, service.clone(), &model(), Arc::new(CollectSink::new(1))).unwrap();
+        late.submit(write(1, 7)).unwrap();
+        service.wait_for("command 1 starting", |s| s.started.contains(&1));
+        // Each reads what command 1 writes, and none conflicts with
+        // another: command 1's end frees all three at once.
+        for seq in 2..=4 {
+            late.submit(read(seq, 7)).unwrap();
+        }
+        service.open();
+        assert_eq!(late.finish().unwrap().executed(), 4, "{policy}");
+        let finished = service.finished();
+        assert_eq!(finished[..2], [1, 2], "{policy}: {finished:?}");
     }
 }
 
