@@ -18,15 +18,23 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Waits (bounded) until process `pid` has exited (gone, or a zombie not
-/// yet reaped by its parent).
+/// Waits (bounded) until process `pid` has exited (see [`exited`]).
 fn gone(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let status = format!("/proc/{pid}/status");
-    while std::fs::read_to_string(&status).is_ok_and(|s| !s.contains("zombie")) {
+    while !exited(pid) {
         assert!(Instant::now() < deadline, "process {pid} outlived its SIGKILL or the cluster");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether process `pid` is gone, or a zombie not yet reaped by its parent
+/// whose other threads have exited too. A killed process's main thread can
+/// be a zombie while its other threads are still exiting with its sockets
+/// open: a replica restarted on its port then found it in use.
+fn exited(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return true };
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    status.contains("zombie") && threads <= 1
 }
 
 /// Waits (bounded) until something accepts connections at `addr`.
