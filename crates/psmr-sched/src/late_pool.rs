@@ -34,9 +34,6 @@ struct Jobs<S: Service> {
     /// Commands executed by each worker, a cache line each: every job
     /// adds to its worker's.
     executed: Vec<CachePadded<AtomicU64>>,
-    /// Whether a worker runs the job it spawned last before the older
-    /// ones ([`psmr_rt::Policy::runs_newest_first`]).
-    newest_first: bool,
 }
 
 /// The late schedulers on a psmr-rt pool.
@@ -58,8 +55,7 @@ impl<S: Service> LatePool<S> {
         let pool = Pool::start(pool_config).map_err(|e| SchedError::Spawn(e.to_string()))?;
         let shared = Shared::new(config, Executor::new(service, sink));
         let executed = (0..config.workers).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
-        let newest_first = config.pool.runs_newest_first();
-        let jobs = Arc::new(Jobs { shared, pool: pool.handle(), executed, newest_first });
+        let jobs = Arc::new(Jobs { shared, pool: pool.handle(), executed });
         Ok(Self { kind: config.kind, jobs, pool: Some(pool), classes })
     }
 
@@ -91,7 +87,7 @@ impl<S: Service> LatePool<S> {
 /// dependents, so running it first frees more work sooner. Where the
 /// worker runs its newest task first, the oldest is spawned last.
 fn spawn_freed<S: Service>(jobs: &Arc<Jobs<S>>, mut free: Freed<S::Op>) {
-    if jobs.newest_first && free.len() > 1 {
+    if free.len() > 1 && jobs.pool.config().policy.runs_newest_first() {
         free[..].rotate_left(1);
     }
     for (slot, item) in free {
