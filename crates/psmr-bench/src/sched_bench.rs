@@ -299,6 +299,10 @@ pub struct RunReport {
     pub reply_digest: String,
     /// Throughput relative to `sequential` in the same invocation, if it ran.
     pub vs_sequential: Option<f64>,
+    /// Throughput relative to the first variant's, paired round by round
+    /// (`--repeat` 2 or more; not for the first variant itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_first: Option<Paired>,
     /// Service name.
     pub service: String,
     /// Class model name.
@@ -332,6 +336,67 @@ pub struct RunReport {
     /// `metrics_interval_ms`), printed as their own JSON lines.
     #[serde(skip)]
     pub metrics: Vec<MetricsSample>,
+}
+
+/// One variant's throughput over another's, from runs paired by round:
+/// the two runs of a round are adjacent in time, so a ratio per round
+/// cancels the machine's slow drift that separate medians keep.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Paired {
+    /// Rounds behind the ratio.
+    pub rounds: usize,
+    /// The median of the per-round ratios.
+    pub median: f64,
+    /// A 95 % confidence interval of that median, from the ratios' order
+    /// statistics (no assumption about their distribution); `None` with
+    /// fewer than 6 rounds, which cannot give one.
+    pub ci95: Option<(f64, f64)>,
+}
+
+impl Paired {
+    /// The ratios `first[r] / other[r]` of elapsed times (so throughput of
+    /// `other` over `first`), round by round.
+    pub fn of(first: &[f64], other: &[f64]) -> Option<Paired> {
+        if first.len() != other.len() || first.len() < 2 {
+            return None;
+        }
+        let mut ratios: Vec<f64> = first.iter().zip(other).map(|(f, o)| f / o.max(1e-12)).collect();
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = if n % 2 == 1 { ratios[n / 2] } else { (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0 };
+        let ci95 = median_rank_bound(n).map(|k| (ratios[k - 1], ratios[n - k]));
+        Some(Paired { rounds: n, median, ci95 })
+    }
+
+    /// The table cell: `1.02x` and, when there is one, the interval.
+    fn cell(&self) -> String {
+        match self.ci95 {
+            Some((low, high)) => format!("{:.2}x ({low:.2}-{high:.2})", self.median),
+            None => format!("{:.2}x", self.median),
+        }
+    }
+}
+
+/// The largest rank `k` such that the `k`-th smallest and `k`-th largest
+/// of `n` samples bound their population's median with 95 % confidence:
+/// the median lies outside them only when at most `k - 1` samples fall on
+/// one side of it, which for each side has the probability of a binomial
+/// `B(n, 1/2)` being at most `k - 1`. `None` when even the extremes give
+/// less than 95 % (fewer than 6 samples).
+fn median_rank_bound(n: usize) -> Option<usize> {
+    // P(B(n, 1/2) <= j), one term at a time: C(n, j) / 2^n.
+    let mut term = 0.5f64.powi(n as i32);
+    let mut below = 0.0;
+    let mut k = None;
+    for j in 0..n / 2 {
+        below += term;
+        if 2.0 * below > 0.05 {
+            break;
+        }
+        k = Some(j + 1);
+        term *= (n - j) as f64 / (j + 1) as f64;
+    }
+    k
 }
 
 impl SchedBenchConfig {
@@ -591,9 +656,11 @@ where
             outcomes[i] = Some(outcome);
         }
     }
+    let first = elapsed[0].clone();
     let mut reports: Vec<RunReport> = Vec::new();
     let mut sequential_cps = None;
     for (i, &(kind, workers, source)) in plan.iter().enumerate() {
+        let vs_first = if i == 0 { None } else { Paired::of(&first, &elapsed[i]) };
         let times = &mut elapsed[i];
         times.sort_by(f64::total_cmp);
         let elapsed_s = times[times.len() / 2];
@@ -614,6 +681,7 @@ where
             digest: outcome.digest,
             reply_digest: outcome.reply_digest,
             vs_sequential: sequential_cps.map(|s| throughput_cps / s),
+            vs_first,
             service: config.service.to_string(),
             model: config.model.clone(),
             cost: config.cost.to_string(),
@@ -898,28 +966,38 @@ pub fn format_table(reports: &[RunReport]) -> String {
     let width = labels.iter().map(|l| l.len()).max().unwrap_or(0).clamp(7, 40);
     let mapping_cell =
         |m: Option<&str>| if show_mapping { format!(" {:<width$}", m.unwrap_or("-")) } else { String::new() };
+    // The paired column only when rounds were paired.
+    let paired: Vec<String> = reports.iter().map(|r| r.vs_first.as_ref().map_or("-".into(), Paired::cell)).collect();
+    let show_paired = reports.iter().any(|r| r.vs_first.is_some());
+    let pw = paired.iter().map(String::len).max().unwrap_or(0).max("vs_first".len());
+    let paired_cell = |c: &str| if show_paired { format!(" {c:>pw$}") } else { String::new() };
     out.push_str(&format!(
-        "{:<name$} {:>7}{} {:>10} {:>14} {:>8}  {}\n",
+        "{:<name$} {:>7}{} {:>10} {:>14} {:>8}{}  {}\n",
         "scheduler",
         "workers",
         mapping_cell(Some("mapping")),
         "elapsed_s",
         "throughput_cps",
         "vs_seq",
+        paired_cell("vs_first"),
         "digest"
     ));
-    for r in reports {
+    for (r, p) in reports.iter().zip(&paired) {
         let vs = r.vs_sequential.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<name$} {:>7}{} {:>10.3} {:>14.0} {:>8}  {}\n",
+            "{:<name$} {:>7}{} {:>10.3} {:>14.0} {:>8}{}  {}\n",
             r.scheduler,
             r.workers,
             mapping_cell(r.mapping.as_deref()),
             r.elapsed_s,
             r.throughput_cps,
             vs,
+            paired_cell(p),
             r.digest
         ));
+    }
+    if show_paired {
+        out.push_str("vs_first: throughput over the first line's, the median of one ratio per round, with its 95 % confidence interval\n");
     }
     if show_mapping {
         out.push_str("mappings that ran:\n");
@@ -951,6 +1029,37 @@ mod tests {
     }
 
     #[test]
+    fn the_median_interval_has_the_ranks_of_the_binomial_tables() {
+        // Ranks from the exact binomial distribution (e.g. Conover,
+        // Practical Nonparametric Statistics, table A3).
+        assert_eq!(median_rank_bound(5), None);
+        assert_eq!(median_rank_bound(6), Some(1));
+        assert_eq!(median_rank_bound(9), Some(2));
+        assert_eq!(median_rank_bound(21), Some(6));
+        assert_eq!(median_rank_bound(41), Some(14));
+        assert_eq!(median_rank_bound(100), Some(40));
+    }
+
+    #[test]
+    fn paired_ratios_are_taken_round_by_round() {
+        // The machine drifts slower round by round, and the second
+        // variant is 10 % faster in every round: every ratio is 1.10.
+        let first: Vec<f64> = (0..9).map(|r| 1.0 + 0.1 * r as f64).collect();
+        let other: Vec<f64> = first.iter().map(|f| f / 1.1).collect();
+        let p = Paired::of(&first, &other).expect("paired");
+        assert_eq!(p.rounds, 9);
+        assert!((p.median - 1.1).abs() < 1e-9, "{p:?}");
+        let (low, high) = p.ci95.expect("9 rounds give an interval");
+        assert!((low - 1.1).abs() < 1e-9 && (high - 1.1).abs() < 1e-9, "{p:?}");
+        // Ratios 1..=9: the interval is the 2nd smallest and largest.
+        let other: Vec<f64> = (1..=9).map(|r| 1.0 / r as f64).collect();
+        let p = Paired::of(&[1.0; 9], &other).expect("paired");
+        assert_eq!((p.median, p.ci95), (5.0, Some((2.0, 8.0))));
+        assert_eq!(Paired::of(&[1.0; 4], &[0.5; 4]).expect("paired").ci95, None);
+        assert_eq!(Paired::of(&[1.0], &[1.0]), None, "one round pairs nothing");
+    }
+
+    #[test]
     fn the_scheduler_column_fits_the_longest_name() {
         let report = |scheduler: &str| RunReport {
             scheduler: scheduler.into(),
@@ -964,6 +1073,7 @@ mod tests {
             digest: "d".into(),
             reply_digest: "r".into(),
             vs_sequential: None,
+            vs_first: None,
             service: "kv".into(),
             model: "readers-writers".into(),
             cost: "light".into(),
@@ -978,11 +1088,15 @@ mod tests {
             executed_per_worker: vec![1],
             metrics: Vec::new(),
         };
-        let table = format_table(&[report("sequential"), report("late-batch-bitmap-pool")]);
+        let mut pool = report("late-batch-bitmap-pool");
+        pool.vs_first = Some(Paired { rounds: 9, median: 1.1, ci95: Some((1.0, 1.2)) });
+        let table = format_table(&[report("sequential"), pool]);
+        assert!(table.contains(" vs_first ") && table.contains(" 1.10x (1.00-1.20) "), "{table}");
         // Where each line's second column (workers) ends.
         let ends: Vec<usize> = table
             .lines()
             .skip(1)
+            .take_while(|line| !line.starts_with("vs_first:"))
             .map(|line| {
                 let after_name = line.find(' ').expect("two columns");
                 let rest = line[after_name..].trim_start();
@@ -990,6 +1104,7 @@ mod tests {
             })
             .collect();
         assert_eq!(ends.len(), 3, "{table}");
+        assert!(table.ends_with("confidence interval\n"), "{table}");
         assert!(ends.iter().all(|&e| e == ends[0]), "columns do not line up:\n{table}");
     }
 }

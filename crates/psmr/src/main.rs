@@ -221,6 +221,11 @@ struct SchedBenchArgs {
     #[arg(long, default_value = "fifo-slot", value_parser = parse_pool)]
     pool: psmr_rt::Policy,
     /// Run each variant N times (in rounds over all variants) and report the median.
+    ///
+    /// With 2 or more, each variant after the first is also compared with the first
+    /// round by round (the `vs_first` column): the median of the per-round throughput
+    /// ratios, and from 6 rounds on its 95 % confidence interval. A difference is
+    /// resolved when the interval excludes 1.00x.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
     /// Run every variant in this process instead of a fresh child process

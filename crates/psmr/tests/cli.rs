@@ -130,8 +130,10 @@ fn repeat_reports_the_median_of_its_runs() {
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    for line in String::from_utf8(o.stdout).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    for v in &lines {
         assert_eq!(v["runs"], 3);
         let (min, med, max) = (
             v["elapsed_min_s"].as_f64().unwrap(),
@@ -140,6 +142,30 @@ fn repeat_reports_the_median_of_its_runs() {
         );
         assert!(min <= med && med <= max, "{v}");
     }
+    // The second is paired with the first round by round; 3 rounds give
+    // no 95 % interval.
+    assert!(lines[0].get("vs_first").is_none(), "{}", lines[0]);
+    let paired = &lines[1]["vs_first"];
+    assert_eq!(paired["rounds"], 3, "{paired}");
+    assert!(paired["median"].as_f64().unwrap() > 0.0 && paired["ci95"].is_null(), "{paired}");
+}
+
+#[test]
+fn six_rounds_or_more_bound_the_paired_ratio() {
+    let args = ["sched-bench", "--scheduler", "sequential,late-batch-bitmap", "--workers", "1", "--commands", "2000"];
+    let o = psmr(&[&args[..], &["--repeat", "6"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let row = out.lines().find(|l| l.starts_with("late-batch-bitmap ")).expect("a row");
+    // `... 0.97x (0.90-1.10)  digest`: the median inside its interval.
+    let (before, after) = row.split_once(" (").expect(row);
+    let median: f64 =
+        before.rsplit(' ').next().and_then(|m| m.strip_suffix('x')).and_then(|m| m.parse().ok()).expect(row);
+    let interval = after.split_once(')').expect(row).0;
+    let (low, high) = interval.split_once('-').expect(row);
+    let (low, high): (f64, f64) = (low.parse().expect(row), high.parse().expect(row));
+    assert!(low <= median && median <= high, "{row}");
+    assert!(out.contains("vs_first: throughput over the first line's"), "{out}");
 }
 
 #[test]
