@@ -21,6 +21,6 @@ echo "== cargo test"
 timeout 1800 cargo test --workspace --all-features
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$CARGO_TARGET_DIR-loom" \
-    cargo test -p psmr-sched --no-default-features --test loom_barrier --test loom_cycles --test loom_steal --test loom_semi --test loom_signal --test loom_gate --release
+    cargo test -p psmr-sched --no-default-features --test loom_barrier --test loom_cycles --test loom_steal --test loom_semi --test loom_signal --test loom_gate --test loom_dag --release
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$CARGO_TARGET_DIR-loom" \
     cargo test -p psmr-rt --test loom_rt --release

@@ -2,7 +2,7 @@
 
 use psmr_model::{Batch, ClassModel, Command, Mapping, MappingError, Service, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 use psmr_sched::optimizer::{self, OptimizerError, Problem, Weighting};
-use psmr_sched::{DigestSink, SchedConfig, SchedError, SchedulerKind, GRAPH_MAX_DEFAULT, QUEUE_DEPTH_DEFAULT};
+use psmr_sched::{DigestSink, SchedConfig, SchedError, SchedulerKind, QUEUE_DEPTH_DEFAULT};
 use psmr_services::{kv, list, Cost, WorkloadConfig, WorkloadError};
 use serde::Serialize;
 use std::fmt;
@@ -145,8 +145,10 @@ pub struct SchedBenchConfig {
     pub workload: WorkloadConfig,
     /// Bits of each batch bitmap.
     pub bitmap_bits: u32,
-    /// Late schedulers: dependency graph bound, in nodes.
-    pub graph_max: usize,
+    /// Schedulers with a dependency graph: its bounds, in nodes; each such
+    /// scheduler runs with each. Empty gives each scheduler its own default
+    /// ([`SchedulerKind::graph_max_default`]).
+    pub graph_max: Vec<usize>,
     /// Early: per-worker queue bound, in batches.
     pub queue_depth: usize,
     /// Early schedulers: where mappings come from. Each scheduler that
@@ -203,7 +205,7 @@ impl Default for SchedBenchConfig {
             list_size: None,
             workload: WorkloadConfig { commands: 1_000_000, ..WorkloadConfig::default() },
             bitmap_bits: BITMAP_BITS_DEFAULT,
-            graph_max: GRAPH_MAX_DEFAULT,
+            graph_max: Vec::new(),
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mappings: vec![MappingSource::Default],
             repeat: 1,
@@ -318,6 +320,9 @@ pub struct RunReport {
     /// Skew of local writes, when it differs from `skew`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_skew: Option<f64>,
+    /// Schedulers with a dependency graph: its bound, in nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_max: Option<usize>,
     /// Early schedulers: where the mapping came from (`default`,
     /// `optimal`, `naive`, a file or a spec).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -430,8 +435,14 @@ impl SchedBenchConfig {
                 self.bitmap_bits
             )));
         }
-        if self.graph_max == 0 || self.queue_depth == 0 {
-            return Err(BenchError::Config("--graph-max and --queue-depth must be at least 1".into()));
+        if let Some(&g) = self.graph_max.iter().find(|&&g| g == 0 || g > psmr_sched::GRAPH_MAX_LIMIT) {
+            return Err(BenchError::Config(format!(
+                "--graph-max must be between 1 and {}, got {g}",
+                psmr_sched::GRAPH_MAX_LIMIT
+            )));
+        }
+        if self.queue_depth == 0 {
+            return Err(BenchError::Config("--queue-depth must be at least 1".into()));
         }
         if let Some(spin) = self.spin.filter(|&s| s > psmr_sched::SPIN_MAX) {
             return Err(BenchError::Config(format!(
@@ -588,17 +599,23 @@ where
         None => commands.chunks(config.batch).map(|c| Batch::new(c.to_vec(), config.bitmap_bits)).collect(),
     };
     drop(commands);
-    // One variant per (scheduler, workers, mapping source); schedulers
-    // without a mapping run once per worker count.
-    let mut plan: Vec<(SchedulerKind, usize, Option<usize>)> = Vec::new();
+    // One variant per (scheduler, workers, mapping source, graph bound);
+    // schedulers without a mapping or a graph run once per worker count.
+    let mut plan: Vec<(SchedulerKind, usize, Option<usize>, Option<usize>)> = Vec::new();
     for &kind in &config.schedulers {
         let sources: Vec<Option<usize>> =
             if kind.needs_mapping() { (0..config.mappings.len()).map(Some).collect() } else { vec![None] };
+        let graphs: Vec<Option<usize>> = match kind.has_graph() && !config.graph_max.is_empty() {
+            true => config.graph_max.iter().copied().map(Some).collect(),
+            false => vec![None],
+        };
         let worker_counts: &[usize] = if kind == SchedulerKind::Sequential { &[1] } else { &config.workers };
         for &w in worker_counts {
             for &m in &sources {
-                if !plan.contains(&(kind, w, m)) {
-                    plan.push((kind, w, m));
+                for &g in &graphs {
+                    if !plan.contains(&(kind, w, m, g)) {
+                        plan.push((kind, w, m, g));
+                    }
                 }
             }
         }
@@ -612,7 +629,7 @@ where
     // workers) pair is solved once.
     let mut made: Vec<((usize, usize), Mapping)> = Vec::new();
     let mut mappings = Vec::with_capacity(plan.len());
-    for &(_, w, m) in &plan {
+    for &(_, w, m, _) in &plan {
         mappings.push(match m {
             None => None,
             Some(i) => {
@@ -632,10 +649,10 @@ where
     let mut outcomes: Vec<Option<Outcome>> = vec![None; plan.len()];
     let mut reference: Option<(SchedulerKind, Outcome)> = None;
     for _round in 0..config.repeat {
-        for (i, (&(kind, workers, _), mapping)) in plan.iter().zip(&mappings).enumerate() {
+        for (i, (&(kind, workers, _, graph), mapping)) in plan.iter().zip(&mappings).enumerate() {
             let (secs, outcome) = match &config.isolate {
                 Some(isolate) => run_child(isolate, i, kind, workers)?,
-                None => run_once(config, &setup, &batches, kind, workers, mapping.clone())?,
+                None => run_once(config, &setup, &batches, (kind, workers, graph), mapping.clone())?,
             };
             if let Some((ref_kind, r)) = &reference {
                 if r.digest != outcome.digest || r.reply_digest != outcome.reply_digest {
@@ -659,7 +676,7 @@ where
     let first = elapsed[0].clone();
     let mut reports: Vec<RunReport> = Vec::new();
     let mut sequential_cps = None;
-    for (i, &(kind, workers, source)) in plan.iter().enumerate() {
+    for (i, &(kind, workers, source, graph)) in plan.iter().enumerate() {
         let vs_first = if i == 0 { None } else { Paired::of(&first, &elapsed[i]) };
         let times = &mut elapsed[i];
         times.sort_by(f64::total_cmp);
@@ -689,6 +706,7 @@ where
             shards: config.workload.shards,
             skew: config.workload.skew,
             write_skew: config.workload.write_skew,
+            graph_max: kind.has_graph().then(|| graph.unwrap_or(kind.graph_max_default())),
             mapping: source.map(|m| config.mappings[m].label()),
             mapping_spec: mappings[i].as_ref().map(|m| m.to_spec(&setup.model)),
             batch: config.batch,
@@ -761,8 +779,7 @@ fn run_once<S: Service>(
     config: &SchedBenchConfig,
     setup: &Setup<'_, S>,
     batches: &[Batch<S::Op>],
-    kind: SchedulerKind,
-    workers: usize,
+    (kind, workers, graph): (SchedulerKind, usize, Option<usize>),
     mapping: Option<Mapping>,
 ) -> Result<(f64, Outcome), BenchError>
 where
@@ -772,7 +789,9 @@ where
     let service = Arc::new((setup.make)());
     let sink = Arc::new(DigestSink::new(workers));
     let mut sched_config = SchedConfig::new(kind, workers);
-    sched_config.graph_max = config.graph_max;
+    if let Some(graph_max) = graph {
+        sched_config.graph_max = graph_max;
+    }
     sched_config.queue_depth = config.queue_depth;
     sched_config.mapping = mapping;
     sched_config.spin = config.spin;
@@ -966,16 +985,24 @@ pub fn format_table(reports: &[RunReport]) -> String {
     let width = labels.iter().map(|l| l.len()).max().unwrap_or(0).clamp(7, 40);
     let mapping_cell =
         |m: Option<&str>| if show_mapping { format!(" {:<width$}", m.unwrap_or("-")) } else { String::new() };
+    // The graph column only when graph bounds are compared: when one
+    // scheduler ran with two.
+    let show_graph = reports.iter().any(|a| {
+        reports.iter().any(|b| a.scheduler == b.scheduler && a.graph_max.is_some() && a.graph_max != b.graph_max)
+    });
+    let graph_cell =
+        |g: Option<String>| if show_graph { format!(" {:>5}", g.unwrap_or("-".into())) } else { String::new() };
     // The paired column only when rounds were paired.
     let paired: Vec<String> = reports.iter().map(|r| r.vs_first.as_ref().map_or("-".into(), Paired::cell)).collect();
     let show_paired = reports.iter().any(|r| r.vs_first.is_some());
     let pw = paired.iter().map(String::len).max().unwrap_or(0).max("vs_first".len());
     let paired_cell = |c: &str| if show_paired { format!(" {c:>pw$}") } else { String::new() };
     out.push_str(&format!(
-        "{:<name$} {:>7}{} {:>10} {:>14} {:>8}{}  {}\n",
+        "{:<name$} {:>7}{}{} {:>10} {:>14} {:>8}{}  {}\n",
         "scheduler",
         "workers",
         mapping_cell(Some("mapping")),
+        graph_cell(Some("graph".into())),
         "elapsed_s",
         "throughput_cps",
         "vs_seq",
@@ -985,10 +1012,11 @@ pub fn format_table(reports: &[RunReport]) -> String {
     for (r, p) in reports.iter().zip(&paired) {
         let vs = r.vs_sequential.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<name$} {:>7}{} {:>10.3} {:>14.0} {:>8}{}  {}\n",
+            "{:<name$} {:>7}{}{} {:>10.3} {:>14.0} {:>8}{}  {}\n",
             r.scheduler,
             r.workers,
             mapping_cell(r.mapping.as_deref()),
+            graph_cell(r.graph_max.map(|g| g.to_string())),
             r.elapsed_s,
             r.throughput_cps,
             vs,
@@ -1081,6 +1109,7 @@ mod tests {
             shards: 1,
             skew: 0.0,
             write_skew: None,
+            graph_max: None,
             mapping: None,
             mapping_spec: None,
             batch: 1,
@@ -1106,5 +1135,12 @@ mod tests {
         assert_eq!(ends.len(), 3, "{table}");
         assert!(table.ends_with("confidence interval\n"), "{table}");
         assert!(ends.iter().all(|&e| e == ends[0]), "columns do not line up:\n{table}");
+        assert!(!table.contains(" graph "), "no graph bounds were compared:\n{table}");
+        // One scheduler with two graph bounds: the column tells them apart.
+        let mut lines = [report("late-batch-bitmap"), report("late-batch-bitmap"), report("early")];
+        (lines[0].graph_max, lines[1].graph_max) = (Some(32), Some(150));
+        let table = format_table(&lines);
+        let cells: Vec<&str> = table.lines().skip(1).map(|l| l.split_whitespace().nth(2).unwrap_or("")).collect();
+        assert_eq!(cells, ["graph", "32", "150", "-"], "{table}");
     }
 }

@@ -72,6 +72,12 @@ impl<S: Service> Executor<S> {
         Self { service, sink, failure: Arc::new(Failure::default()) }
     }
 
+    /// A job of worker `id` panicked outside the service: see
+    /// [`worker_panicked`].
+    pub(crate) fn job_panicked(&self, id: usize, payload: &(dyn std::any::Any + Send)) {
+        worker_panicked(&*self.sink, id, payload);
+    }
+
     /// Executes `cmd` on behalf of `worker` and delivers its reply. Returns
     /// false when it was skipped because an earlier command panicked, or
     /// because this one did.
@@ -116,13 +122,20 @@ impl<S: Service> Executor<S> {
             .spawn(move || match catch_unwind(AssertUnwindSafe(body)) {
                 Ok(executed) => executed,
                 Err(payload) => {
-                    tracing::error!(worker = id, "worker panicked: {}", panic_message(payload.as_ref()));
-                    sink.failed(&SchedError::WorkerPanicked(id));
+                    worker_panicked(&*sink, id, payload.as_ref());
                     std::panic::resume_unwind(payload)
                 }
             })
             .map_err(|e| SchedError::Spawn(e.to_string()))
     }
+}
+
+/// Reports a panic of worker `id` outside the service (a bug in psmr):
+/// logged, and the sink hears of it at once, so that its owner stops
+/// instead of waiting for commands that will never execute.
+pub(crate) fn worker_panicked<R>(sink: &dyn ReplySink<R>, id: usize, payload: &(dyn std::any::Any + Send)) {
+    tracing::error!(worker = id, "worker panicked: {}", panic_message(payload));
+    sink.failed(&SchedError::WorkerPanicked(id));
 }
 
 /// The message of a panic payload.

@@ -56,7 +56,7 @@ pub(crate) enum ConflictTest {
 
 impl ConflictTest {
     /// The test of the late scheduler `kind` (on threads or on a pool).
-    fn of(kind: SchedulerKind) -> Self {
+    pub(crate) fn of(kind: SchedulerKind) -> Self {
         match kind {
             SchedulerKind::LateCbase | SchedulerKind::LateCbasePool => ConflictTest::Command,
             SchedulerKind::LateBatchKeys => ConflictTest::Keys,
@@ -73,25 +73,26 @@ pub(crate) struct Item<O> {
 }
 
 impl<O> Item<O> {
-    /// The node's scan entry. Only `late-batch-bitmap` folds its keys into
-    /// signatures: they are a 64-bit one-hash bitmap, the technique that
-    /// scheduler is about. `late-cbase` and `late-batch-keys` compare keys
-    /// as their papers do, so their signatures match everything.
-    fn live(&self, slot: u32, test: ConflictTest) -> Live {
+    /// The node's signature. Only `late-batch-bitmap` (on threads or a
+    /// pool) folds its keys into signatures: they are a 64-bit one-hash
+    /// bitmap, the technique that scheduler is about. `late-cbase` and
+    /// `late-batch-keys` compare keys as their papers do, so their
+    /// signatures match everything.
+    pub(crate) fn signature(&self, test: ConflictTest) -> Signature {
         if test != ConflictTest::Bitmap {
-            return Live { slot, writes: u64::MAX, touches: u64::MAX };
+            return Signature { writes: u64::MAX, touches: u64::MAX };
         }
         let summary = self.batch.summary();
-        Live { slot, writes: signature(summary.write_keys().iter()), touches: signature(summary.all_keys().iter()) }
+        Signature { writes: fold(summary.write_keys().iter()), touches: fold(summary.all_keys().iter()) }
     }
 
-    fn conflicts(&self, other: &Item<O>, test: ConflictTest) -> bool {
+    pub(crate) fn conflicts(&self, other: &Item<O>, test: ConflictTest) -> bool {
         self.conflicts_with(&other.batch, other.range.clone(), test)
     }
 
     /// Whether this node conflicts with commands `range` of `batch` (the
     /// whole batch, for the batch tests).
-    fn conflicts_with(&self, batch: &Batch<O>, range: Range<u32>, test: ConflictTest) -> bool {
+    pub(crate) fn conflicts_with(&self, batch: &Batch<O>, range: Range<u32>, test: ConflictTest) -> bool {
         match test {
             ConflictTest::Command => {
                 let mine = &self.batch.commands()[self.range.start as usize];
@@ -113,27 +114,31 @@ struct Node<O> {
     dependents: Vec<u32>,
 }
 
-/// A node of the graph as the insertion scan sees it.
-///
-/// For `late-batch-bitmap`, `writes` and `touches` fold the batch's written
-/// and touched keys into 64 bits (one bit per key, one hash): a first,
-/// coarse level of the batch bitmaps, stored inline. If two nodes conflict, one
-/// writes a key the other touches, and that key sets the same bit in both
+/// A node's written and touched keys folded into 64 bits each (one bit per
+/// key, one hash): a first, coarse level of the batch bitmaps, stored
+/// inline in the insertion scan's list. If two nodes conflict, one writes a
+/// key the other touches, and that key sets the same bit in both
 /// signatures: signatures that do not intersect prove independence, so the
 /// scan skips the full test (key lists, bitmaps) for them without chasing a
 /// pointer. Read-only nodes have `writes == 0` and never reach the full test
 /// against each other.
 #[derive(Clone, Copy)]
-struct Live {
-    slot: u32,
+pub(crate) struct Signature {
     writes: u64,
     touches: u64,
 }
 
-impl Live {
-    fn may_conflict(&self, other: &Live) -> bool {
+impl Signature {
+    pub(crate) fn may_conflict(&self, other: &Signature) -> bool {
         self.writes & other.touches != 0 || other.writes & self.touches != 0
     }
+}
+
+/// A node of the graph as the insertion scan sees it.
+#[derive(Clone, Copy)]
+struct Live {
+    slot: u32,
+    sig: Signature,
 }
 
 /// The nodes of a non-empty batch: one per command for CBASE, the whole
@@ -148,11 +153,11 @@ pub(crate) fn nodes<O>(batch: Batch<O>, test: ConflictTest) -> Vec<Item<O>> {
 }
 
 /// The 64-bit signature of a set of keys.
-fn signature<'a>(keys: impl Iterator<Item = &'a psmr_model::Key>) -> u64 {
+fn fold<'a>(keys: impl Iterator<Item = &'a psmr_model::Key>) -> u64 {
     keys.fold(0, |sig, &k| sig | 1u64 << (psmr_model::KeyBitmap::bit_of(64, k)))
 }
 
-pub(crate) struct Graph<O> {
+struct Graph<O> {
     /// Node storage; `None` slots are on the free list. Slot numbers are
     /// reused, which is safe because a node's dependents are always younger
     /// and cannot be removed before it.
@@ -165,7 +170,7 @@ pub(crate) struct Graph<O> {
     /// Free, not yet taken nodes, oldest first.
     ready: BinaryHeap<Reverse<(u64, u32)>>,
     next_pos: u64,
-    pub(crate) closed: bool,
+    closed: bool,
 }
 
 impl<O> Graph<O> {
@@ -180,12 +185,12 @@ impl<O> Graph<O> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.live.len()
     }
 
     /// dgInsertBatch. Returns true when the new node is free to run.
-    pub(crate) fn insert(&mut self, item: Item<O>, test: ConflictTest) -> bool {
+    fn insert(&mut self, item: Item<O>, test: ConflictTest) -> bool {
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -193,10 +198,10 @@ impl<O> Graph<O> {
                 (self.slots.len() - 1) as u32
             }
         };
-        let me = item.live(slot, test);
+        let me = Live { slot, sig: item.signature(test) };
         let mut waiting_for = 0;
         for other in &self.live {
-            if !other.may_conflict(&me) {
+            if !other.sig.may_conflict(&me.sig) {
                 continue;
             }
             let node = self.slots[other.slot as usize].as_mut().expect("live slot holds a node");
@@ -217,7 +222,7 @@ impl<O> Graph<O> {
 
     /// Whether any node in the graph (waiting, free or executing)
     /// conflicts with a command of `batch`.
-    pub(crate) fn conflicts_with(&self, batch: &Batch<O>, test: ConflictTest) -> bool {
+    fn conflicts_with(&self, batch: &Batch<O>, test: ConflictTest) -> bool {
         let all = 0..batch.len() as u32;
         self.live.iter().any(|l| {
             let node = self.slots[l.slot as usize].as_ref().expect("live slot holds a node");
@@ -226,14 +231,14 @@ impl<O> Graph<O> {
     }
 
     /// dgGetBatch: the oldest free node, now taken.
-    pub(crate) fn take(&mut self) -> Option<(u32, Arc<Item<O>>)> {
+    fn take(&mut self) -> Option<(u32, Arc<Item<O>>)> {
         let Reverse((_, slot)) = self.ready.pop()?;
         let node = self.slots[slot as usize].as_ref().expect("ready slot holds a node");
         Some((slot, node.item.clone()))
     }
 
     /// dgRemoveBatch. Returns how many nodes became free.
-    pub(crate) fn remove(&mut self, slot: u32) -> usize {
+    fn remove(&mut self, slot: u32) -> usize {
         let node = self.slots[slot as usize].take().expect("removed slot holds a node");
         let at = self.live.iter().position(|l| l.slot == slot).expect("removed node is live");
         self.live.swap_remove(at);
@@ -252,26 +257,26 @@ impl<O> Graph<O> {
     }
 }
 
-pub(crate) struct Shared<S: Service> {
+struct Shared<S: Service> {
     graph: Mutex<Graph<S::Op>>,
     /// Workers wait here for a free node.
     work: Signal,
     /// The scheduler waits here for room in the graph.
-    pub(crate) room: Signal,
-    pub(crate) graph_max: usize,
-    pub(crate) test: ConflictTest,
+    room: Signal,
+    graph_max: usize,
+    test: ConflictTest,
     /// Copies of the graph's state, written under its lock, read without
     /// it by the threads deciding whether to keep waiting: free nodes,
     /// nodes, and whether the graph is closed and empty for good.
     ready_hint: AtomicUsize,
-    pub(crate) len_hint: AtomicUsize,
-    pub(crate) drained: AtomicBool,
-    pub(crate) exec: Executor<S>,
+    len_hint: AtomicUsize,
+    drained: AtomicBool,
+    exec: Executor<S>,
 }
 
 impl<S: Service> Shared<S> {
     /// An empty graph for the late scheduler `config` describes.
-    pub(crate) fn new(config: &SchedConfig, exec: Executor<S>) -> Self {
+    fn new(config: &SchedConfig, exec: Executor<S>) -> Self {
         Self {
             graph: Mutex::new(Graph::new(config.graph_max)),
             work: Signal::new(),
@@ -286,13 +291,13 @@ impl<S: Service> Shared<S> {
     }
 
     /// Refreshes the hints; called under the graph's lock after a change.
-    pub(crate) fn publish(&self, g: &Graph<S::Op>) {
+    fn publish(&self, g: &Graph<S::Op>) {
         self.ready_hint.store(g.ready.len(), Ordering::Relaxed);
         self.len_hint.store(g.len(), Ordering::Relaxed);
         self.drained.store(g.closed && g.len() == 0, Ordering::Relaxed);
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Graph<S::Op>> {
+    fn lock(&self) -> MutexGuard<'_, Graph<S::Op>> {
         self.graph.lock()
     }
 
@@ -300,14 +305,14 @@ impl<S: Service> Shared<S> {
     /// graph only once its commands have executed, and a scheduler no
     /// longer given batches inserts none, so a batch that conflicts with
     /// no node in the graph conflicts with nothing left to execute.
-    pub(crate) fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
+    fn may_conflict(&self, batch: &Batch<S::Op>) -> bool {
         self.lock().conflicts_with(batch, self.test)
     }
 
     /// [`Scheduler::drained`] of a late scheduler. Under the lock, as
     /// [`Shared::may_conflict`]: what the last node's commands did happens
     /// before what the caller runs next.
-    pub(crate) fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.lock().len() == 0
     }
 }

@@ -12,6 +12,7 @@
 //! | `late-cbase` | one dependency graph of commands (CBASE), shared under one lock by the scheduler and the workers |
 //! | `late-batch-keys` | a graph of whole batches; conflicts found key by key (004 Alg. 1) |
 //! | `late-batch-bitmap` | a graph of whole batches; conflicts found by intersecting one-hash bitmaps (004 Alg. 1) |
+//! | `late-cbase-pool`, `late-batch-bitmap-pool` | the same graphs with their edges kept in the nodes, so that no worker waits for the scheduler's comparisons; free nodes run as jobs of a psmr-rt pool (001) |
 //! | `early` | classes mapped to threads before ordering (003 Alg. 1-2): per-worker FIFO queues, one barrier per sequential class |
 //! | `early-busywait` | `early` with the barriers replaced by two-cycle atomic counters (000 Alg. 4-5) |
 //! | `early-ws-queue` | `early` whose idle workers steal concurrent commands from others' queues (000 Alg. 6-8) |
@@ -39,6 +40,7 @@ pub mod auto;
 mod barrier;
 pub mod check;
 mod cycles;
+mod dag;
 mod early;
 mod exec;
 mod late;
@@ -57,6 +59,7 @@ mod ws;
 
 pub use barrier::Barrier;
 pub use cycles::{CycleCounters, Role};
+pub use dag::{DagNode, Freed};
 pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
 pub use queue::WsQueue;
@@ -72,10 +75,26 @@ use std::str::FromStr;
 use std::sync::Arc;
 use thiserror::Error;
 
-/// Default bound on a late scheduler's dependency graph, in nodes (commands
-/// for `late-cbase`, batches for the batch variants). 003 §6.1 used 50 for
-/// write-only workloads and 150 otherwise.
-pub const GRAPH_MAX_DEFAULT: usize = 150;
+/// Default bound on a dependency graph of single commands (`late-cbase`,
+/// `late-cbase-pool`), in commands. 003 §6.1 used 50 for write-only
+/// workloads and 150 otherwise.
+pub const GRAPH_MAX_COMMANDS_DEFAULT: usize = 150;
+
+/// Default bound on a dependency graph of whole batches (`late-batch-*`,
+/// and `auto` when it runs `late-batch-bitmap`), in batches. At 50 commands
+/// a batch, 32 batches look 1 600 commands ahead; a larger graph makes
+/// every insertion compare the new batch with more nodes for parallelism
+/// two to a few dozen workers cannot use. In `psmr sched-bench` on a
+/// 2-core machine (kv, 2 workers), `late-batch-bitmap` ran at least as
+/// fast with 32 as with 150, and `late-batch-bitmap-pool`, whose scheduler
+/// thread is never held back by its workers and so fills whatever bound it
+/// is given, ran faster (README, late scheduling on a pool).
+pub const GRAPH_MAX_BATCHES_DEFAULT: usize = 32;
+
+/// Largest accepted bound on a dependency graph, in nodes: every insertion
+/// compares the new node with each node in the graph, so a bound beyond
+/// this only costs memory and time.
+pub const GRAPH_MAX_LIMIT: usize = 100_000;
 
 /// Default bound on each early worker's input queue, in dispatched batches.
 pub const QUEUE_DEPTH_DEFAULT: usize = 64;
@@ -176,6 +195,32 @@ impl SchedulerKind {
         )
     }
 
+    /// The default bound on this scheduler's dependency graph, in its
+    /// nodes: [`GRAPH_MAX_COMMANDS_DEFAULT`] for a graph of commands,
+    /// [`GRAPH_MAX_BATCHES_DEFAULT`] for a graph of batches (and for the
+    /// schedulers without a graph, which ignore it).
+    pub fn graph_max_default(self) -> usize {
+        match self {
+            SchedulerKind::LateCbase | SchedulerKind::LateCbasePool => GRAPH_MAX_COMMANDS_DEFAULT,
+            _ => GRAPH_MAX_BATCHES_DEFAULT,
+        }
+    }
+
+    /// True for the schedulers that keep a dependency graph, whose size
+    /// [`SchedConfig::graph_max`] bounds: the late ones, and `auto`, which
+    /// may run `late-batch-bitmap`.
+    pub fn has_graph(self) -> bool {
+        matches!(
+            self,
+            SchedulerKind::LateCbase
+                | SchedulerKind::LateBatchKeys
+                | SchedulerKind::LateBatchBitmap
+                | SchedulerKind::LateCbasePool
+                | SchedulerKind::LateBatchBitmapPool
+                | SchedulerKind::Auto
+        )
+    }
+
     /// The names of every scheduler, comma-separated, for messages.
     pub fn names() -> String {
         SchedulerKind::ALL.map(SchedulerKind::name).join(", ")
@@ -206,7 +251,8 @@ pub struct SchedConfig {
     pub kind: SchedulerKind,
     /// Worker threads (ignored by `sequential`, which uses the caller's).
     pub workers: usize,
-    /// Late schedulers: most nodes in the dependency graph.
+    /// Late schedulers: most nodes in the dependency graph
+    /// ([`SchedulerKind::graph_max_default`] by default).
     pub graph_max: usize,
     /// Early: most dispatched batches waiting in one worker's queue.
     pub queue_depth: usize,
@@ -243,7 +289,7 @@ impl SchedConfig {
         Self {
             kind,
             workers,
-            graph_max: GRAPH_MAX_DEFAULT,
+            graph_max: kind.graph_max_default(),
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mapping: None,
             spin: None,
@@ -450,8 +496,11 @@ pub fn build<S: Service>(
     if config.kind != SchedulerKind::Sequential && (config.workers == 0 || config.workers > WORKERS_MAX) {
         return Err(SchedError::Config(format!("workers must be between 1 and {WORKERS_MAX}, got {}", config.workers)));
     }
-    if config.graph_max == 0 {
-        return Err(SchedError::Config("graph size must be at least 1".into()));
+    if config.graph_max == 0 || config.graph_max > GRAPH_MAX_LIMIT {
+        return Err(SchedError::Config(format!(
+            "graph size must be between 1 and {GRAPH_MAX_LIMIT}, got {}",
+            config.graph_max
+        )));
     }
     if let Some(spin) = config.spin.filter(|&s| s > SPIN_MAX) {
         return Err(SchedError::Config(format!("spin budget must be between 0 and {SPIN_MAX}, got {spin}")));

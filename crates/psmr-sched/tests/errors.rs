@@ -2,9 +2,9 @@
 //! configurations. None of them may hang or leave a thread behind.
 
 use psmr_model::{Batch, ClassId, ClassModel, ClientId, Command, Digest, Mapping, Service, SnapshotError};
-use psmr_sched::{build, CollectSink, SchedConfig, SchedError, SchedulerKind};
+use psmr_sched::{build, CollectSink, Reply, ReplySink, SchedConfig, SchedError, Scheduler, SchedulerKind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Counts commands; panics on the command whose sequence number is `boom`.
 struct Fragile {
@@ -65,6 +65,12 @@ fn config(kind: SchedulerKind, workers: usize) -> SchedConfig {
     SchedConfig::new(kind, workers).with_mapping(mapping(workers))
 }
 
+/// Submits 5 000 commands in batches of 10 (a third of them writes);
+/// returns the first error, if a submission fails.
+fn submit_until_error(s: &mut dyn Scheduler<Fragile>) -> Option<SchedError> {
+    batches(5000, 10, |i| (i % 3 == 0) as u16).into_iter().find_map(|b| s.submit(b).err())
+}
+
 #[test]
 fn a_service_panic_is_reported_with_its_command_and_nothing_hangs() {
     for kind in SchedulerKind::ALL {
@@ -72,13 +78,7 @@ fn a_service_panic_is_reported_with_its_command_and_nothing_hangs() {
             let service = Arc::new(Fragile { boom: 1234, executed: AtomicU64::new(0) });
             let sink = Arc::new(CollectSink::new(workers));
             let mut s = build(&config(kind, workers), service.clone(), &model(), sink.clone()).unwrap();
-            let mut submit_err = None;
-            for b in batches(5000, 10, |i| (i % 3 == 0) as u16) {
-                if let Err(e) = s.submit(b) {
-                    submit_err = Some(e);
-                    break;
-                }
-            }
+            let submit_err = submit_until_error(&mut *s);
             let err = s.finish().expect_err("finish must report the panic");
             match &err {
                 SchedError::ServicePanicked { client, seq, message, .. } => {
@@ -95,6 +95,43 @@ fn a_service_panic_is_reported_with_its_command_and_nothing_hangs() {
             assert!(!replies.contains_key(&(ClientId(7), 1234)));
             assert!(dups.is_empty());
             assert!(service.executed.load(Ordering::Relaxed) < 5000);
+        }
+    }
+}
+
+/// A sink that panics on the reply to sequence number `boom`: a panic on
+/// a worker outside the service, as a bug in psmr would be (a replica's
+/// sink is psmr's own code). Records what it is told of failures.
+struct Brittle {
+    boom: u64,
+    failed: Mutex<Vec<String>>,
+}
+
+impl ReplySink<u64> for Brittle {
+    fn deliver(&self, _worker: usize, reply: Reply<u64>) {
+        assert_ne!(reply.seq, self.boom, "the sink broke");
+    }
+    fn failed(&self, error: &SchedError) {
+        self.failed.lock().unwrap().push(error.to_string());
+    }
+}
+
+#[test]
+fn a_panic_in_a_pool_job_outside_the_service_stops_the_scheduler_and_tells_the_sink() {
+    for kind in [SchedulerKind::LateBatchBitmapPool, SchedulerKind::LateCbasePool] {
+        for workers in [1, 2] {
+            let service = Arc::new(Fragile { boom: u64::MAX, executed: AtomicU64::new(0) });
+            let sink = Arc::new(Brittle { boom: 1234, failed: Mutex::new(Vec::new()) });
+            let mut s = build(&config(kind, workers), service, &model(), sink.clone()).unwrap();
+            let submit_err = submit_until_error(&mut *s);
+            let err = s.finish().expect_err("finish must report the panic");
+            assert!(matches!(err, SchedError::WorkerPanicked(_)), "{kind}/{workers}: {err}");
+            if let Some(e) = submit_err {
+                assert!(matches!(e, SchedError::WorkerPanicked(_)), "{kind}/{workers}: {e}");
+            }
+            let failed = sink.failed.lock().unwrap();
+            assert_eq!(failed.len(), 1, "{kind}/{workers}: told {failed:?}");
+            assert!(failed[0].contains("panicked"), "{failed:?}");
         }
     }
 }

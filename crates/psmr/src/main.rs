@@ -188,9 +188,12 @@ struct SchedBenchArgs {
     /// Bits of each batch bitmap (late-batch-bitmap).
     #[arg(long, default_value_t = psmr_model::BITMAP_BITS_DEFAULT)]
     bitmap_bits: u32,
-    /// Late schedulers: most nodes in the dependency graph.
-    #[arg(long, default_value_t = psmr_sched::GRAPH_MAX_DEFAULT)]
-    graph_max: usize,
+    /// Late schedulers (and auto): most nodes in the dependency graph
+    /// (comma-separated list: each such scheduler runs with each) [default:
+    /// 150 for late-cbase and late-cbase-pool, whose nodes are commands; 32
+    /// for the others, whose nodes are batches]
+    #[arg(long, value_delimiter = ',')]
+    graph_max: Vec<usize>,
     /// Early: most batches waiting in one worker's queue.
     #[arg(long, default_value_t = psmr_sched::QUEUE_DEPTH_DEFAULT)]
     queue_depth: usize,

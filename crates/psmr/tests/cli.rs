@@ -169,6 +169,37 @@ fn six_rounds_or_more_bound_the_paired_ratio() {
 }
 
 #[test]
+fn each_scheduler_with_a_graph_runs_with_each_graph_bound() {
+    let args = ["sched-bench", "--scheduler", "sequential,late-batch-bitmap,late-cbase", "--workers", "2"];
+    let o = psmr(&[&args[..], &["--commands", "2000", "--graph-max", "4,64", "--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs: Vec<(&str, Option<u64>)> =
+        lines.iter().map(|v| (v["scheduler"].as_str().unwrap(), v["graph_max"].as_u64())).collect();
+    let expected = [
+        ("sequential", None),
+        ("late-batch-bitmap", Some(4)),
+        ("late-batch-bitmap", Some(64)),
+        ("late-cbase", Some(4)),
+        ("late-cbase", Some(64)),
+    ];
+    assert_eq!(runs, expected);
+    assert!(lines.iter().all(|v| v["digest"] == lines[0]["digest"]), "{lines:?}");
+    // Without the flag each reports its own default: batches or commands.
+    let o = psmr(&[&args[..], &["--commands", "2000", "--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bounds: Vec<Option<u64>> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["graph_max"].as_u64())
+        .collect();
+    assert_eq!(bounds, [None, Some(32), Some(150)]);
+    let o = psmr(&[&args[..], &["--graph-max", "0"]].concat());
+    assert!(!o.status.success() && stderr(&o).contains("--graph-max must be between 1 and 100000, got 0"));
+}
+
+#[test]
 fn same_seed_same_digest_other_seed_other_digest() {
     let digest = |seed: &str| {
         let o = psmr(&[
