@@ -9,13 +9,13 @@
 //! | --- | --- |
 //! | `wire-client` | `wire::read_frame` then `ClientMsg::from_frame` |
 //! | `wire-server` | `wire::read_frame` then `ServerMsg::from_frame` |
-//! | `entry` | `psmr_replica::store::entry_commands` (log entries) |
+//! | `entry` | `psmr_core::entry::entry_commands` (log entries) |
 //! | `kv-op`, `kv-reply` | `KvCodec::decode_op`, `KvCodec::decode_reply` |
 //! | `list-op`, `list-reply` | `ListCodec::decode_op`, `ListCodec::decode_reply` |
 //! | `snapshot-kv`, `snapshot-list` | `Service::restore` on a fresh store |
 //! | `raft` | `psmr_replica::peer::decode_raft` (a peer's raft message) |
-//! | `membership` | `psmr_replica::membership::Membership::decode` (the members a snapshot holds) |
-//! | `conf-change` | `psmr_replica::membership::Change::from_entry` (a conf-change log entry) |
+//! | `membership` | `psmr_core::membership::Membership::decode` (the members a snapshot holds) |
+//! | `conf-change` | `psmr_core::membership::Change::from_entry` (a conf-change log entry) |
 //! | `resp` | `psmr_resp::RequestParser::next`, the bytes fed in 1 to 3 pieces |
 //! | `serde` | `SerdeCodec::decode_op` and `decode_reply` (postcard) |
 //!
@@ -39,13 +39,13 @@
 //! count is process-wide, so it is exact only while nothing else allocates,
 //! as in the single-threaded `psmr fuzz`.
 
+use psmr_core::entry::{encode_entry, entry_commands, EntryCommand};
+use psmr_core::membership::{founding_entries, Change, Membership};
+use psmr_core::Member;
 use psmr_model::wire::{read_frame, ClientMsg, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat, WireCommand};
 use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_model::wire::{WorkerSample, FRAME_MAX_DEFAULT};
 use psmr_model::{SerdeCodec, Service};
-use psmr_replica::membership::{founding_entries, Change, Membership};
-use psmr_replica::store::{encode_entry, entry_commands, EntryCommand};
-use psmr_replica::Member;
 use psmr_resp::{encode_request, Limits, RequestParser};
 use psmr_services::kv::{KvCodec, KvError, KvOp, KvReply, KvService, SetWhen};
 use psmr_services::list::{ListCodec, ListOp, ListReply, ListService};

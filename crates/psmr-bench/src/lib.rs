@@ -36,17 +36,11 @@
 //!
 //! [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
 //! network and the disk (`psmr fuzz`).
-//!
-//! [`dst`] runs the deterministic simulation of a whole cluster
-//! (`psmr_replica::sim`) over many seeds with faults and checks each run,
-//! its clients' history included (`psmr simulate`).
 
 pub mod compare;
 pub mod cpu;
-pub mod dst;
 pub mod faults;
 pub mod fuzz;
-pub mod history;
 pub mod kv_stream;
 pub mod launch;
 pub mod load;
@@ -59,6 +53,8 @@ pub mod scenario;
 pub mod sched_bench;
 pub mod simulate;
 pub mod timeline;
+
+pub use psmr_harness::history;
 
 pub use sched_bench::{
     format_metrics_table, format_table, run, BenchError, Isolate, MappingSource, MetricsSample, RunReport,

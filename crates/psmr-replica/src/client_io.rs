@@ -26,15 +26,14 @@
 //!
 //! Warnings about bad connections are rate-limited ([`crate::ratelog`]).
 
-use crate::batcher::{Request, RequestSender};
-use crate::manager::Decision;
 use crate::metrics::{ClientRefusal, PendingRequests, ReplyClock};
+use crate::msg::{Decision, Inbound, RequestSender};
 use crate::queue::Sender;
-use crate::ratelog::RateLimit;
 use crate::router::{Outbox, OutboxRx, Outgoing};
-use crate::store::encode_command;
 use crate::Shared;
 use parking_lot::Mutex;
+use psmr_core::ratelog::RateLimit;
+use psmr_core::request::{Lease, Refusal, Request};
 use psmr_model::wire::{
     frame_len, parse_frame, read_body_async, ClientMsg, Frame, Outcome, ReplicaStatus, ServerMsg, WireError,
 };
@@ -83,7 +82,7 @@ pub(crate) struct ClientIo {
     pub(crate) requests: RequestSender,
     pub(crate) decisions: Sender<Decision>,
     /// To the protocol thread: membership changes.
-    pub(crate) protocol: Sender<crate::peer::Inbound>,
+    pub(crate) protocol: Sender<Inbound>,
     /// Bytes of client frames in memory, one permit a byte.
     pub(crate) buffered: Arc<Semaphore>,
     /// Whether an operation only reads.
@@ -104,7 +103,7 @@ impl ClientIo {
         shared: Arc<Shared>,
         requests: RequestSender,
         decisions: Sender<Decision>,
-        protocol: Sender<crate::peer::Inbound>,
+        protocol: Sender<Inbound>,
         reads_only: ReadsOnly,
         planner: Planner,
     ) -> Self {
@@ -119,7 +118,7 @@ impl ClientIo {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        crate::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
+                        psmr_core::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -129,7 +128,7 @@ impl ClientIo {
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
             let Some(open) = self.admit(conn) else {
                 self.shared.metrics.client_refused(ClientRefusal::ConnectionLimit);
-                crate::warn_limited!(
+                psmr_core::warn_limited!(
                     REFUSED_CLIENT,
                     %peer,
                     "refusing a client: {} busy connections already",
@@ -181,7 +180,7 @@ impl ClientIo {
         match result {
             Ok(()) | Err(WireError::Closed) => debug!(%peer, "client disconnected"),
             Err(WireError::Io(e)) if e.kind() != io::ErrorKind::TimedOut => debug!(%peer, "client connection: {e}"),
-            Err(e) => crate::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
+            Err(e) => psmr_core::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
         }
     }
 
@@ -334,7 +333,7 @@ impl ClientIo {
                     for c in commands {
                         bytes += c.op.len();
                         (first, last) = (first.min(c.seq), last.max(c.seq));
-                        encode_command(&mut encoded, client, c.seq, &c.op);
+                        psmr_core::entry::encode_command(&mut encoded, client, c.seq, &c.op);
                     }
                     // Noted before it is queued: its replies cannot
                     // reach the writer first.
@@ -342,8 +341,9 @@ impl ClientIo {
                     // Waits while the protocol thread is behind:
                     // back-pressure. The frame's bytes stay counted until
                     // its commands are in a proposed entry.
-                    let mut request = Request::new(client, count, encoded, bytes, Some(permit));
+                    let mut request = Request::new(client, count, encoded, bytes, crate::stages::now_ns());
                     request.read = read;
+                    request.held = Lease::new(permit);
                     if self.requests.send(request).await.is_err() {
                         return Ok(());
                     }
@@ -354,36 +354,21 @@ impl ClientIo {
 
     /// A whole-request refusal, if any.
     fn check(&self, client: u64, commands: &[psmr_model::wire::WireCommand]) -> Option<ServerMsg> {
-        let config = &self.shared.config;
         if !self.shared.is_leader.load(Ordering::Acquire) {
             self.shared.metrics.client_refused(ClientRefusal::NotLeader);
             return Some(self.shared.redirect_to(self.shared.leader.load(Ordering::Acquire)));
         }
-        if client == 0 {
-            self.shared.metrics.client_refused(ClientRefusal::ReservedClient);
-            return Some(ServerMsg::Error("client id 0 is reserved".into()));
-        }
-        if commands.is_empty() {
-            self.shared.metrics.client_refused(ClientRefusal::EmptyRequest);
-            return Some(ServerMsg::Error("a request needs at least one command".into()));
-        }
-        if commands.len() > config.batch_max_commands {
-            self.shared.metrics.client_refused(ClientRefusal::RequestCommands);
-            return Some(ServerMsg::Error(format!(
-                "a request holds at most {} commands, this one {}",
-                config.batch_max_commands,
-                commands.len()
-            )));
-        }
-        let bytes: usize = commands.iter().map(|c| c.op.len()).sum();
-        if bytes > config.batch_max_bytes {
-            self.shared.metrics.client_refused(ClientRefusal::RequestBytes);
-            return Some(ServerMsg::Error(format!(
-                "a request holds at most {} bytes of operations, this one {bytes}",
-                config.batch_max_bytes
-            )));
-        }
-        None
+        let config = &self.shared.config;
+        let ops = commands.iter().map(|c| c.op.len());
+        let refusal =
+            psmr_core::request::check(client, ops, config.batch_max_commands, config.batch_max_bytes).err()?;
+        self.shared.metrics.client_refused(match refusal {
+            Refusal::ReservedClient => ClientRefusal::ReservedClient,
+            Refusal::Empty => ClientRefusal::EmptyRequest,
+            Refusal::TooManyCommands { .. } => ClientRefusal::RequestCommands,
+            Refusal::TooManyBytes { .. } => ClientRefusal::RequestBytes,
+        });
+        Some(ServerMsg::Error(refusal.to_string()))
     }
 
     /// Plans the scheduler a client asks for (off the async threads: the
@@ -410,15 +395,14 @@ impl ClientIo {
     }
 
     /// Hands a membership change to the protocol thread (the leader's
-    /// carries it out, see [`crate::admin`]) and waits for its answer.
+    /// protocol carries it out) and waits for its answer.
     async fn change_membership(&self, change: psmr_model::wire::MemberChange) -> ServerMsg {
         use psmr_model::wire::RETRY_LATER;
         if !self.shared.is_leader.load(Ordering::Acquire) {
             return self.shared.redirect_to(self.shared.leader.load(Ordering::Acquire));
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let request = crate::admin::Request { change, reply };
-        if self.protocol.try_send(crate::peer::Inbound::Admin(request)).is_err() {
+        if self.protocol.try_send(Inbound::Admin(change, reply)).is_err() {
             return ServerMsg::Error(format!("{RETRY_LATER}the protocol thread is busy"));
         }
         answer.await.unwrap_or_else(|_| ServerMsg::Error("the replica is stopping".into()))

@@ -1,89 +1,70 @@
-//! # psmr-replica: one replica of a psmr cluster
+//! # psmr-replica: one replica of a psmr cluster, on threads
 //!
-//! Replicas agree on one log with Raft (raft-rs); one log entry is one
-//! batch of client commands; each replica executes the log with the
-//! execution scheduler of its configuration, on many cores, and answers
-//! the clients connected to it. The threads follow the staged architecture
-//! of 002 §V, stages joined by queues bounded in items, and those that
-//! carry log entries in bytes too ([`queue`]):
+//! The threaded runtime of a replica: it runs the replica's core
+//! (`psmr-core`: the protocol and the apply loop, which decide everything
+//! without IO) on threads, with real sockets, a real clock and a store on
+//! disk or in memory (`psmr-storage`). The threads follow the staged
+//! architecture of 002 §V, stages joined by queues bounded in items, and
+//! those that carry log entries in bytes too ([`queue`]); the messages
+//! between them live in [`msg`]:
 //!
 //! ```text
-//! clients ─▶ ClientIO (tokio, N threads) ─▶ Protocol (batching, raft) ─▶ ServiceManager ─▶ scheduler workers
-//!               ▲                                  ▲      │                                      │
-//!               └──────── replies (router) ◀───────┼──────┼──────────────────────────────────────┘
-//!                               ReplicaIO receivers ┘      └▶ ReplicaIO senders (one per peer)
+//! clients ─▶ ClientIO (tokio, N threads) ─▶ protocol thread ─▶ service manager ─▶ scheduler workers
+//!               ▲                                ▲      │                                     │
+//!               └──────── replies (router) ◀─────┼──────┼─────────────────────────────────────┘
+//!                         ReplicaIO receivers ───┘      └▶ ReplicaIO senders (one per peer)
 //! ```
 //!
 //! * ClientIO ([`client_io`]): framed, versioned client protocol
 //!   ([`psmr_model::wire`]); a follower *redirects* clients to the leader
 //!   (it does not forward: a redirect costs one round trip once per leader
 //!   change, forwarding would cost a hop on every request).
-//! * Batching ([`batcher`], on the protocol thread: one hand-off less per
-//!   entry): a lone request is proposed at once; entries grow while
-//!   earlier ones are in flight, bounded in commands, bytes and delay.
-//! * Protocol ([`protocol`]): the raft node; pipelining bounded by
-//!   `pipeline` entries proposed and not applied; every peer message
-//!   passes the [`guard`] first.
+//! * The protocol thread drives `psmr_core::protocol::Protocol`: batching,
+//!   raft, reads without the log, membership changes; every peer message
+//!   passes the guard first.
 //! * ReplicaIO ([`peer`]): blocking sockets authenticated by mutual TLS
 //!   ([`tls`]), a sender thread per peer and a receiver thread per
 //!   authenticated peer (handshakes in a bounded pool); never blocks the
 //!   protocol thread.
-//! * ServiceManager ([`manager`]): reply cache ([`cache`]: each client
-//!   command executes once), scheduler, snapshots and log compaction.
-//! * Snapshots ([`snapshot`]): encoded and written on a side pool of one
-//!   psmr-rt worker; execution pauses only to copy the state.
-//! * Reads without the log ([`reads`], on the protocol thread): a leader
-//!   serves read-only requests after a ReadIndex heartbeat round instead of
-//!   a log entry (`reads_through_log` turns it off).
+//! * The service manager thread drives `psmr_core::apply::Applier`: the
+//!   reply cache, the execution scheduler, snapshots; a side pool of one
+//!   psmr-rt worker encodes and writes the snapshots, so execution pauses
+//!   only to copy the state.
 //!
-//! [`sim`] runs whole clusters of this code in one thread on a simulated
-//! clock, network and disk, from a seed, under faults (`psmr simulate`).
-//!
-//! Storage ([`store::Log`]) is on disk ([`disk`]: raft-engine, synced,
-//! recovered after a crash, damage refused with the help of the sync
-//! record in [`synced`]) or in memory (the papers' crash-stop model: a
-//! replica that crashed must not come back under the same id, and its peers
-//! refuse it if it tries, see [`peer`]).
+//! The deterministic simulator (`psmr-sim`) runs the same core on a
+//! simulated clock, network and disk.
 //!
 //! Fail-stop: a panic in any thread of a replica (a stage, a ClientIO task,
 //! an execution worker) stops the whole replica with the reason
 //! ([`Replica::wait`] returns it); it never runs on without that thread.
 
-pub mod admin;
-pub mod batcher;
-pub mod cache;
 pub mod client_io;
-pub mod config;
-pub mod disk;
-pub mod guard;
 pub mod local;
-pub mod manager;
-pub mod membership;
+mod manager;
 pub mod metrics;
+pub mod msg;
 pub mod peer;
-pub mod protocol;
+mod protocol;
 pub mod queue;
-pub mod ratelog;
-pub mod reads;
 pub mod redis;
 pub mod router;
-pub mod sim;
-pub mod snapshot;
+mod snapshot;
 pub mod stages;
-pub mod store;
-pub mod synced;
 pub mod tls;
 
-pub use config::{Config, ConfigError, Member, Storage};
 pub use local::{LocalCluster, LocalClusterBuilder};
+pub use psmr_core::config::{self, Config, ConfigError, Member, Storage};
+pub use psmr_core::{membership, ratelog};
 pub use psmr_model::App;
 
-use crate::cache::ReplyCache;
-use crate::manager::{Manager, ManagerSink};
 use crate::router::Router;
 use parking_lot::{Condvar, Mutex};
+use psmr_core::apply::{Applier, Setup};
+use psmr_core::membership::Membership;
+use psmr_core::protocol::{Options, Protocol};
 use psmr_model::{ClassModel, Mapping};
 use psmr_sched::{optimizer, SchedConfig};
+use psmr_storage::{DiskStore, Log};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -115,9 +96,12 @@ pub enum ReplicaError {
     /// Raft refused to start.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
+    /// The protocol refused to start.
+    #[error(transparent)]
+    Protocol(#[from] psmr_core::protocol::StartError),
     /// The data directory cannot be used.
     #[error(transparent)]
-    Storage(#[from] disk::DiskError),
+    Storage(#[from] psmr_storage::DiskError),
     /// The peer certificates cannot be used.
     #[error("peer TLS: {0}")]
     Tls(#[from] tls::TlsError),
@@ -134,7 +118,7 @@ pub enum ReplicaError {
 pub struct Stats {
     /// Raft messages received from peers.
     pub peer_in: AtomicU64,
-    /// Raft messages from peers that the [`guard`] refused: each breaks
+    /// Raft messages from peers that the guard refused: each breaks
     /// a rule no honest replica breaks (a bug or a damaged frame).
     pub peer_refused: AtomicU64,
     /// Log entries this replica proposed as leader.
@@ -180,7 +164,7 @@ pub struct Shared {
     pub metrics: metrics::Metrics,
     /// The members as of the last committed conf change (written by the
     /// protocol thread; see [`membership`]).
-    membership: parking_lot::RwLock<membership::Membership>,
+    membership: parking_lot::RwLock<Membership>,
     /// Bumped at every membership change (peer links check it cheaply).
     membership_epoch: AtomicU64,
     stopping: AtomicBool,
@@ -232,20 +216,9 @@ impl Shared {
         *self.worker_metrics.lock() = m;
     }
 
-    /// Follows a change of scheduler: its worker metrics, and what
-    /// `status` says of it.
-    pub(crate) fn scheduler_changed<S: psmr_model::Service>(&self, scheduler: &dyn psmr_sched::Scheduler<S>) {
-        self.set_worker_metrics(scheduler.metrics());
-        let last = scheduler
-            .decisions()
-            .pop()
-            .map(|d| {
-                format!(
-                    "to {} after window {} (execution stalled {:?}; the old choice held {} commands and gave back {} it had not begun; {} batches overlapped its last ones): {}",
-                    d.to, d.window, d.stall, d.held, d.withdrawn, d.overlapped, d.reason
-                )
-            });
-        *self.scheduler.lock() = (scheduler.describe(), last.unwrap_or_default());
+    /// What executes, and `auto`'s last decision, for `status`.
+    pub(crate) fn set_scheduler_status(&self, describe: String, decision: String) {
+        *self.scheduler.lock() = (describe, decision);
     }
 
     /// What executes, and `auto`'s last decision (empty if none).
@@ -254,7 +227,7 @@ impl Shared {
     }
 
     /// Publishes the protocol thread's membership.
-    pub(crate) fn set_membership(&self, m: &membership::Membership) {
+    pub(crate) fn set_membership(&self, m: &Membership) {
         *self.membership.write() = m.clone();
         self.membership_epoch.fetch_add(1, Ordering::AcqRel);
     }
@@ -298,7 +271,7 @@ impl Shared {
             worker_metrics: Mutex::new(None),
             scheduler: Mutex::new(Default::default()),
             metrics: metrics::Metrics::new(),
-            membership: parking_lot::RwLock::new(membership::Membership::default()),
+            membership: parking_lot::RwLock::new(Membership::default()),
             membership_epoch: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             stop_tx,
@@ -347,13 +320,13 @@ impl Shared {
     /// Records that log entry `index` is applied, and wakes the protocol
     /// thread if it waits for room in the pipeline (through `protocol`,
     /// its inbound queue).
-    pub(crate) fn set_applied(&self, index: u64, protocol: &queue::Sender<peer::Inbound>) {
+    pub(crate) fn set_applied(&self, index: u64, protocol: &queue::Sender<msg::Inbound>) {
         self.applied.store(index, Ordering::SeqCst);
         // SeqCst on both sides (see `Protocol::pipeline_room`): either the
         // protocol thread saw this index, or this sees its flag.
         if self.protocol_waits.swap(false, Ordering::SeqCst) {
             // Full means the protocol thread has messages to wake it.
-            let _ = protocol.try_send(peer::Inbound::Applied);
+            let _ = protocol.try_send(msg::Inbound::Applied);
         }
     }
 
@@ -458,24 +431,17 @@ impl<A: App> ReplicaBuilder<A> {
         };
         let metrics_listener = metrics::listener(metrics_listener, &me)?;
         let client_addr = client_listener.local_addr()?;
-        let (log, incarnation, recovered) = open_log(&config, id)?;
-        let shared = Arc::new(Shared::new(config.clone(), id, incarnation, log.vote_floor().is_some()));
+        let (log, incarnation) = open_log(&config, id)?;
+        let shared =
+            Arc::new(Shared::new(config.clone(), id, incarnation, psmr_core::store::Store::vote_floor(&log).is_some()));
         let mut replica = Replica { shared: shared.clone(), client_addr, threads: Vec::new(), runtime: None };
-
-        // Execution.
-        let app = Arc::new(app);
-        let cache = Arc::new(ReplyCache::new(cache::Limits::of(&config)));
-        let sink = Arc::new(ManagerSink::new(cache, shared.clone()));
-        let kind = sched.kind;
-        let scheduler = psmr_sched::Switchable::new(sched, app.clone(), &model, sink.clone())?;
-        shared.scheduler_changed(&scheduler);
 
         // Queues between the stages.
         let depth = config.queue_depth;
         let bytes = config.queue_bytes_max;
         let (inbound_tx, inbound_rx) = queue::bounded(depth, bytes, shared.metrics.peer_queue.clone());
         let (decision_tx, decision_rx) = queue::bounded(depth, bytes, shared.metrics.apply_queue.clone());
-        let (request_tx, request_rx) = batcher::request_queue(depth);
+        let (request_tx, request_rx) = msg::request_queue(depth);
 
         // ReplicaIO. The certificates are loaded before any peer thread
         // starts: a replica that cannot authenticate must not run at all.
@@ -486,53 +452,26 @@ impl<A: App> ReplicaBuilder<A> {
         let accept = peer::spawn_listener(&shared, peer_listener, tls.clone(), inbound_tx.clone())?;
         replica.threads.push(accept);
 
-        // Raft, then the service manager, restored from the snapshot the
+        // The protocol, then the apply loop, restored from the snapshot the
         // log was compacted to.
-        let applied = recovered.as_ref().map_or(0, |s| s.get_metadata().index);
-        let node = raft_node(&config, id, applied, log.clone())?;
-        // The members at the snapshot; the entries after it replay the
-        // changes since (a log without a snapshot replays them all).
-        let membership = match &recovered {
-            Some(snap) => manager::decode_state(&snap.data)
-                .and_then(|state| membership::Membership::decode(state.members))
-                .map_err(|e| ReplicaError::Failed(format!("the snapshot kept at {applied}: {e}")))?,
-            None => membership::Membership::default(),
-        };
-        let snapshots = snapshot::Snapshotter::start(shared.clone(), log.clone(), inbound_tx.clone())?;
-        let protocol = protocol::Protocol {
+        let app = Arc::new(app);
+        let protocol = Protocol::new(&config, id, log.clone(), Options::new(fresh_incarnation()))?;
+        let manager = manager(&shared, app.clone(), sched, &log, decision_rx, inbound_tx.clone())?;
+        let links = protocol::Links {
             shared: shared.clone(),
-            node,
-            store: log,
-            // Senders start with the protocol thread, one per member.
             peers: HashMap::new(),
+            decisions: decision_tx.clone(),
+            tls,
+            tickets: HashMap::new(),
+            next_ticket: 0,
+        };
+        let protocol = protocol::ProtocolThread {
+            shared: shared.clone(),
+            protocol,
             inbound: inbound_rx,
             requests: request_rx,
-            batcher: batcher::Batcher::new(batcher::Limits {
-                max_commands: config.batch_max_commands,
-                max_bytes: config.batch_max_bytes,
-                delay: std::time::Duration::from_micros(config.batch_delay_us),
-            }),
-            reads: reads::Reads::default(),
-            ticks: 0,
-            decisions: decision_tx.clone(),
-            guard: guard::Guard::new(id),
-            membership,
-            tls,
-            admin: None,
-            announced: HashMap::new(),
+            links,
         };
-        let mut manager = Manager::new(
-            shared.clone(),
-            app.clone(),
-            sink,
-            Box::new(scheduler),
-            decision_rx,
-            inbound_tx.clone(),
-            snapshots,
-        );
-        if let Some(snapshot) = &recovered {
-            manager.restore(snapshot).map_err(ReplicaError::Failed)?;
-        }
         replica.spawn("psmr-protocol", move || protocol.run())?;
         replica.spawn("psmr-manager", move || manager.run())?;
 
@@ -571,7 +510,7 @@ impl<A: App> ReplicaBuilder<A> {
             info!(id, redis = %addr, "serving Redis clients");
         }
         replica.runtime = Some(runtime);
-        info!(id, %client_addr, peer = %me.peer, scheduler = %kind, "replica started");
+        info!(id, %client_addr, peer = %me.peer, scheduler = %config.scheduler.kind, "replica started");
         Ok(replica)
     }
 }
@@ -650,31 +589,29 @@ fn reads_only<A: App>(app: &Arc<A>) -> client_io::ReadsOnly {
 /// is used, optimal or not.
 pub const MAPPING_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The log: a fresh one in memory, or whatever the data directory holds
-/// (with the snapshot to restore before replaying it). Also the
-/// incarnation this replica announces to its peers.
-fn open_log(config: &Config, id: u64) -> Result<(store::Log, u64, Option<raft::eraftpb::Snapshot>), ReplicaError> {
+/// The log: a fresh one in memory, or whatever the data directory holds.
+/// Also the incarnation this replica announces to its peers.
+fn open_log(config: &Config, id: u64) -> Result<(Log, u64), ReplicaError> {
     // Raft starts with no members: the founding entries (or, joining, the
     // leader's log or snapshot) say who they are, so that raft's
     // membership at every index is the one the log's entries make (see
     // `membership`).
-    let voters: Vec<u64> = Vec::new();
-    let opened = match config.storage {
-        Storage::Memory => (store::Log::Memory(store::LogStore::new(voters)), fresh_incarnation(), None),
+    let (log, incarnation) = match config.storage {
+        Storage::Memory => (Log::Memory(psmr_core::store::MemStore::default()), fresh_incarnation()),
         Storage::Disk => {
-            let disk = disk::DiskStore::open(&config.replica_dir(id), voters)?;
+            let disk = DiskStore::open(&config.replica_dir(id), Vec::new())?;
             // The directory's own, kept in its sync record (and by a
             // repair): a fresh one is for memory storage only.
             let incarnation = disk.incarnation();
-            let snapshot = disk.snapshot_kept();
-            (store::Log::Disk(disk), incarnation, snapshot)
+            (Log::Disk(disk), incarnation)
         }
     };
     if !config.join {
-        opened.0.found(&config.replicas).map_err(|e| ReplicaError::Failed(format!("cannot found the log: {e}")))?;
+        psmr_core::store::found(&log, &config.replicas)
+            .map_err(|e| ReplicaError::Failed(format!("cannot found the log: {e}")))?;
     }
-    opened.0.check_founded().map_err(|why| ReplicaError::Failed(format!("replica {id}: {why}")))?;
-    Ok(opened)
+    psmr_core::store::check_founded(&log).map_err(|why| ReplicaError::Failed(format!("replica {id}: {why}")))?;
+    Ok((log, incarnation))
 }
 
 fn fresh_incarnation() -> u64 {
@@ -684,42 +621,40 @@ fn fresh_incarnation() -> u64 {
     h.finish() | 1
 }
 
-fn raft_node(
-    config: &Config,
-    id: u64,
-    applied: u64,
-    store: store::Log,
-) -> Result<raft::RawNode<store::Log>, ReplicaError> {
-    let raft_config = raft_config(config, id, applied)?;
-    let logger = slog::Logger::root(RaftLog, slog::o!("replica" => id));
-    Ok(raft::RawNode::new(&raft_config, store, &logger)?)
-}
-
-/// The raft-rs configuration of replica `id` (shared with [`sim`], whose
-/// nodes must run exactly the configuration real replicas run).
-pub(crate) fn raft_config(config: &Config, id: u64, applied: u64) -> Result<raft::Config, ReplicaError> {
-    let raft_config = raft::Config {
-        id,
-        applied,
-        election_tick: config.election_ticks,
-        heartbeat_tick: config.heartbeat_ticks,
-        max_size_per_msg: (config.peer_frame_max / 4) as u64,
-        max_inflight_msgs: 256,
-        check_quorum: true,
-        pre_vote: true,
-        // Followers learn the commit index from the next append or
-        // heartbeat instead of from an append of its own after every
-        // commit: half the peer messages (and their wake-ups) per entry.
-        // Clients hear from the leader, which knows at once; a follower
-        // applies at most one heartbeat later when idle.
-        skip_bcast_commit: true,
-        // One decision holds at most a quarter of the queue's bytes (and
-        // at least one entry): the rest comes in the next readies.
-        max_committed_size_per_ready: (config.queue_bytes_max / 4) as u64,
-        ..raft::Config::default()
+/// The service manager thread of a replica running `app` with `sched`,
+/// its state restored from the snapshot `log` keeps.
+fn manager<A: App>(
+    shared: &Arc<Shared>,
+    app: Arc<A>,
+    sched: SchedConfig,
+    log: &Log,
+    decisions: queue::Receiver<msg::Decision>,
+    protocol: queue::Sender<msg::Inbound>,
+) -> Result<manager::Manager<A>, ReplicaError> {
+    let config = &shared.config;
+    let failing = shared.clone();
+    let setup = Setup {
+        app,
+        scheduler: sched,
+        cache: psmr_core::CacheLimits::of(config),
+        snapshot_every: config.snapshot_every,
+        replies: shared.router.clone(),
+        on_failure: Box::new(move |why| failing.fail(why)),
     };
-    raft_config.validate()?;
-    Ok(raft_config)
+    let applier = Applier::new(setup)?;
+    let cache = applier.cache_stats();
+    let _ = shared.metrics.cache.set(Box::new(move || {
+        let (seqs, bytes) = cache.size();
+        (cache.clients(), seqs, bytes)
+    }));
+    let snapshots = snapshot::Snapshotter::start(shared.clone(), log.clone(), protocol.clone())?;
+    let mut io = manager::ManagerIo { shared: shared.clone(), protocol, snapshots };
+    psmr_core::apply::ApplyIo::event(&mut io, applier.scheduler_event());
+    let mut manager = manager::Manager { applier, decisions, io };
+    if let Some(snapshot) = psmr_core::store::Store::kept(log) {
+        manager.applier.restore(&snapshot, &mut manager.io).map_err(ReplicaError::Failed)?;
+    }
+    Ok(manager)
 }
 
 impl Replica {
@@ -785,38 +720,5 @@ impl Replica {
 impl Drop for Replica {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// Decodes a protobuf message (raft's) from hostile bytes. Read from
-/// `Bytes` with the input as the stream's limit, a length field beyond
-/// the bytes given fails before anything is allocated for it (and the
-/// message's byte fields share the input); `parse_from_bytes` on a slice
-/// reserves up to 10 MB per field first (found by `psmr fuzz --target
-/// conf-change`).
-pub(crate) fn decode_proto<M: protobuf::Message>(bytes: &bytes::Bytes) -> protobuf::ProtobufResult<M> {
-    let mut input = protobuf::CodedInputStream::from_carllerche_bytes(bytes);
-    input.push_limit(bytes.len() as u64)?;
-    let mut m = M::new();
-    m.merge_from(&mut input)?;
-    input.check_eof()?;
-    m.check_initialized()?;
-    Ok(m)
-}
-
-/// Sends raft-rs's log records to `tracing`.
-struct RaftLog;
-
-impl slog::Drain for RaftLog {
-    type Ok = ();
-    type Err = slog::Never;
-    fn log(&self, record: &slog::Record<'_>, _values: &slog::OwnedKVList) -> Result<(), slog::Never> {
-        match record.level() {
-            slog::Level::Critical | slog::Level::Error => tracing::error!(target: "raft", "{}", record.msg()),
-            slog::Level::Warning => tracing::warn!(target: "raft", "{}", record.msg()),
-            slog::Level::Info => tracing::info!(target: "raft", "{}", record.msg()),
-            _ => tracing::debug!(target: "raft", "{}", record.msg()),
-        }
-        Ok(())
     }
 }

@@ -46,7 +46,7 @@
 //! | `psmr_request_latency_seconds` | histogram | ClientIO ([`crate::client_io`]): from a request frame read to its last reply handed to the socket, or to the refusal or redirect queued for the connection; 50 µs to 10 s |
 //! | `psmr_entry_commands` | histogram | protocol thread: commands per entry this replica proposed |
 //! | `psmr_entry_bytes` | histogram | protocol thread: bytes per entry this replica proposed |
-//! | `psmr_log_sync_seconds` | histogram | disk storage ([`crate::disk`]): each synced raft-engine write (a ready's entries and hard state, a leader's snapshot); empty with memory storage |
+//! | `psmr_log_sync_seconds` | histogram | disk storage (`psmr_storage::disk`): each synced raft-engine write (a ready's entries and hard state, a leader's snapshot); empty with memory storage |
 //! | `psmr_snapshot_seconds` | histogram | taking a snapshot, from the service manager waiting for execution until the snapshot side pool has encoded and written it and handed it to the protocol thread (`_count`: snapshots taken) |
 //! | `psmr_snapshot_pause_seconds` | histogram | service manager: execution paused for a snapshot, waiting for what was submitted and copying the state |
 //! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
@@ -55,7 +55,7 @@
 //! | `psmr_scheduler_decisions_total` | counter | decisions of the `auto` scheduler (each one logged with its reason; the last one in `psmr client status`) |
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
-//! | `psmr_peer_refused_total{rule}` | counter | raft messages the [`crate::guard`] refused, by rule ([`Rule::label`]) |
+//! | `psmr_peer_refused_total{rule}` | counter | raft messages the guard (`psmr_core::guard`) refused, by rule ([`Rule::label`]) |
 //! | `psmr_queue_peer_bytes`, `psmr_queue_apply_bytes` | gauge | [`crate::queue`]: bytes of peer messages waiting for the protocol thread, and of committed entries waiting for the service manager (each bounded by `queue_bytes_max`) |
 //! | `psmr_queue_peer_peak_bytes`, `psmr_queue_apply_peak_bytes` | gauge | the most bytes those queues held at once |
 //!
@@ -84,8 +84,6 @@
 //! once. Scrapers need nothing more, and hostile input cannot make the
 //! replica hold more than that.
 
-use crate::cache::ReplyCache;
-use crate::guard::Rule;
 use crate::{Member, ReplicaError, Shared};
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
@@ -97,6 +95,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
+use psmr_core::guard::Rule;
 use psmr_model::wire::{WireError, WorkerSample};
 use std::collections::VecDeque;
 use std::fmt;
@@ -361,8 +360,9 @@ pub struct Metrics {
     registry: Registry,
     /// Highest log index known committed, published by the protocol thread.
     pub(crate) commit: AtomicU64,
-    /// The reply cache, once the service manager has it.
-    pub(crate) cache: OnceLock<Arc<ReplyCache>>,
+    /// The reply cache's clients, sequence numbers and bytes, once the
+    /// service manager has one.
+    pub(crate) cache: OnceLock<CacheSizes>,
     /// `psmr_request_latency_seconds`.
     pub request_latency: Histogram,
     /// `psmr_entry_commands`.
@@ -524,8 +524,8 @@ impl Metrics {
     }
 
     /// Records a snapshot taken since `start`, of `bytes` bytes.
-    pub(crate) fn snapshot_taken(&self, start: Instant, bytes: usize) {
-        self.snapshot_time.observe_since(start);
+    pub(crate) fn snapshot_taken(&self, took: Duration, bytes: usize) {
+        self.snapshot_time.observe_duration(took);
         self.snapshot_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
@@ -574,13 +574,13 @@ struct Sample {
     threads: Vec<(String, Threads)>,
 }
 
+/// Reads the reply cache's clients, sequence numbers and bytes.
+pub(crate) type CacheSizes = Box<dyn Fn() -> (usize, usize, usize) + Send + Sync>;
+
 impl Sample {
     fn of(shared: &Shared) -> Self {
         let load = |a: &AtomicU64| a.load(Ordering::Acquire);
-        let cache = shared.metrics.cache.get().map(|c| {
-            let (seqs, bytes) = c.size();
-            (c.clients(), seqs, bytes)
-        });
+        let cache = shared.metrics.cache.get().map(|sizes| sizes());
         Sample {
             id: shared.id,
             term: load(&shared.term),
@@ -1223,9 +1223,7 @@ mod tests {
     #[test]
     fn workers_and_the_reply_cache_appear_once_there() {
         let s = shared();
-        let cache = Arc::new(ReplyCache::new(crate::cache::Limits::of(&s.config)));
-        cache.admit(9, 1, 1, true);
-        let _ = s.metrics.cache.set(cache);
+        let _ = s.metrics.cache.set(Box::new(|| (1, 1, 0)));
         let text = exposition(&s);
         assert!(text.contains("psmr_reply_cache_clients 1"), "{text}");
         assert!(text.contains("psmr_reply_cache_seqs 1"), "{text}");

@@ -65,11 +65,11 @@
 //!
 //! # Repaired replicas
 //!
-//! A repair ([`crate::disk::DiskStore::repair`]) keeps the incarnation but
+//! A repair (`psmr_storage::DiskStore::repair`) keeps the incarnation but
 //! empties the log: the replica no longer holds entries it acknowledged.
 //! A leader that was already leading does not know that: its progress for
 //! the replica keeps the old `matched` index: raft-rs sends heartbeats
-//! committing up to it, which the [`crate::guard`] drops (rule 10: a
+//! committing up to it, which the guard (`psmr_core::guard`) drops (rule 10: a
 //! heartbeat never commits beyond the receiver's log), and, while it
 //! replicates, takes rejections at or below it for stale
 //! (`Progress::maybe_decr_to`). So nothing the replica answers moves the
@@ -88,11 +88,12 @@
 //! `matched` only ever overstates what a follower holds, and a lower one
 //! delays nothing already committed.
 
-use crate::ratelog::RateLimit;
+use crate::msg::Inbound;
 use crate::tls::{PeerTlsContext, TlsError, TlsStream};
 use crate::Shared;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
+use psmr_core::ratelog::RateLimit;
 use psmr_model::wire::{frame_bytes, frame_len, parse_frame, read_frame, Decoder, Encoder, Frame, WireError};
 use raft::prelude::Message;
 use std::collections::HashMap;
@@ -188,59 +189,6 @@ impl PeerError {
     }
 }
 
-/// What the protocol thread receives besides proposals.
-pub enum Inbound {
-    /// A raft message from a peer.
-    Raft(Box<Message>),
-    /// A snapshot of the state taken here (by the service manager, made
-    /// durable on the snapshot side pool, see [`crate::snapshot`]): keep
-    /// it and compact the log.
-    Snapshot(Box<raft::prelude::Snapshot>),
-    /// Peer `peer`, authenticated and not a member this replica knows of
-    /// (it was added by an entry this replica has not seen yet), listens
-    /// at `addr`: a sender to it lets this replica answer it.
-    PeerListens {
-        /// The peer.
-        peer: u64,
-        /// Its peer address.
-        addr: SocketAddr,
-    },
-    /// A membership change a client asks for (see [`crate::admin`]).
-    Admin(crate::admin::Request),
-    /// Peer `peer` (authenticated, with the incarnation this replica knows)
-    /// connected saying it was repaired and has not caught up yet: what it
-    /// acknowledged before is gone (see "Repaired replicas" above).
-    PeerRepaired {
-        /// The peer.
-        peer: u64,
-    },
-    /// The service manager applied an entry while the protocol thread
-    /// waited for room in the pipeline.
-    Applied,
-}
-
-impl crate::queue::Weigh for Inbound {
-    /// A peer's raft message weighs what it carries; the rest are small
-    /// (a snapshot taken here is moved, not copied, and one is in flight).
-    fn weight(&self) -> usize {
-        match self {
-            Inbound::Raft(msg) => raft_weight(msg),
-            _ => crate::queue::ITEM_OVERHEAD,
-        }
-    }
-}
-
-/// The bytes a raft message holds: its entries, snapshot and context.
-pub(crate) fn raft_weight(msg: &Message) -> usize {
-    let entries: usize = msg.entries.iter().map(entry_weight).sum();
-    crate::queue::ITEM_OVERHEAD + entries + msg.get_snapshot().data.len() + msg.context.len()
-}
-
-/// The bytes a log entry holds.
-pub(crate) fn entry_weight(e: &raft::prelude::Entry) -> usize {
-    crate::queue::ITEM_OVERHEAD + e.data.len() + e.context.len()
-}
-
 /// The `Hello`: this replica's id, its incarnation, and whether it was
 /// repaired and has not caught up yet (its log is below its vote floor;
 /// see "Repaired replicas" above).
@@ -261,7 +209,7 @@ fn raft_frame(msg: &Message) -> Vec<u8> {
 /// warrant).
 pub fn decode_raft(body: Vec<u8>) -> Result<Message, WireError> {
     let body = bytes::Bytes::from(body);
-    crate::decode_proto(&body).map_err(|e| WireError::Malformed { what: "raft message", why: e.to_string() })
+    psmr_core::decode_proto(&body).map_err(|e| WireError::Malformed { what: "raft message", why: e.to_string() })
 }
 
 /// A TCP socket whose reads fail with `TimedOut` once its deadline has
@@ -441,7 +389,7 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContex
                     // The peer is up and something is wrong with who it is
                     // or who we are: worth telling, within limits.
                     PeerError::Tls(TlsError::Handshake(e)) if e.kind() == io::ErrorKind::InvalidData => {
-                        crate::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
+                        psmr_core::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
                     }
                     // Down, restarting, or too busy to take a handshake.
                     e => debug!(peer = to, "cannot reach peer: {e}"),
@@ -538,6 +486,10 @@ struct Pool {
     /// Per peer id: the current receiver's number and a handle on its
     /// socket, to shut it down when a newer connection replaces it.
     receivers: Mutex<HashMap<u64, (u64, TcpStream)>>,
+    /// Per peer id, the number of its current receiver, under a lock of
+    /// its own that a receiver holds while it passes a message on (see
+    /// [`Registration::pass`]).
+    gates: Mutex<HashMap<u64, Arc<Mutex<u64>>>>,
     next: AtomicU64,
 }
 
@@ -555,9 +507,25 @@ struct Registration {
     pool: Arc<Pool>,
     peer: u64,
     number: u64,
+    gate: Arc<Mutex<u64>>,
 }
 
 impl Registration {
+    /// Passes `msg` on to the protocol thread, unless a newer connection of
+    /// the same peer replaced this one: what the old connection still held
+    /// (messages of a process that crashed and came back, maybe repaired)
+    /// must not reach raft after what the new one said in its handshake.
+    /// The gate makes the check and the send one step with respect to a
+    /// new registration. `Ok(false)`: replaced; an error: the protocol
+    /// thread is gone.
+    fn pass(&self, inbound: &crate::queue::Sender<Inbound>, msg: Inbound) -> Result<bool, ()> {
+        let gate = self.gate.lock();
+        if *gate != self.number {
+            return Ok(false);
+        }
+        inbound.send(msg).map(|()| true).map_err(|_| ())
+    }
+
     /// False once a newer connection of the same peer replaced this one.
     fn current(&self) -> bool {
         self.pool.receivers.lock().get(&self.peer).is_some_and(|(n, _)| *n == self.number)
@@ -584,10 +552,12 @@ impl Pool {
     /// Makes `socket` the receiver of `peer`, shutting down the one before.
     fn register(self: &Arc<Self>, peer: u64, socket: TcpStream) -> Registration {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let gate = self.gates.lock().entry(peer).or_default().clone();
+        *gate.lock() = number;
         if let Some((_, old)) = self.receivers.lock().insert(peer, (number, socket)) {
             let _ = old.shutdown(Shutdown::Both);
         }
-        Registration { pool: self.clone(), peer, number }
+        Registration { pool: self.clone(), peer, number, gate }
     }
 
     fn close_all(&self) {
@@ -616,7 +586,7 @@ pub fn spawn_listener(
             match listener.accept() {
                 Ok((stream, from)) => {
                     let Some(slot) = pool.try_handshake() else {
-                        crate::warn_limited!(
+                        psmr_core::warn_limited!(
                             BUSY,
                             %from,
                             "peer port busy ({HANDSHAKES_MAX} handshakes in progress): closing a new connection"
@@ -628,14 +598,14 @@ pub fn spawn_listener(
                         .name("psmr-peer-rcv".into())
                         .spawn(move || receiver(&shared, &pool, slot, stream, from, tls.as_deref(), &inbound));
                     if let Err(e) = spawned {
-                        crate::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
+                        psmr_core::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(e) => {
-                    crate::warn_limited!(ACCEPT, "peer accept failed: {e}");
+                    psmr_core::warn_limited!(ACCEPT, "peer accept failed: {e}");
                     // Out of descriptors, say: give connections time to end.
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -663,7 +633,7 @@ fn receiver(
         Err(e) if e.is_close() => debug!(%from, "peer connection closed"),
         // Only an authenticated peer gets this far: no flood to fear.
         Err(e @ PeerError::Idle(_)) => info!(%from, "closing peer connection: {e}"),
-        Err(e) => crate::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
+        Err(e) => psmr_core::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
     }
 }
 
@@ -745,17 +715,17 @@ fn receive(
     }
     stream.write_all(&frame_bytes(K_ACK, &[]))?;
     stream.flush()?;
-    *registration = Some(pool.register(peer, control));
+    let current = registration.insert(pool.register(peer, control));
     // From here on this thread is `peer`'s receiver, not a handshake.
     drop(slot);
     info!(peer, repaired, "peer connected");
     // Before any raft message of this connection: the protocol thread
     // forgets what the peer acknowledged before it was repaired.
-    if repaired && inbound.send(Inbound::PeerRepaired { peer }).is_err() {
+    if repaired && current.pass(inbound, Inbound::PeerRepaired { peer }) != Ok(true) {
         return Ok(());
     }
     if let Some(addr) = listens.filter(|_| shared.member(peer).is_none()) {
-        if inbound.send(Inbound::PeerListens { peer, addr }).is_err() {
+        if current.pass(inbound, Inbound::PeerListens { peer, addr }) != Ok(true) {
             return Ok(());
         }
     }
@@ -783,7 +753,7 @@ fn receive(
             .into());
         }
         shared.stats.peer_in.fetch_add(1, Ordering::Relaxed);
-        if inbound.send(Inbound::Raft(Box::new(msg))).is_err() {
+        if current.pass(inbound, Inbound::Raft(Box::new(msg))) != Ok(true) {
             return Ok(());
         }
     }

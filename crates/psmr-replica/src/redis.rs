@@ -32,10 +32,10 @@
 //! connection, as Redis does; an unknown command or wrong arity is a
 //! `-ERR` reply and the connection lives on.
 
-use crate::ratelog::RateLimit;
 use crate::Shared;
 use bytes::{Bytes, BytesMut};
 use psmr_client::{AsyncClient, ClientConfig};
+use psmr_core::ratelog::RateLimit;
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::App;
 use psmr_resp::{Commands, Limits, Reply, Request, RequestParser, Version};
@@ -92,7 +92,7 @@ where
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        crate::warn_limited!(BAD_REDIS_CLIENT, "redis accept failed: {e}");
+                        psmr_core::warn_limited!(BAD_REDIS_CLIENT, "redis accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -122,9 +122,9 @@ where
         match Connection::open(&self, stream) {
             Ok(mut conn) => match conn.run().await {
                 Ok(()) => debug!(%peer, "redis client disconnected"),
-                Err(why) => crate::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
+                Err(why) => psmr_core::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
             },
-            Err(why) => crate::warn_limited!(BAD_REDIS_CLIENT, %peer, "redis connection: {why}"),
+            Err(why) => psmr_core::warn_limited!(BAD_REDIS_CLIENT, %peer, "redis connection: {why}"),
         }
     }
 

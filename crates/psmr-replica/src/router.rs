@@ -244,3 +244,9 @@ impl Router {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 }
+
+impl psmr_core::apply::Replies for Router {
+    fn answer(&self, client: u64, seq: u64, outcome: &mut dyn FnMut() -> Outcome) {
+        self.reply_with(client, seq, outcome);
+    }
+}

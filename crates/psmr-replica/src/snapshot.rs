@@ -1,25 +1,23 @@
-//! Snapshots off the critical path. Execution pauses only while the
-//! service manager waits for what it submitted to finish and copies the
-//! state ([`psmr_model::Service::freeze`]); a side pool of one psmr-rt
-//! worker then encodes the copy, makes it durable on disk
-//! ([`Log::persist`]: the commit it covers synced, then the file), and
-//! hands it to the protocol thread, which keeps it and compacts the log
-//! ([`Log::install`]). Neither the manager nor the protocol thread
-//! encodes or writes a snapshot any more, so clients wait for neither.
+//! Snapshots off the critical path. Execution pauses only while the apply
+//! loop waits for what it submitted to finish and copies the state
+//! ([`psmr_model::Service::freeze`]); a side pool of one psmr-rt worker
+//! then encodes the copy and makes it durable
+//! ([`psmr_core::state::persist`]: the commit it covers synced, then the
+//! file), and hands it to the protocol thread, which keeps it and compacts
+//! the log. Neither the service manager nor the protocol thread encodes or
+//! writes a snapshot, so clients wait for neither.
 //!
-//! One snapshot is in flight at a time: while one is, the manager takes
+//! One snapshot is in flight at a time: while one is, the apply loop takes
 //! none (it tries again a little later), so at most one copy of the state
 //! is held besides the state itself.
 
-use crate::manager::encode_state;
-use crate::peer::Inbound;
+use crate::msg::Inbound;
 use crate::queue::Sender;
-use crate::store::Log;
 use crate::Shared;
 use crossbeam::channel::SendTimeoutError;
-use psmr_model::Frozen;
+use psmr_core::state::{self, Persisted, Taken};
 use psmr_rt::{Policy, Pool, PoolConfig};
-use raft::prelude::{ConfState, Snapshot};
+use psmr_storage::Log;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,26 +29,6 @@ pub const POOL: &str = "snapshot";
 /// How long a finished snapshot waits for room in the protocol thread's
 /// queue before it looks whether the replica stops.
 const HANDOFF_POLL: Duration = Duration::from_millis(100);
-
-/// What the service manager took while execution paused.
-pub(crate) struct Taken {
-    /// The last entry the snapshot covers, and its term.
-    pub(crate) index: u64,
-    pub(crate) term: u64,
-    /// The membership at `index`, encoded, and raft's view of it.
-    pub(crate) members: Vec<u8>,
-    pub(crate) conf: ConfState,
-    /// The service's state, to be encoded.
-    pub(crate) service: Frozen,
-    /// The reply cache, to be encoded.
-    pub(crate) cache: Frozen,
-    /// When the manager began (waiting for execution included).
-    pub(crate) start: Instant,
-    /// How long execution paused for it, and how much of that went to
-    /// waiting for what was submitted to finish.
-    pub(crate) paused: Duration,
-    pub(crate) drained: Duration,
-}
 
 /// The side pool, and what its jobs need.
 pub(crate) struct Snapshotter {
@@ -97,19 +75,12 @@ impl Snapshotter {
 
 /// Encodes `taken`, makes it durable and hands it to the protocol thread.
 fn complete(taken: Taken, shared: &Shared, log: &Log, protocol: &Sender<Inbound>) {
-    let Taken { index, term, members, conf, service, cache, start, paused, drained } = taken;
-    let data = encode_state(index, term, &members, &service(), &cache());
-    let bytes = data.len();
-    let mut snapshot = Snapshot { data: data.into(), ..Default::default() };
-    let meta = snapshot.mut_metadata();
-    meta.index = index;
-    meta.term = term;
-    meta.set_conf_state(conf);
-    match log.persist(&snapshot) {
-        Ok(true) => {}
-        Ok(false) => return info!(index, "snapshot dropped: a newer one is kept"),
-        Err(e) => return warn!(index, "cannot write the snapshot, the log is not compacted: {e}"),
-    }
+    let (index, paused, drained, start) = (taken.index, taken.paused, taken.drained, Instant::now());
+    let (snapshot, bytes) = match state::persist(taken, log) {
+        Ok(Persisted::Kept(snapshot, bytes)) => (snapshot, bytes),
+        Ok(Persisted::Stale) => return info!(index, "snapshot dropped: a newer one is kept"),
+        Err(why) => return warn!(index, "{why}"),
+    };
     let mut msg = Inbound::Snapshot(Box::new(snapshot));
     loop {
         match protocol.send_timeout(msg, HANDOFF_POLL) {
@@ -118,6 +89,7 @@ fn complete(taken: Taken, shared: &Shared, log: &Log, protocol: &Sender<Inbound>
             Err(_) => return,
         }
     }
-    shared.metrics.snapshot_taken(start, bytes);
-    info!(index, bytes, ?paused, ?drained, took = ?start.elapsed(), "snapshot taken");
+    let took = paused + start.elapsed();
+    shared.metrics.snapshot_taken(took, bytes);
+    info!(index, bytes, ?paused, ?drained, ?took, "snapshot taken");
 }

@@ -8,10 +8,10 @@
 
 use protobuf::Message as _;
 use psmr_client::{Client, ClientConfig};
+use psmr_core::entry::{encode_entry, EntryCommand};
 use psmr_model::wire::{frame_bytes, Encoder, OpCodec, ReplicaStatus};
 use psmr_replica::config::PeerTls;
 use psmr_replica::peer::HANDSHAKES_MAX;
-use psmr_replica::store::{encode_entry, EntryCommand};
 use psmr_replica::tls::{self, PeerTlsContext};
 use psmr_replica::{Config, Member, Replica, ReplicaError, Storage};
 use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};

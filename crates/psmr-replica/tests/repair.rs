@@ -8,10 +8,10 @@
 //! condition with a bound. Seeds are printed; `PSMR_TEST_SEED` replays.
 
 use psmr_client::{Client, ClientConfig};
-use psmr_replica::disk::{DiskError, DiskStore};
 use psmr_replica::{Config, Member, Replica, ReplicaError, Storage};
 use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
 use psmr_services::KvApp;
+use psmr_storage::disk::{DiskError, DiskStore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;

@@ -66,7 +66,7 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
         if config.storage != Storage::Disk {
             bail!("--repair applies to disk storage only: a replica in memory keeps nothing to repair");
         }
-        let report = psmr_replica::disk::DiskStore::repair(&config.replica_dir(args.id))
+        let report = psmr_storage::DiskStore::repair(&config.replica_dir(args.id))
             .with_context(|| format!("replica {}: repair", args.id))?;
         println!("{report}");
     }

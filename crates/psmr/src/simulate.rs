@@ -1,11 +1,11 @@
 //! `psmr simulate`: deterministic simulation testing of a whole cluster
-//! (`psmr_replica::sim`, judged by `psmr_bench::dst`): its flags, and what
-//! it prints.
+//! (`psmr_sim`, judged by `psmr_sim::dst`): its flags, and what it
+//! prints.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use psmr_bench::dst::{self, DstConfig, SeedResult};
-use psmr_replica::sim::{Bug, Faults, SimConfig};
+use psmr_sim::dst::{self, DstConfig, SeedResult};
+use psmr_sim::{Bug, Faults, SimConfig};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +26,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "SEED")]
     replay: Option<u64>,
     /// Faults: all, none, or a comma-separated list of loss, delay,
-    /// duplicate, reorder, partition, one-way, crash, torn, skew, membership.
+    /// duplicate, reorder, partition, one-way, crash, torn, skew,
+    /// membership, disk-full, damage.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Simulated milliseconds of load with faults per seed (then a quiet
@@ -50,9 +51,13 @@ pub struct SimulateArgs {
     /// from each seed).
     #[arg(long, default_value = "drawn", value_parser = ["log", "index", "drawn"])]
     reads: String,
-    /// Inject a known bug to see the checks catch it (a testing aid):
-    /// ack-before-commit, forget-log-on-restart, no-reply-cache or
-    /// read-without-round.
+    /// Plant a known bug in the replicas' core to see the checks catch it
+    /// (a testing aid): ack-before-commit, ignore-vote-floor,
+    /// no-reply-cache, read-without-round, reorder-commands,
+    /// apply-twice-after-restore or reply-before-sync. Two show only with
+    /// the faults that expose them: read-without-round with --reads index,
+    /// ignore-vote-floor with --replicas 3 --faults
+    /// crash,damage,pause,loss,delay.
     #[arg(long, value_name = "BUG")]
     bug: Option<String>,
     /// With --replay: write the trace to FILE instead of stdout.
@@ -77,7 +82,7 @@ impl SimulateArgs {
             keys: self.keys,
             steps: self.steps,
             faults: Faults::parse(&self.faults)?,
-            bug: self.bug.as_deref().map(Bug::parse).transpose()?,
+            bug: self.bug.as_deref().map(str::parse::<Bug>).transpose()?,
             reads_through_log: match self.reads.as_str() {
                 "log" => Some(true),
                 "index" => Some(false),

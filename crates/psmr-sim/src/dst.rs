@@ -1,5 +1,5 @@
-//! Deterministic simulation testing: runs the cluster simulation of
-//! [`psmr_replica::sim`] over many seeds and judges each run.
+//! Deterministic simulation testing: runs the cluster simulation over
+//! many seeds and judges each run.
 //!
 //! A seed's run is judged by the simulation's own checks (agreement on the
 //! applied entries, equal states, exactly-once execution of writes,
@@ -15,8 +15,8 @@
 //! replayed with `psmr simulate --replay SEED` (same `--faults` and
 //! `--steps`), which prints the run's trace.
 
-use crate::history::{self, OpKind, Operation, Status, Verdict};
-use psmr_replica::sim::{self, FaultCounts, OpResult, OpStatus, SimConfig, SimError, SimOp, SimOutcome};
+use crate::{FaultCounts, OpResult, OpStatus, SimConfig, SimError, SimOp, SimOutcome};
+use psmr_harness::history::{self, OpKind, Operation, Status, Verdict};
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -158,7 +158,8 @@ impl DstReport {
              operations: {} answered, {} writes unknown, {} reads abandoned; {} answered from a reply cache, \
              {} reads without the log; {} log entries applied\n\
              faults: {} packets lost, {} duplicated, {} delayed, {} cut by {} partitions and {} one-way ones; \
-             {} crashes ({} torn), {} restarts; {} membership changes\n",
+             {} crashes ({} torn), {} restarts, {} pauses; {} stops on a full disk, {} damaged logs repaired; {} \
+             membership changes\n",
             self.seeds_run,
             self.first_seed,
             (self.first_seed + self.seeds_run).saturating_sub(1),
@@ -183,6 +184,9 @@ impl DstReport {
             f.crashes,
             f.torn_crashes,
             f.restarts,
+            f.pauses,
+            f.full_stops,
+            f.repairs,
             f.member_changes,
         );
         if !self.too_hard_seeds.is_empty() {
@@ -213,8 +217,8 @@ pub fn to_operations(history: &[SimOp]) -> Vec<Operation> {
             Operation {
                 client: o.client,
                 op: match o.kind {
-                    sim::OpKind::Read => OpKind::Read,
-                    sim::OpKind::Write => OpKind::Write,
+                    crate::OpKind::Read => OpKind::Read,
+                    crate::OpKind::Write => OpKind::Write,
                 },
                 key: o.key.to_string(),
                 value: o.value.map(|v| v.to_string()),
@@ -235,7 +239,7 @@ pub fn to_operations(history: &[SimOp]) -> Vec<Operation> {
 /// is an error; everything that goes wrong inside the run is a violation.
 pub fn run_seed(seed: u64, config: &SimConfig, max_states: usize) -> Result<SeedResult, DstError> {
     config.validate()?;
-    let ran = catch_unwind(AssertUnwindSafe(|| sim::run(seed, config)));
+    let ran = catch_unwind(AssertUnwindSafe(|| crate::run(seed, config)));
     let outcome = match ran {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) => {

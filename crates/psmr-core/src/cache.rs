@@ -62,7 +62,7 @@ pub enum Admit {
     Superseded,
 }
 
-/// Bounds of a [`ReplyCache`].
+/// Bounds of the reply cache.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// Write sequence numbers remembered per client.
@@ -260,6 +260,11 @@ pub struct ReplyCache {
 }
 
 impl ReplyCache {
+    /// Its bounds.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// A cache within `limits` (each shard holds its share of the totals).
     pub fn new(limits: Limits) -> Self {
         let share = |n: usize| n.div_ceil(SHARDS).max(1);
@@ -333,12 +338,14 @@ impl ReplyCache {
 
     /// Records the outcome of an admitted write (from any thread); outcomes
     /// of reads are not kept (nor copied).
+    #[cfg(test)]
     pub fn fill(&self, client: u64, seq: u64, outcome: &Outcome) {
         self.fill_with(client, seq, || outcome.clone());
     }
 
-    /// [`Self::fill`] with an outcome made only if it is kept: `outcome`
-    /// is not called for a command the cache does not remember.
+    /// Records the outcome of an admitted write (from any thread), made by
+    /// `outcome` only if it is kept: `outcome` is not called for a command
+    /// the cache does not remember (a read).
     pub fn fill_with(&self, client: u64, seq: u64, outcome: impl FnOnce() -> Outcome) {
         let mut shard = self.shard(client).lock();
         let shard = &mut *shard;
@@ -390,7 +397,7 @@ impl ReplyCache {
 
     /// [`ReplyCache::snapshot`] in two steps: each client encoded now, in
     /// shard order, and the clients put in order of id when the returned
-    /// closure runs (on the snapshot side pool, see [`crate::snapshot`]).
+    /// closure runs (off the execution path, see [`crate::state`]).
     pub fn freeze(&self) -> psmr_model::Frozen {
         let mut clients: Vec<(u64, Vec<u8>)> = Vec::new();
         for shard in &self.shards {

@@ -21,9 +21,10 @@
 //! is not running, or cannot be reached) is answered with an error; what
 //! was done stays done (a learner stays a learner until removed).
 
+use super::{contained, Protocol, ProtocolIo, Stop};
 use crate::config::Member;
 use crate::membership::{Change, Membership};
-use crate::protocol::{contained, Protocol, Stopped};
+use crate::store::Store;
 use psmr_model::wire::{MemberChange, ServerMsg, RETRY_LATER};
 use raft::{RawNode, StateRole, Storage};
 use std::time::Duration;
@@ -38,18 +39,9 @@ pub const CATCH_UP_SLACK: u64 = 100;
 /// failed.
 pub const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A membership change from a client, with where its answer goes.
-pub struct Request {
-    /// The change.
-    pub change: MemberChange,
-    /// The answer: the members once the change is in effect, a redirect,
-    /// or an error.
-    pub reply: tokio::sync::oneshot::Sender<ServerMsg>,
-}
-
 /// The goal of a membership change.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Goal {
+enum Goal {
     /// This replica, at these addresses, is a voter.
     Voter(Member),
     /// This replica is not a member.
@@ -59,7 +51,8 @@ pub(crate) enum Goal {
 /// The request the leader works on.
 pub(crate) struct Pending {
     goal: Goal,
-    reply: tokio::sync::oneshot::Sender<ServerMsg>,
+    /// The driver's name for the request, to answer it.
+    ticket: u64,
     /// The tick after which the client is told the change failed.
     deadline: u64,
     /// A learner becomes a voter only once it holds the log up to here:
@@ -74,7 +67,7 @@ pub(crate) struct Pending {
 
 /// What to do next for a goal.
 #[derive(Debug)]
-pub(crate) enum Step {
+enum Step {
     Done,
     Wait,
     Propose(Change),
@@ -96,24 +89,26 @@ fn goal(change: MemberChange) -> Result<Goal, String> {
     }
 }
 
-impl Protocol {
-    /// Takes a client's membership change: the one under way, unless
-    /// another is.
-    pub(crate) fn admin_request(&mut self, r: Request) -> Result<(), Stopped> {
+impl<S: Store> Protocol<S> {
+    /// Takes a client's membership change, known to the driver as
+    /// `ticket`: the one under way, unless another is.
+    pub fn admin(&mut self, ticket: u64, change: MemberChange, io: &mut impl ProtocolIo) -> Result<(), Stop> {
         if let Some(p) = &self.admin {
-            let busy = format!("{RETRY_LATER}another membership change is under way ({:?})", p.goal);
-            let _ = r.reply.send(ServerMsg::Error(busy));
+            io.answer(
+                ticket,
+                ServerMsg::Error(format!("{RETRY_LATER}another membership change is under way ({:?})", p.goal)),
+            );
             return Ok(());
         }
-        match goal(r.change) {
+        match goal(change) {
             Ok(goal) => {
-                let deadline = self.ticks + CHANGE_TIMEOUT.as_millis() as u64 / self.shared.config.tick_ms.max(1);
+                let deadline = self.ticks + CHANGE_TIMEOUT.as_millis() as u64 / self.config.tick_ms.max(1);
                 let (holds, term) = (self.node.raft.raft_log.last_index(), self.node.raft.term);
-                self.admin = Some(Pending { goal, reply: r.reply, deadline, holds, term });
-                self.drive_admin()
+                self.admin = Some(Pending { goal, ticket, deadline, holds, term });
+                self.drive_admin(io)
             }
             Err(why) => {
-                let _ = r.reply.send(ServerMsg::Error(why));
+                io.answer(ticket, ServerMsg::Error(why));
                 Ok(())
             }
         }
@@ -121,10 +116,10 @@ impl Protocol {
 
     /// Moves the change under way one step, and answers its client once
     /// it is done (or cannot be done here).
-    pub(crate) fn drive_admin(&mut self) -> Result<(), Stopped> {
+    pub(crate) fn drive_admin(&mut self, io: &mut impl ProtocolIo) -> Result<(), Stop> {
         let Some(p) = &self.admin else { return Ok(()) };
         let answer = if self.node.raft.state != StateRole::Leader || self.node.raft.term != p.term {
-            Some(self.shared.redirect_to(self.node.raft.leader_id))
+            Some(self.redirect())
         } else if self.ticks >= p.deadline {
             Some(ServerMsg::Error(format!(
                 "{:?} not reached within {CHANGE_TIMEOUT:?}; the membership is now {:?} (is the new replica \
@@ -141,7 +136,8 @@ impl Protocol {
                 step => {
                     info!(?step, "the next step of a membership change");
                     let what = || format!("taking {step:?}");
-                    let taken = contained(&self.shared, what, || take_step(&mut self.node, &step, &mut holds))?;
+                    let taken = contained(what, || take_step(&mut self.node, &step, &mut holds))?;
+                    self.reseed();
                     if let Some(p) = &mut self.admin {
                         p.holds = holds;
                     }
@@ -151,7 +147,7 @@ impl Protocol {
         };
         if let Some(msg) = answer {
             if let Some(p) = self.admin.take() {
-                let _ = p.reply.send(msg);
+                io.answer(p.ticket, msg);
             }
         }
         Ok(())
@@ -160,9 +156,8 @@ impl Protocol {
 
 /// The next step towards `goal` for the leader `raw`, given the committed
 /// `membership`; a learner is made a voter once it holds the log up to
-/// `holds` (see [`Pending`]). The protocol thread and the simulation
-/// both take their steps from here.
-pub(crate) fn next_step<S: Storage>(raw: &RawNode<S>, membership: &Membership, goal: &Goal, holds: u64) -> Step {
+/// `holds` (see [`Pending`]).
+fn next_step<S: Storage>(raw: &RawNode<S>, membership: &Membership, goal: &Goal, holds: u64) -> Step {
     let pending = raw.raft.has_pending_conf();
     match goal {
         Goal::Voter(m) => match membership.member(m.id) {
@@ -189,7 +184,7 @@ pub(crate) fn next_step<S: Storage>(raw: &RawNode<S>, membership: &Membership, g
 /// Takes `step` on the leader `raw`: proposes the conf change (a learner
 /// must then hold the log up to it before it votes: `holds`) or hands
 /// leadership over. An error: raft did not take the change.
-pub(crate) fn take_step<S: Storage>(raw: &mut RawNode<S>, step: &Step, holds: &mut u64) -> raft::Result<()> {
+fn take_step<S: Storage>(raw: &mut RawNode<S>, step: &Step, holds: &mut u64) -> raft::Result<()> {
     match step {
         Step::Propose(change) => {
             raw.propose_conf_change(Vec::new(), change.to_conf_change())?;

@@ -5,8 +5,9 @@
 //!
 //! # What it holds
 //!
-//! The replica's incarnation (its identity, see [`crate::peer`]), the
-//! (term, index) of the last log entry and the hard state (term, vote,
+//! The replica's incarnation (its identity: peers refuse a replica that
+//! lost its state and comes back under the same id), the (term, index)
+//! of the last log entry and the hard state (term, vote,
 //! commit) as of the latest *synced* raft-engine write, and the vote floor
 //! a repair leaves (see [`crate::disk::DiskStore::vote_floor`]).
 //!
@@ -41,6 +42,7 @@
 //! record written when a snapshot replaces the log. The record is synced
 //! when it is closed.
 
+use raft::prelude::HardState;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -286,6 +288,64 @@ impl Drop for SyncRecord {
     }
 }
 
+/// Whether the recovered hard state and log (ending at `last`, term then
+/// index; the snapshot kept at `(index, term)`; `term_at` reads the term of
+/// an entry) cover what the record `expect` says was synced; why not if
+/// they do not. Every store that keeps a sync record recovers by this
+/// rule: the disk store at every open, the simulator's disk after every
+/// crash.
+pub fn covers(
+    expect: &SyncState,
+    hs: &HardState,
+    last: (u64, u64),
+    (snap_index, snap_term): (u64, u64),
+    term_at: impl Fn(u64) -> Option<u64>,
+) -> Result<(), String> {
+    log_covers(expect, last, (snap_index, snap_term), term_at)?;
+    if hs.term < expect.term {
+        return Err(format!("the hard state is at term {} but term {} was synced", hs.term, expect.term));
+    }
+    // A vote can be cast after the record was written (the record may lag
+    // after a power loss), never withdrawn or changed within a term.
+    if hs.term == expect.term && expect.vote != 0 && hs.vote != expect.vote {
+        return Err(format!("the vote of term {} is {} but {} was synced", hs.term, hs.vote, expect.vote));
+    }
+    if hs.commit < expect.commit {
+        return Err(format!("the hard state's commit is {} but {} was synced", hs.commit, expect.commit));
+    }
+    Ok(())
+}
+
+/// The log part of [`covers`].
+fn log_covers(
+    expect: &SyncState,
+    last: (u64, u64),
+    (snap_index, snap_term): (u64, u64),
+    term_at: impl Fn(u64) -> Option<u64>,
+) -> Result<(), String> {
+    let (term, index) = (expect.last_term, expect.last_index);
+    // A newer leader may have replaced the synced suffix with entries of a
+    // later term after the record was last written: the log's last term is
+    // then above the recorded one, which no cut can produce (terms never
+    // decrease along a log). Entries compacted behind the snapshot are
+    // covered by the snapshot's own checksum.
+    if index == 0 || last.0 > term || index < snap_index {
+        return Ok(());
+    }
+    let found = if index == snap_index {
+        Some(snap_term)
+    } else if index <= last.1 {
+        term_at(index)
+    } else {
+        None
+    };
+    match found {
+        Some(t) if t == term => Ok(()),
+        Some(t) => Err(format!("entry {index} has term {t} but term {term} was synced there")),
+        None => Err(format!("the log ends at entry {} but entries up to {index} (term {term}) were synced", last.1)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,5 +420,25 @@ mod tests {
         assert_eq!(s.after((2, 50), 3, 0, 0).floor, Some((3, 10)), "a longer log of an older term is behind");
         assert_eq!(s.after((3, 10), 3, 0, 0).floor, None);
         assert_eq!(s.after((4, 1), 4, 0, 0).floor, None, "a newer term is ahead");
+    }
+
+    #[test]
+    fn the_record_is_checked_field_by_field() {
+        let hs = |term, vote, commit| HardState { term, vote, commit, ..Default::default() };
+        let rec = SyncState { last_term: 2, last_index: 10, term: 3, vote: 1, commit: 8, ..SyncState::default() };
+        let term_at = |i: u64| (i <= 12).then_some(2);
+        assert!(covers(&rec, &hs(3, 1, 8), (2, 10), (0, 0), term_at).is_ok());
+        assert!(covers(&rec, &hs(4, 0, 8), (2, 12), (0, 0), term_at).is_ok(), "a later term, a longer log");
+        assert!(covers(&rec, &hs(2, 1, 8), (2, 10), (0, 0), term_at).unwrap_err().contains("term 3 was synced"));
+        assert!(covers(&rec, &hs(3, 2, 8), (2, 10), (0, 0), term_at).unwrap_err().contains("vote"));
+        assert!(covers(&rec, &hs(3, 1, 7), (2, 10), (0, 0), term_at).unwrap_err().contains("commit"));
+        assert!(covers(&rec, &hs(3, 1, 8), (2, 9), (0, 0), term_at).unwrap_err().contains("ends at entry 9"));
+        let other_term = |_| Some(1);
+        assert!(covers(&rec, &hs(3, 1, 8), (1, 10), (0, 0), other_term).unwrap_err().contains("has term 1"));
+        // Replaced by a later leader's entries after the record lagged.
+        assert!(covers(&rec, &hs(4, 0, 8), (4, 9), (0, 0), |_| Some(4)).is_ok());
+        // Compacted behind the snapshot, or ending at it.
+        assert!(covers(&rec, &hs(3, 1, 8), (2, 10), (12, 2), |_| None).is_ok());
+        assert!(covers(&rec, &hs(3, 1, 10), (2, 10), (10, 2), |_| None).is_ok());
     }
 }

@@ -36,7 +36,7 @@
 //! the new leader. Reads hold their request's place in the request queue
 //! until they are handed to the manager, so the queue's bound covers them.
 
-use crate::batcher::Request;
+use crate::request::Request;
 use std::collections::{HashMap, VecDeque};
 
 /// The round in flight.
@@ -184,7 +184,7 @@ mod tests {
     use super::*;
 
     fn read(client: u64) -> Request {
-        Request::new(client, 1, Vec::new(), 0, None)
+        Request::new(client, 1, Vec::new(), 0, 0)
     }
 
     fn push(reads: &mut Reads, r: Request) {
@@ -282,7 +282,7 @@ mod tests {
         let mut reads = Reads::default();
         push(&mut reads, read(1));
         let ctx = reads.start(3, 0, 10, 1).unwrap();
-        let write = |client| Request::new(client, 1, vec![9], 1, None);
+        let write = |client| Request::new(client, 1, vec![9], 1, 0);
         assert!(reads.take(write(2), false).is_some(), "another client's write goes to the log at once");
         assert!(reads.take(write(1), false).is_none(), "client 1's write waits for its read");
         assert!(reads.take(read(1), true).is_none(), "and so does its read after that write");

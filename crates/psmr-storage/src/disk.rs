@@ -75,7 +75,8 @@
 //! process umask: they are chmod-ed to 0600 at every open, and the 0700
 //! directory is what protects the files it creates while running.
 
-use crate::synced::{sync_dir, SyncRecord, SyncState, RECORD_FILE};
+use crate::synced::{covers, sync_dir, SyncRecord, SyncState, RECORD_FILE};
+use crate::SyncTimer;
 use crc32fast::Hasher as Crc;
 use parking_lot::Mutex;
 use protobuf::Message as _;
@@ -303,7 +304,7 @@ pub struct DiskStore {
     snapshot_file: Arc<Mutex<u64>>,
     incarnation: u64,
     /// Where the time of each synced write goes, once the replica runs.
-    sync_time: Arc<std::sync::OnceLock<crate::metrics::Histogram>>,
+    sync_time: Arc<std::sync::OnceLock<SyncTimer>>,
 }
 
 fn engine_err(dir: &Path, e: impl std::fmt::Display) -> DiskError {
@@ -555,60 +556,6 @@ fn read_every_entry(engine: &Engine, first: u64, last: u64) -> Result<u64, Misma
         from = to;
     }
     Ok(last_term)
-}
-
-/// Whether the recovered hard state and log (ending at `last`, term then
-/// index) cover what the record says was synced; why not if they do not.
-fn covers(
-    expect: &SyncState,
-    hs: &HardState,
-    last: (u64, u64),
-    (snap_index, snap_term): (u64, u64),
-    term_at: impl Fn(u64) -> Option<u64>,
-) -> Result<(), String> {
-    log_covers(expect, last, (snap_index, snap_term), term_at)?;
-    if hs.term < expect.term {
-        return Err(format!("the hard state is at term {} but term {} was synced", hs.term, expect.term));
-    }
-    // A vote can be cast after the record was written (the record may lag
-    // after a power loss), never withdrawn or changed within a term.
-    if hs.term == expect.term && expect.vote != 0 && hs.vote != expect.vote {
-        return Err(format!("the vote of term {} is {} but {} was synced", hs.term, hs.vote, expect.vote));
-    }
-    if hs.commit < expect.commit {
-        return Err(format!("the hard state's commit is {} but {} was synced", hs.commit, expect.commit));
-    }
-    Ok(())
-}
-
-/// The log part of [`covers`].
-fn log_covers(
-    expect: &SyncState,
-    last: (u64, u64),
-    (snap_index, snap_term): (u64, u64),
-    term_at: impl Fn(u64) -> Option<u64>,
-) -> Result<(), String> {
-    let (term, index) = (expect.last_term, expect.last_index);
-    // A newer leader may have replaced the synced suffix with entries of a
-    // later term after the record was last written: the log's last term is
-    // then above the recorded one, which no cut can produce (terms never
-    // decrease along a log). Entries compacted behind the snapshot are
-    // covered by the snapshot's own checksum.
-    if index == 0 || last.0 > term || index < snap_index {
-        return Ok(());
-    }
-    let found = if index == snap_index {
-        Some(snap_term)
-    } else if index <= last.1 {
-        term_at(index)
-    } else {
-        None
-    };
-    match found {
-        Some(t) if t == term => Ok(()),
-        Some(t) => Err(format!("entry {index} has term {t} but term {term} was synced there")),
-        None => Err(format!("the log ends at entry {} but entries up to {index} (term {term}) were synced", last.1)),
-    }
 }
 
 /// The refusal for `mismatch`. `cut` is where raft-engine cut a file in
@@ -982,8 +929,9 @@ impl DiskStore {
         })
     }
 
-    /// The replica's incarnation (its identity, see [`crate::peer`]),
-    /// drawn once when the directory was created and kept by a repair.
+    /// The replica's incarnation, drawn once when the directory was
+    /// created and kept by a repair: its identity (peers refuse a replica
+    /// that lost its state and comes back under the same id).
     pub fn incarnation(&self) -> u64 {
         self.incarnation
     }
@@ -1007,18 +955,18 @@ impl DiskStore {
         self.state.lock().snapshot.clone()
     }
 
-    /// Counts the time of every synced write from now on in `histogram`
-    /// (the first call wins).
-    pub fn time_syncs(&self, histogram: crate::metrics::Histogram) {
-        let _ = self.sync_time.set(histogram);
+    /// Tells `timer` how long every synced write takes from now on (the
+    /// first call wins).
+    pub fn time_syncs(&self, timer: SyncTimer) {
+        let _ = self.sync_time.set(timer);
     }
 
     /// A synced write of `batch`, timed.
     fn write_synced(&self, batch: &mut LogBatch) -> raft::Result<()> {
         let start = std::time::Instant::now();
         self.engine.write(batch, true).map_err(raft_err)?;
-        if let Some(h) = self.sync_time.get() {
-            h.observe_since(start);
+        if let Some(timer) = self.sync_time.get() {
+            timer(start.elapsed());
         }
         Ok(())
     }
@@ -1321,6 +1269,36 @@ fn snapshot_index(st: &State) -> (u64, u64) {
     st.snapshot.as_ref().map_or((0, 0), |s| (s.get_metadata().index, s.get_metadata().term))
 }
 
+impl psmr_core::store::Store for DiskStore {
+    fn append(&self, entries: &[Entry], hs: Option<&HardState>) -> raft::Result<()> {
+        DiskStore::append(self, entries, hs)
+    }
+
+    fn set_commit(&self, commit: u64) -> raft::Result<()> {
+        DiskStore::set_commit(self, commit)
+    }
+
+    fn persist(&self, snapshot: &Snapshot) -> raft::Result<bool> {
+        DiskStore::persist(self, snapshot)
+    }
+
+    fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
+        DiskStore::install(self, snapshot, keep_from)
+    }
+
+    fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
+        DiskStore::apply_snapshot(self, snapshot)
+    }
+
+    fn kept(&self) -> Option<Snapshot> {
+        self.snapshot_kept()
+    }
+
+    fn vote_floor(&self) -> Option<(u64, u64)> {
+        DiskStore::vote_floor(self)
+    }
+}
+
 impl Storage for DiskStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let st = self.state.lock();
@@ -1559,18 +1537,22 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("r");
         let s = DiskStore::open(&dir, vec![1]).unwrap();
-        let syncs = crate::metrics::Histogram::seconds(1, 1_000_000_000);
-        s.time_syncs(syncs.clone());
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = count.clone();
+        s.time_syncs(Arc::new(move |_| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        let syncs = || count.load(std::sync::atomic::Ordering::SeqCst);
         let hs = HardState { term: 1, vote: 1, commit: 1, ..Default::default() };
         s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)], Some(&hs)).unwrap();
-        assert_eq!(syncs.count(), 1);
+        assert_eq!(syncs(), 1);
         s.set_commit(3).unwrap();
-        assert_eq!(syncs.count(), 1, "a commit alone is not synced");
+        assert_eq!(syncs(), 1, "a commit alone is not synced");
         let mut snap = Snapshot { data: vec![5].into(), ..Default::default() };
         snap.mut_metadata().index = 3;
         snap.mut_metadata().term = 1;
         s.install(snap, 2).unwrap();
-        assert_eq!(syncs.count(), 2, "the commit is synced before the snapshot is kept");
+        assert_eq!(syncs(), 2, "the commit is synced before the snapshot is kept");
         drop(s);
         let s = DiskStore::open(&dir, vec![1]).unwrap();
         assert_eq!(s.initial_state().unwrap().hard_state.commit, 3);
@@ -1775,26 +1757,6 @@ mod tests {
         std::fs::set_permissions(dir.join(SNAPSHOT_FILE), Permissions::from_mode(0o644)).unwrap();
         drop(DiskStore::open(&dir, vec![1]).unwrap());
         check(&dir);
-    }
-
-    #[test]
-    fn the_record_is_checked_field_by_field() {
-        let hs = |term, vote, commit| HardState { term, vote, commit, ..Default::default() };
-        let rec = SyncState { last_term: 2, last_index: 10, term: 3, vote: 1, commit: 8, ..SyncState::default() };
-        let term_at = |i: u64| (i <= 12).then_some(2);
-        assert!(covers(&rec, &hs(3, 1, 8), (2, 10), (0, 0), term_at).is_ok());
-        assert!(covers(&rec, &hs(4, 0, 8), (2, 12), (0, 0), term_at).is_ok(), "a later term, a longer log");
-        assert!(covers(&rec, &hs(2, 1, 8), (2, 10), (0, 0), term_at).unwrap_err().contains("term 3 was synced"));
-        assert!(covers(&rec, &hs(3, 2, 8), (2, 10), (0, 0), term_at).unwrap_err().contains("vote"));
-        assert!(covers(&rec, &hs(3, 1, 7), (2, 10), (0, 0), term_at).unwrap_err().contains("commit"));
-        assert!(covers(&rec, &hs(3, 1, 8), (2, 9), (0, 0), term_at).unwrap_err().contains("ends at entry 9"));
-        let other_term = |_| Some(1);
-        assert!(covers(&rec, &hs(3, 1, 8), (1, 10), (0, 0), other_term).unwrap_err().contains("has term 1"));
-        // Replaced by a later leader's entries after the record lagged.
-        assert!(covers(&rec, &hs(4, 0, 8), (4, 9), (0, 0), |_| Some(4)).is_ok());
-        // Compacted behind the snapshot, or ending at it.
-        assert!(covers(&rec, &hs(3, 1, 8), (2, 10), (12, 2), |_| None).is_ok());
-        assert!(covers(&rec, &hs(3, 1, 10), (2, 10), (10, 2), |_| None).is_ok());
     }
 
     #[test]

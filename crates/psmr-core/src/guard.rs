@@ -14,8 +14,8 @@
 //! `to_commit ... is out of range`, for one). A panic on the protocol
 //! thread stops the whole replica. The guard keeps raft-rs's own
 //! assertions from being reachable by a peer: a message that breaks one of
-//! the rules below is dropped (counted in [`crate::Stats::peer_refused`]
-//! and logged, rate-limited) and never reaches raft.
+//! the rules below is dropped (counted and logged, rate-limited, by the
+//! driver) and never reaches raft.
 //!
 //! Every rule is a property that every message an honest psmr replica
 //! sends has, whatever the network did to it (delay, loss, duplication,
@@ -23,7 +23,7 @@
 //! honest cluster needs. The rules are deliberately about raft's own
 //! invariants, not about what raft-rs happens to check, so that they also
 //! hold for the next raft-rs version. Should raft-rs panic anyway, the
-//! protocol thread stops the replica (fail-stop, see [`crate::protocol`]):
+//! protocol stops (fail-stop, see [`crate::protocol`]):
 //! raft's state after a panic cannot be trusted.
 //!
 //! # Rules
@@ -44,11 +44,11 @@
 //!    are never forwarded to the leader, nor requests to transfer
 //!    leadership (`MsgPropose`, `MsgReadIndex`, `MsgReadIndexResp`,
 //!    `MsgTransferLeader`). A leader asked to remove itself does transfer
-//!    leadership first (see [`crate::admin`]), with `MsgTimeoutNow`.
+//!    leadership first (see [`crate::protocol`]), with `MsgTimeoutNow`.
 //! 5. [`Rule::Fields`]: a term (raft-rs takes term 0 for a local message and
 //!    skips its term checks); no context but a read round's on heartbeats
 //!    and their responses (at most [`READ_CONTEXT_MAX`] bytes, see
-//!    [`crate::reads`]) and `CampaignTransfer` on the vote requests of a
+//!    the protocol's reads) and `CampaignTransfer` on the vote requests of a
 //!    transfer's campaign (which only the leader's `MsgTimeoutNow`
 //!    starts), no priority and no snapshot request (psmr uses
 //!    none); entries only on `MsgAppend`, a
@@ -176,7 +176,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in order (a rule's place here is its index in the
-    /// per-rule refusal counters of [`crate::metrics`]).
+    /// per-rule refusal counters of the metrics).
     pub const ALL: [Rule; 13] = [
         Rule::Sender,
         Rule::Recipient,
@@ -405,7 +405,7 @@ fn kind(t: MessageType) -> Result<(), Refusal> {
 }
 
 /// Longest context a heartbeat carries: a read round's (8 bytes, see
-/// [`crate::reads`]).
+/// the protocol's reads).
 pub const READ_CONTEXT_MAX: usize = 8;
 
 fn fields(m: &Message) -> Result<(), Refusal> {
@@ -645,7 +645,7 @@ mod tests {
     //!
     //! * `guarded_raft_never_panics`: raft nodes in every role step
     //!   arbitrary messages through the guard, and handle their readies as
-    //!   the protocol thread does ([`handle_ready`]), without a panic or a
+    //!   the protocol does (its `handle_ready`), without a panic or a
     //!   log that refuses what raft asks it to store.
     //! * `honest_traffic_passes_the_guard`: a 3-replica group exchanging
     //!   only its own messages, over a network that drops, duplicates and
@@ -658,8 +658,9 @@ mod tests {
     //!   what got through.
 
     use super::*;
-    use crate::protocol::{handle_ready, ReadyOut};
-    use crate::store::{Log, LogStore};
+    use crate::bug::Planted;
+    use crate::protocol::ReadyOut;
+    use crate::store::{MemStore, RaftLog, Store};
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
     use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
@@ -671,6 +672,14 @@ mod tests {
     use std::sync::Mutex;
 
     const MEMBERS: [u64; 3] = [1, 2, 3];
+
+    type Log = MemStore;
+    type Node = RawNode<RaftLog<MemStore>>;
+
+    /// The protocol's ready handling, without a planted bug.
+    fn handle(node: &mut Node, log: &Log, out: &mut Collect) -> Result<(), String> {
+        crate::protocol::handle_ready(node, log, out, Planted::default())
+    }
 
     fn logger() -> slog::Logger {
         slog::Logger::root(slog::Discard, slog::o!())
@@ -703,8 +712,8 @@ mod tests {
         restored: Vec<Snapshot>,
     }
 
-    impl ReadyOut for Collect {
-        fn send(&mut self, node: &mut RawNode<Log>, msgs: Vec<Message>) {
+    impl ReadyOut<MemStore> for Collect {
+        fn send(&mut self, node: &mut Node, msgs: Vec<Message>) {
             for m in msgs {
                 // As the protocol thread does for a snapshot it could queue.
                 if m.get_msg_type() == MessageType::MsgSnapshot {
@@ -787,8 +796,8 @@ mod tests {
 
     /// Builds a node and its log; panics (failing the test) only on a bug
     /// of the fixture itself.
-    fn build(f: &Fixture) -> (RawNode<Log>, Log) {
-        let store = LogStore::new(MEMBERS.to_vec());
+    fn build(f: &Fixture) -> (Node, Log) {
+        let store = MemStore::new(MEMBERS.to_vec());
         let mut term = 1;
         let mut entries = Vec::new();
         for (i, step) in f.steps.iter().enumerate() {
@@ -828,10 +837,11 @@ mod tests {
                 }
             }
         }
-        let log = Log::Memory(store);
-        let mut node = RawNode::new(&raft_config(1, f.max_inflight), log.clone(), &logger()).expect("a raft node");
+        let log = store;
+        let mut node =
+            RawNode::new(&raft_config(1, f.max_inflight), RaftLog(log.clone()), &logger()).expect("a raft node");
         let mut out = Collect::default();
-        handle_ready(&mut node, &log, &mut out).expect("first ready");
+        handle(&mut node, &log, &mut out).expect("first ready");
         match f.role {
             Role::Follower { knows_leader } => {
                 let term = node.raft.term.max(1);
@@ -841,9 +851,9 @@ mod tests {
             Role::Candidate => node.raft.become_candidate(),
             Role::Leader => {
                 node.raft.become_candidate();
-                handle_ready(&mut node, &log, &mut out).expect("candidate's ready");
+                handle(&mut node, &log, &mut out).expect("candidate's ready");
                 node.raft.become_leader();
-                handle_ready(&mut node, &log, &mut out).expect("leader's ready");
+                handle(&mut node, &log, &mut out).expect("leader's ready");
                 let last = node.raft.raft_log.last_index();
                 for (id, (progress, matched, active)) in [2, 3].into_iter().zip(f.peers) {
                     let pr = node.raft.mut_prs().get_mut(id).expect("a member");
@@ -862,7 +872,7 @@ mod tests {
                 }
             }
         }
-        handle_ready(&mut node, &log, &mut out).expect("settled");
+        handle(&mut node, &log, &mut out).expect("settled");
         (node, log)
     }
 
@@ -1114,7 +1124,7 @@ mod tests {
         base.saturating_add_signed(d as i64)
     }
 
-    fn term_of(v: TermV, node: &RawNode<Log>) -> u64 {
+    fn term_of(v: TermV, node: &Node) -> u64 {
         match v {
             TermV::Current(d) => add(node.raft.term, d),
             TermV::LastLog(d) => add(node.raft.raft_log.last_term(), d),
@@ -1122,7 +1132,7 @@ mod tests {
         }
     }
 
-    fn index_of(v: IndexV, node: &RawNode<Log>) -> u64 {
+    fn index_of(v: IndexV, node: &Node) -> u64 {
         let log = &node.raft.raft_log;
         match v {
             IndexV::Last(d) => add(log.last_index(), d),
@@ -1134,7 +1144,7 @@ mod tests {
 
     /// The message `spec` describes, against `node`'s state; and the peer
     /// it comes from.
-    fn message(spec: &MsgSpec, node: &RawNode<Log>) -> (Message, u64) {
+    fn message(spec: &MsgSpec, node: &Node) -> (Message, u64) {
         let mut m = Message {
             to: spec.to,
             from: spec.from,
@@ -1237,7 +1247,7 @@ mod tests {
                         }
                     }
                 }
-                handle_ready(&mut node, &log, &mut out)?;
+                handle(&mut node, &log, &mut out)?;
             }
             Ok(())
         }));
@@ -1266,7 +1276,7 @@ mod tests {
 
     /// A follower of replica 2 in term 2, with log terms 1 1 2 2 and
     /// entries up to 2 committed.
-    fn follower() -> (RawNode<Log>, Log) {
+    fn follower() -> (Node, Log) {
         let (node, log) = build(&follower_fixture());
         assert_eq!((node.raft.term, node.raft.leader_id, node.raft.raft_log.committed), (2, 2, 2));
         assert_eq!((node.raft.raft_log.last_term(), node.raft.raft_log.last_index()), (2, 4));
@@ -1287,7 +1297,7 @@ mod tests {
 
     /// The leader of term 3 over log terms 1 1 2 2 3 (its own empty entry
     /// last), replica 2 matching everything and replica 3 nothing.
-    fn leader() -> (RawNode<Log>, Log) {
+    fn leader() -> (Node, Log) {
         let f = Fixture {
             role: Role::Leader,
             steps: vec![0, 0, 1, 0],
@@ -1331,17 +1341,17 @@ mod tests {
     }
 
     /// The rule `m` breaks for `node`, if any.
-    fn verdict(node: &RawNode<Log>, m: &Message) -> Option<Rule> {
+    fn verdict(node: &Node, m: &Message) -> Option<Rule> {
         Guard::new(1).with_removed([4]).check(m, m.from, &node.raft, None).err().map(|r| r.rule)
     }
 
     /// Steps `m` without the guard: the panic message, if raft panics.
-    fn unguarded(node: &mut RawNode<Log>, log: &Log, m: Message) -> Option<String> {
+    fn unguarded(node: &mut Node, log: &Log, m: Message) -> Option<String> {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(|_| {}));
         let result = catch_unwind(AssertUnwindSafe(|| {
             let _ = node.step(m);
-            let _ = handle_ready(node, log, &mut Collect::default());
+            let _ = handle(node, log, &mut Collect::default());
         }));
         std::panic::set_hook(previous);
         result.err().map(|p| p.downcast_ref::<String>().cloned().unwrap_or_default())
@@ -1523,8 +1533,7 @@ mod tests {
         use MessageType::*;
         let (mut node, log) = follower();
         let guard = Guard::new(1).with_removed([4]);
-        let check =
-            |node: &RawNode<Log>, m: &Message, floor| guard.check(m, m.from, &node.raft, floor).err().map(|r| r.rule);
+        let check = |node: &Node, m: &Message, floor| guard.check(m, m.from, &node.raft, floor).err().map(|r| r.rule);
         // The log ends at (2, 4).
         assert!(!floor_holds(&node.raft, None));
         assert!(!floor_holds(&node.raft, Some((2, 4))));
@@ -1548,7 +1557,7 @@ mod tests {
         let catch_up = append(4, 2, &[2, 2]);
         assert_eq!(check(&node, &catch_up, floor), None);
         node.step(catch_up).expect("steps");
-        handle_ready(&mut node, &log, &mut Collect::default()).expect("a ready");
+        handle(&mut node, &log, &mut Collect::default()).expect("a ready");
         // The log reached (2, 6): the floor is lifted.
         assert!(!floor_holds(&node.raft, floor));
         assert_eq!(check(&node, &vote(MsgRequestVote, 2, 6), floor), None);
@@ -1569,7 +1578,7 @@ mod tests {
 
     /// One replica of an in-memory group.
     struct Member {
-        node: RawNode<Log>,
+        node: Node,
         log: Log,
         /// Entries delivered to the service manager: index -> (term, data).
         delivered: BTreeMap<u64, (u64, Vec<u8>)>,
@@ -1593,8 +1602,9 @@ mod tests {
             let members = MEMBERS
                 .iter()
                 .map(|&id| {
-                    let log = Log::Memory(LogStore::new(MEMBERS.to_vec()));
-                    let node = RawNode::new(&raft_config(id, 256), log.clone(), &logger()).expect("a raft node");
+                    let log = MemStore::new(MEMBERS.to_vec());
+                    let node =
+                        RawNode::new(&raft_config(id, 256), RaftLog(log.clone()), &logger()).expect("a raft node");
                     Member { node, log, delivered: BTreeMap::new(), applied: (0, 0) }
                 })
                 .collect();
@@ -1605,7 +1615,7 @@ mod tests {
         fn ready(&mut self, i: usize) {
             let m = &mut self.members[i];
             let mut out = Collect::default();
-            handle_ready(&mut m.node, &m.log, &mut out).expect("an honest ready is handled");
+            handle(&mut m.node, &m.log, &mut out).expect("an honest ready is handled");
             for s in out.restored {
                 m.applied = (s.get_metadata().index, s.get_metadata().term);
             }
@@ -1666,12 +1676,9 @@ mod tests {
         /// log keeps, as `Replica::start` does for a replica on disk.
         fn restart(&mut self, i: usize) {
             let m = &mut self.members[i];
-            let kept = match &m.log {
-                Log::Memory(store) => store.snapshot_index(),
-                Log::Disk(_) => unreachable!("the group keeps its logs in memory"),
-            };
+            let kept = m.log.snapshot_index();
             let config = raft::Config { applied: kept, ..raft_config(m.node.raft.id, 256) };
-            m.node = RawNode::new(&config, m.log.clone(), &logger()).expect("a raft node restarts");
+            m.node = RawNode::new(&config, RaftLog(m.log.clone()), &logger()).expect("a raft node restarts");
             self.ready(i);
         }
 

@@ -1,7 +1,7 @@
 //! The simulated network: who talks to whom, and what happens to a packet
 //! on the way (loss, delay, duplication, reordering, cut links).
 
-use super::FaultCounts;
+use crate::FaultCounts;
 use raft::prelude::Message;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -23,15 +23,13 @@ impl std::fmt::Display for Addr {
     }
 }
 
-/// What a replica answers a client.
+/// What a replica answers a client's command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// Executed (now or earlier: the reply cache's copy); the encoded reply.
     Ok(Vec<u8>),
     /// Not executed, and it never will be under this sequence number.
     Rejected(String),
-    /// This replica does not lead; the leader it knows (0: none).
-    Redirect(u64),
 }
 
 /// What travels.
@@ -39,10 +37,14 @@ pub(crate) enum Answer {
 pub(crate) enum Payload {
     /// A raft message between replicas.
     Raft(Box<Message>),
-    /// A client's request: its sequence number and encoded operation.
-    Request { seq: u64, op: Vec<u8> },
-    /// A replica's answer to request `seq`.
+    /// A client's request: the sequence number of its first command, and
+    /// its commands' encoded operations (numbered on from the first).
+    Request { seq: u64, ops: Vec<Vec<u8>> },
+    /// A replica's answer to command `seq`.
     Reply { seq: u64, answer: Answer },
+    /// A replica that does not lead sends the client to the leader it
+    /// knows (0: none).
+    Redirect { leader: u64 },
 }
 
 /// One packet.
@@ -51,6 +53,21 @@ pub(crate) struct Packet {
     pub from: Addr,
     pub to: Addr,
     pub payload: Payload,
+}
+
+/// A packet on its way between the incarnations of its ends of the moment
+/// it was sent (0 for a client). Between replicas it travels on a
+/// connection, which dies with either process: it is lost if the
+/// recipient restarted meanwhile, and dropped if the sender did (its new
+/// incarnation's connection replaced the old one, and a replica takes
+/// nothing from a replaced connection).
+#[derive(Clone, Debug)]
+pub(crate) struct InFlight {
+    pub packet: Packet,
+    /// The recipient's incarnation.
+    pub incarnation: u64,
+    /// The sender's incarnation.
+    pub from_incarnation: u64,
 }
 
 /// How the network behaves, drawn once per run from the seed (benign

@@ -1,10 +1,14 @@
 //! The invariants checked while a simulation runs, and its trace.
 
-use super::{Violation, ViolationKind};
-use crate::guard::Refusal;
+use crate::{Violation, ViolationKind};
+use psmr_core::guard::{Refusal, Rule};
 use psmr_model::{Digest, StableHasher};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hasher;
+
+/// Where a command executed in the log: the entry's index, and its place
+/// among the commands admitted from it.
+type Place = (u64, u64);
 
 /// Violations kept per run: the first ones say what went wrong, the rest
 /// are mostly consequences.
@@ -23,6 +27,13 @@ pub(crate) struct Checks {
     /// Per write (client, seq), the log index at which it executed: a
     /// write executes at one index at most (exactly-once).
     executed: HashMap<(u64, u64), u64>,
+    /// Per (client, seq), where in the log it first executed: the entry's
+    /// index, and its place among the commands admitted from that entry
+    /// (the same on every replica: admission follows the replicated reply
+    /// cache). See [`Checks::client_order`].
+    first: HashMap<(u64, u64), Place>,
+    /// Per replica, the entry it admits commands from and how many so far.
+    admitting: HashMap<u64, Place>,
     /// Raft messages the guard refused, by rule.
     pub(crate) refused: BTreeMap<&'static str, u64>,
     pub(crate) violations: Vec<Violation>,
@@ -105,9 +116,72 @@ impl Checks {
         }
     }
 
-    /// The guard of replica `replica` refused a message.
+    /// Replica `replica` admitted command `seq` of `client` to execute
+    /// from the log at `index`.
+    pub(crate) fn admitted(&mut self, replica: u64, client: u64, seq: u64, index: u64) {
+        let place = self.admitting.entry(replica).or_insert((index, 0));
+        if place.0 != index {
+            *place = (index, 0);
+        }
+        let at = *place;
+        place.1 += 1;
+        let first = self.first.entry((client, seq)).or_insert(at);
+        *first = (*first).min(at);
+    }
+
+    /// Replica `replica` executed read `seq` of `client` without the log,
+    /// after every entry up to `applied`: its place in the log's order is
+    /// right after that entry.
+    pub(crate) fn read_without_log(&mut self, replica: u64, client: u64, seq: u64, applied: u64) {
+        let _ = replica;
+        let at = (applied, u64::MAX);
+        let first = self.first.entry((client, seq)).or_insert(at);
+        *first = (*first).min(at);
+    }
+
+    /// Client order, judged at the end of a run against the history: a
+    /// client's answered commands (`answered`) first executed in the log
+    /// in the order of their sequence numbers. (A command its client gave
+    /// up on may execute later than the ones after it: a copy still in
+    /// flight. A read executed again for a retry changes nothing.)
+    pub(crate) fn client_order(&mut self, answered: &std::collections::HashSet<(u64, u64)>) {
+        let mut by_client: BTreeMap<u64, Vec<(u64, Place)>> = BTreeMap::new();
+        for (&(client, seq), &at) in self.first.iter().filter(|(key, _)| answered.contains(key)) {
+            by_client.entry(client).or_default().push((seq, at));
+        }
+        for (client, mut commands) in by_client {
+            commands.sort_unstable();
+            for pair in commands.windows(2) {
+                let ((before, (i, k)), (seq, (j, l))) = (pair[0], pair[1]);
+                if (j, l) < (i, k) {
+                    self.violation(
+                        ViolationKind::ClientOrder,
+                        format!(
+                            "command {seq} of client {client} executed at index {j} (its {l}th there), before its \
+                             command {before} at index {i} (its {k}th)"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Replica `replica` restarted: it executes the log after its snapshot
+    /// again.
+    pub(crate) fn restarted(&mut self, replica: u64) {
+        self.admitting.remove(&replica);
+    }
+
+    /// The guard of replica `replica` refused a message: a violation, as no
+    /// honest replica sends what it refuses, but for a vote a repaired
+    /// replica may not give.
     pub(crate) fn refused(&mut self, replica: u64, why: &Refusal, what: impl FnOnce() -> String) {
         *self.refused.entry(why.rule.label()).or_default() += 1;
+        // A vote a repaired replica may not give: an honest candidate may
+        // well ask for it.
+        if why.rule == Rule::VoteFloor {
+            return;
+        }
         self.violation(ViolationKind::GuardRefusal, format!("replica {replica} refused {}: {why}", what()));
     }
 }

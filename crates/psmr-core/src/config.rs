@@ -184,7 +184,7 @@ pub struct Config {
     pub batch_max_bytes: usize,
     /// Batching: longest a request waits for its entry to fill while
     /// earlier entries are in flight, in µs (with nothing in flight it is
-    /// proposed at once; see [`crate::batcher`]).
+    /// proposed at once; see the protocol's batcher).
     pub batch_delay_us: u64,
     /// Log entries the leader has proposed and not yet applied, at most
     /// (pipelining).

@@ -4,8 +4,8 @@
 //! sets the data aside and keeps the replica's identity, term, vote and
 //! vote floor.
 
-use psmr_replica::disk::{DiskError, DiskOptions, DiskStore};
-use psmr_replica::synced::{RECORD_FILE, SLOT_STRIDE};
+use psmr_storage::disk::{DiskError, DiskOptions, DiskStore};
+use psmr_storage::synced::{RECORD_FILE, SLOT_STRIDE};
 use raft::prelude::{Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, Storage};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,178 @@
+//! The encoding of one log entry: a batch of client commands, each with
+//! its client, sequence number and encoded operation. ClientIO encodes a
+//! request's commands once ([`encode_command`]); the batcher concatenates
+//! requests into an entry ([`EntryBuilder`]); every replica's service
+//! manager decodes it without copying the operations ([`entry_commands`]).
+
+use psmr_model::wire::{Decoder, WireError, REQUEST_COMMANDS_MAX};
+
+/// One command in a log entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryCommand {
+    /// The client.
+    pub client: u64,
+    /// Its sequence number.
+    pub seq: u64,
+    /// The encoded operation.
+    pub op: Vec<u8>,
+}
+
+/// A log entry being built, one command at a time, in the encoding
+/// [`decode_entry`] reads: a command count, then per command the client,
+/// the sequence number and the operation.
+pub struct EntryBuilder {
+    buf: Vec<u8>,
+    count: u32,
+}
+
+impl Default for EntryBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EntryBuilder {
+    /// An entry with no command yet.
+    pub fn new() -> Self {
+        // The count goes in front once it is known.
+        Self { buf: vec![0; 4], count: 0 }
+    }
+
+    /// Appends one command.
+    pub fn push(&mut self, client: u64, seq: u64, op: &[u8]) {
+        encode_command(&mut self.buf, client, seq, op);
+        self.count += 1;
+    }
+
+    /// Appends `count` commands already encoded by [`encode_command`].
+    pub fn extend_encoded(&mut self, count: u32, encoded: &[u8]) {
+        self.buf.extend_from_slice(encoded);
+        self.count += count;
+    }
+
+    /// Commands so far.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Makes room for `bytes` more bytes of commands.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.buf.reserve(bytes);
+    }
+
+    /// No command yet.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The encoded entry; the builder starts over empty.
+    pub fn take(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::replace(&mut self.buf, vec![0; 4]);
+        buf[..4].copy_from_slice(&self.count.to_be_bytes());
+        self.count = 0;
+        buf
+    }
+}
+
+/// Appends one command to `buf` in the entry encoding (without the count
+/// in front of an entry's commands), as ClientIO prepares a request.
+pub fn encode_command(buf: &mut Vec<u8>, client: u64, seq: u64, op: &[u8]) {
+    buf.extend_from_slice(&client.to_be_bytes());
+    buf.extend_from_slice(&seq.to_be_bytes());
+    buf.extend_from_slice(&u32::try_from(op.len()).expect("operations are far below 4 GiB").to_be_bytes());
+    buf.extend_from_slice(op);
+}
+
+/// Encodes a log entry.
+pub fn encode_entry(commands: &[EntryCommand]) -> Vec<u8> {
+    let mut e = EntryBuilder::new();
+    for c in commands {
+        e.push(c.client, c.seq, &c.op);
+    }
+    e.take()
+}
+
+/// One command of a log entry, borrowed from the entry's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    /// The client.
+    pub client: u64,
+    /// Its sequence number.
+    pub seq: u64,
+    /// The encoded operation.
+    pub op: &'a [u8],
+}
+
+/// Decodes a log entry without copying its operations.
+pub fn entry_commands(bytes: &[u8]) -> Result<Vec<EntryRef<'_>>, WireError> {
+    let mut d = Decoder::new(bytes, "log entry");
+    let n = d.count(REQUEST_COMMANDS_MAX * 100, 20)?;
+    commands(d, n)
+}
+
+/// Decodes the `count` commands of one request as [`encode_command`]
+/// wrote them (an entry's encoding without the count in front).
+pub fn request_commands(bytes: &[u8], count: u32) -> Result<Vec<EntryRef<'_>>, WireError> {
+    let n = count as usize;
+    if n > bytes.len() / 20 {
+        return Err(WireError::Malformed {
+            what: "request",
+            why: format!("{n} commands cannot fit in {} bytes", bytes.len()),
+        });
+    }
+    commands(Decoder::new(bytes, "request"), n)
+}
+
+fn commands(mut d: Decoder<'_>, n: usize) -> Result<Vec<EntryRef<'_>>, WireError> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(EntryRef { client: d.u64()?, seq: d.u64()?, op: d.bytes()? });
+    }
+    d.end()?;
+    Ok(out)
+}
+
+/// Decodes a log entry.
+pub fn decode_entry(bytes: &[u8]) -> Result<Vec<EntryCommand>, WireError> {
+    Ok(entry_commands(bytes)?
+        .into_iter()
+        .map(|c| EntryCommand { client: c.client, seq: c.seq, op: c.op.to_vec() })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_garbage_is_refused() {
+        let cmds =
+            vec![EntryCommand { client: 1, seq: 2, op: vec![3] }, EntryCommand { client: 4, seq: 5, op: vec![] }];
+        let bytes = encode_entry(&cmds);
+        assert_eq!(decode_entry(&bytes).unwrap(), cmds);
+        assert!(decode_entry(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode_entry(&[0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn an_entry_built_from_encoded_requests_is_the_entry_of_their_commands() {
+        let cmds: Vec<EntryCommand> =
+            (0..5u64).map(|i| EntryCommand { client: i % 2 + 1, seq: i, op: vec![i as u8; i as usize] }).collect();
+        let mut b = EntryBuilder::new();
+        b.push(cmds[0].client, cmds[0].seq, &cmds[0].op);
+        let mut request = Vec::new();
+        for c in &cmds[1..] {
+            encode_command(&mut request, c.client, c.seq, &c.op);
+        }
+        b.extend_encoded(4, &request);
+        assert_eq!(b.len(), 5);
+        let entry = b.take();
+        assert_eq!(entry, encode_entry(&cmds));
+        assert!(b.is_empty(), "take starts over");
+        assert_eq!(decode_entry(&b.take()).unwrap(), vec![]);
+        let borrowed: Vec<_> =
+            entry_commands(&entry).unwrap().into_iter().map(|c| (c.client, c.seq, c.op.to_vec())).collect();
+        let owned: Vec<_> = cmds.into_iter().map(|c| (c.client, c.seq, c.op)).collect();
+        assert_eq!(borrowed, owned);
+    }
+}
