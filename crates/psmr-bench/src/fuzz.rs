@@ -13,7 +13,7 @@
 //! | `kv-op`, `kv-reply` | `KvCodec::decode_op`, `KvCodec::decode_reply` |
 //! | `list-op`, `list-reply` | `ListCodec::decode_op`, `ListCodec::decode_reply` |
 //! | `snapshot-kv`, `snapshot-list` | `Service::restore` on a fresh store |
-//! | `raft` | `psmr_replica::peer::decode_raft` (a peer's raft message) |
+//! | `raft` | `psmr_transport::peer::decode_raft` (a peer's raft message) |
 //! | `membership` | `psmr_core::membership::Membership::decode` (the members a snapshot holds) |
 //! | `conf-change` | `psmr_core::membership::Change::from_entry` (a conf-change log entry) |
 //! | `resp` | `psmr_resp::RequestParser::next`, the bytes fed in 1 to 3 pieces |
@@ -487,7 +487,7 @@ fn run_entry(bytes: &[u8]) {
 }
 
 fn run_raft(bytes: &[u8]) {
-    let _ = psmr_replica::peer::decode_raft(bytes.to_vec());
+    let _ = psmr_transport::peer::decode_raft(bytes.to_vec());
 }
 
 fn run_membership(bytes: &[u8]) {
@@ -933,7 +933,7 @@ mod tests {
         assert!(corpus_kv_reply().iter().all(|b| KvCodec.decode_reply(b).is_ok()));
         assert!(corpus_snapshot_kv().iter().all(|b| KvService::new(0, Cost::Light).restore(b).is_ok()));
         assert!(corpus_membership().iter().all(|b| Membership::decode(b).is_ok()));
-        assert!(corpus_raft().iter().all(|b| psmr_replica::peer::decode_raft(b.clone()).is_ok()));
+        assert!(corpus_raft().iter().all(|b| psmr_transport::peer::decode_raft(b.clone()).is_ok()));
         let entry = |b: &Vec<u8>| {
             let mut e = raft::prelude::Entry::default();
             e.set_entry_type(raft::prelude::EntryType::EntryConfChangeV2);

@@ -148,7 +148,7 @@ fn a_cluster_grows_to_five_and_shrinks_to_three_under_load() {
     assert_eq!(voters(&members), survivors, "{members:?}");
     for &id in &removed {
         poll_until(Duration::from_secs(60), || {
-            let stopped = cluster.replica(id).unwrap().shared().stopping();
+            let stopped = cluster.replica(id).unwrap().stopping();
             stopped.then_some(()).ok_or_else(|| format!("removed replica {id} still runs"))
         });
     }

@@ -19,6 +19,11 @@
 //! service's typed operations on the wire with its
 //! [`psmr_model::wire::OpCodec`].
 //!
+//! [`Submit`] and [`Session`] are what a front end such as the Redis
+//! gateway needs of a cluster: sessions that order and execute requests.
+//! [`Network`] reaches a cluster over the network with [`AsyncClient`]s;
+//! a replica implements them in its own process.
+//!
 //! Membership: [`AsyncClient::members_of`] asks one replica for the
 //! cluster's members; [`AsyncClient::change_membership`] adds or removes a
 //! replica, finding the leader and retrying until the change is in effect
@@ -99,6 +104,53 @@ fn random_id() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(std::process::id() as u64);
     h.finish().max(1)
+}
+
+/// Where a front end's commands go: a cluster reached over the network
+/// ([`Network`]), or the replica the front end runs in.
+pub trait Submit: Send + Sync + 'static {
+    /// One client of the cluster: an id of its own and its own sequence
+    /// numbers (a Redis gateway opens one per connection).
+    type Session: Session;
+
+    /// A new session.
+    fn session(&self) -> Result<Self::Session, ClientError>;
+}
+
+/// One client's way to the cluster. See [`Submit`].
+pub trait Session: Send + 'static {
+    /// The client id of the session.
+    fn id(&self) -> u64;
+
+    /// Orders and executes `ops` (encoded operations) as one request;
+    /// their outcomes in order.
+    fn submit(
+        &mut self,
+        ops: Vec<Vec<u8>>,
+    ) -> impl std::future::Future<Output = Result<Vec<Outcome>, ClientError>> + Send;
+}
+
+/// A cluster reached over the network: each session is an
+/// [`AsyncClient`] with this configuration (and an id of its own).
+#[derive(Clone, Debug)]
+pub struct Network(pub ClientConfig);
+
+impl Submit for Network {
+    type Session = AsyncClient;
+
+    fn session(&self) -> Result<AsyncClient, ClientError> {
+        AsyncClient::new(ClientConfig { id: None, ..self.0.clone() })
+    }
+}
+
+impl Session for AsyncClient {
+    fn id(&self) -> u64 {
+        AsyncClient::id(self)
+    }
+
+    async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
+        AsyncClient::submit(self, ops).await
+    }
 }
 
 /// The asynchronous client. See the crate documentation.

@@ -78,7 +78,8 @@ impl Change {
         if e.get_entry_type() != EntryType::EntryConfChangeV2 {
             return Err(format!("a {:?} entry (psmr proposes only version 2 conf changes)", e.get_entry_type()));
         }
-        let cc: ConfChangeV2 = crate::decode_proto(&e.data).map_err(|err| format!("undecodable conf change: {err}"))?;
+        let cc: ConfChangeV2 =
+            crate::entry::decode_proto(&e.data).map_err(|err| format!("undecodable conf change: {err}"))?;
         if cc.get_transition() != raft::prelude::ConfChangeTransition::Auto || cc.changes.len() != 1 {
             return Err(format!("a joint conf change ({} changes, {:?})", cc.changes.len(), cc.get_transition()));
         }

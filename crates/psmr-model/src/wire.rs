@@ -325,6 +325,19 @@ impl<'a> Decoder<'a> {
         Ok(n)
     }
 
+    /// Decodes `buf`, a body of message `what`, with `f`, which must
+    /// consume it exactly.
+    pub fn whole<T>(
+        buf: &'a [u8],
+        what: &'static str,
+        f: impl FnOnce(&mut Decoder<'a>) -> Result<T, WireError>,
+    ) -> Result<T, WireError> {
+        let mut d = Decoder::new(buf, what);
+        let value = f(&mut d)?;
+        d.end()?;
+        Ok(value)
+    }
+
     /// Succeeds if the body was consumed exactly.
     pub fn end(&self) -> Result<(), WireError> {
         if self.buf.is_empty() {
@@ -742,105 +755,91 @@ impl ServerMsg {
 
     /// Decodes a frame.
     pub fn from_frame(f: &Frame) -> Result<Self, WireError> {
-        let msg = match f.kind {
-            K_REPLIES => {
-                let mut d = Decoder::new(&f.body, "replies");
-                let client = d.u64()?;
-                let n = d.count(REQUEST_COMMANDS_MAX, 13)?;
-                let mut replies = Vec::with_capacity(n);
-                for _ in 0..n {
-                    replies.push((d.u64()?, d.outcome()?));
-                }
-                d.end()?;
-                ServerMsg::Replies { client, replies }
-            }
+        let body = &f.body;
+        match f.kind {
+            K_REPLIES => Decoder::whole(body, "replies", Self::replies),
             K_REDIRECT => {
-                let mut d = Decoder::new(&f.body, "redirect");
-                let msg = ServerMsg::Redirect { leader: d.u64()?, addr: d.str()? };
-                d.end()?;
-                msg
+                Decoder::whole(body, "redirect", |d| Ok(ServerMsg::Redirect { leader: d.u64()?, addr: d.str()? }))
             }
-            K_ERROR => {
-                let mut d = Decoder::new(&f.body, "error");
-                let msg = ServerMsg::Error(d.str()?);
-                d.end()?;
-                msg
-            }
-            K_STATUS_REPLY => {
-                let mut d = Decoder::new(&f.body, "status");
-                let s = ReplicaStatus {
-                    id: d.u64()?,
-                    addr: d.str()?,
-                    pid: d.u32()?,
-                    leader: d.u64()?,
-                    term: d.u64()?,
-                    applied: d.u64()?,
-                    digest: d.str()?,
-                    scheduler: d.str()?,
-                    decision: d.str()?,
-                };
-                d.end()?;
-                ServerMsg::Status(s)
-            }
-            K_STATS_REPLY => {
-                let mut d = Decoder::new(&f.body, "stats");
-                let at_ns = d.u64()?;
-                let n = d.count(1 << 16, 28)?;
-                let mut threads = Vec::with_capacity(n);
-                for _ in 0..n {
-                    threads.push(ThreadStat { name: d.str()?, tid: d.u64()?, cpu_ns: d.u64()?, runq_ns: d.u64()? });
-                }
-                let n = d.count(1 << 10, 56)?;
-                let mut workers = Vec::with_capacity(n);
-                for _ in 0..n {
-                    workers.push(WorkerSample {
-                        sync_idle_ns: d.u64()?,
-                        queue_idle_ns: d.u64()?,
-                        dequeues: d.u64()?,
-                        dequeued_commands: d.u64()?,
-                        executed: d.u64()?,
-                        steals_tried: d.u64()?,
-                        steals_ok: d.u64()?,
-                    });
-                }
-                let (scheduler, decision) = (d.str()?, d.str()?);
-                d.end()?;
-                ServerMsg::Stats { at_ns, threads, workers, scheduler, decision }
-            }
-            K_METRICS_REPLY => {
-                let mut d = Decoder::new(&f.body, "metrics");
+            K_ERROR => Decoder::whole(body, "error", |d| Ok(ServerMsg::Error(d.str()?))),
+            K_STATUS_REPLY => Decoder::whole(body, "status", Self::status),
+            K_STATS_REPLY => Decoder::whole(body, "stats", Self::stats),
+            K_METRICS_REPLY => Decoder::whole(body, "metrics", |d| {
                 let text = d.str()?;
-                d.end()?;
                 if text.len() > METRICS_TEXT_MAX {
                     return Err(d.error(format!("{} bytes of text, more than {METRICS_TEXT_MAX}", text.len())));
                 }
-                ServerMsg::Metrics(text)
-            }
-            K_MEMBERS_REPLY => {
-                let mut d = Decoder::new(&f.body, "members");
-                let n = d.count(MEMBERS_MAX, 17)?;
-                let mut members = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let (id, client, peer) = (d.u64()?, d.str()?, d.str()?);
-                    let voter = match d.u8()? {
-                        0 => false,
-                        1 => true,
-                        v => return Err(d.error(format!("voter flag {v}"))),
-                    };
-                    members.push(MemberInfo { id, client, peer, voter });
-                }
-                d.end()?;
-                ServerMsg::Members(members)
-            }
-            K_RECONFIGURED => {
-                let mut d = Decoder::new(&f.body, "reconfigured");
-                let msg = ServerMsg::Reconfigured { scheduler: d.str()?, workers: d.u32()?, stall_ns: d.u64()? };
-                d.end()?;
-                msg
-            }
-            k => return Err(WireError::UnknownKind(k)),
-        };
-        Ok(msg)
+                Ok(ServerMsg::Metrics(text))
+            }),
+            K_MEMBERS_REPLY => Decoder::whole(body, "members", Self::members),
+            K_RECONFIGURED => Decoder::whole(body, "reconfigured", |d| {
+                Ok(ServerMsg::Reconfigured { scheduler: d.str()?, workers: d.u32()?, stall_ns: d.u64()? })
+            }),
+            k => Err(WireError::UnknownKind(k)),
+        }
+    }
+
+    fn replies(d: &mut Decoder) -> Result<Self, WireError> {
+        let client = d.u64()?;
+        let n = d.count(REQUEST_COMMANDS_MAX, 13)?;
+        let mut replies = Vec::with_capacity(n);
+        for _ in 0..n {
+            replies.push((d.u64()?, d.outcome()?));
+        }
+        Ok(ServerMsg::Replies { client, replies })
+    }
+
+    fn status(d: &mut Decoder) -> Result<Self, WireError> {
+        Ok(ServerMsg::Status(ReplicaStatus {
+            id: d.u64()?,
+            addr: d.str()?,
+            pid: d.u32()?,
+            leader: d.u64()?,
+            term: d.u64()?,
+            applied: d.u64()?,
+            digest: d.str()?,
+            scheduler: d.str()?,
+            decision: d.str()?,
+        }))
+    }
+
+    fn stats(d: &mut Decoder) -> Result<Self, WireError> {
+        let at_ns = d.u64()?;
+        let n = d.count(1 << 16, 28)?;
+        let mut threads = Vec::with_capacity(n);
+        for _ in 0..n {
+            threads.push(ThreadStat { name: d.str()?, tid: d.u64()?, cpu_ns: d.u64()?, runq_ns: d.u64()? });
+        }
+        let n = d.count(1 << 10, 56)?;
+        let mut workers = Vec::with_capacity(n);
+        for _ in 0..n {
+            workers.push(WorkerSample {
+                sync_idle_ns: d.u64()?,
+                queue_idle_ns: d.u64()?,
+                dequeues: d.u64()?,
+                dequeued_commands: d.u64()?,
+                executed: d.u64()?,
+                steals_tried: d.u64()?,
+                steals_ok: d.u64()?,
+            });
+        }
+        let (scheduler, decision) = (d.str()?, d.str()?);
+        Ok(ServerMsg::Stats { at_ns, threads, workers, scheduler, decision })
+    }
+
+    fn members(d: &mut Decoder) -> Result<Self, WireError> {
+        let n = d.count(MEMBERS_MAX, 17)?;
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (id, client, peer) = (d.u64()?, d.str()?, d.str()?);
+            let voter = match d.u8()? {
+                0 => false,
+                1 => true,
+                v => return Err(d.error(format!("voter flag {v}"))),
+            };
+            members.push(MemberInfo { id, client, peer, voter });
+        }
+        Ok(ServerMsg::Members(members))
     }
 }
 

@@ -8,9 +8,12 @@
 //! certificates and data live in a temporary directory removed with the
 //! cluster.
 
-use crate::{App, Config, Member, Replica, ReplicaBuilder, ReplicaError, Storage};
+use crate::error::ReplicaError;
+use crate::replica::Replica;
+use crate::start::ReplicaBuilder;
+use psmr_core::config::{Config, Member, Storage};
+use psmr_model::App;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Builds a [`LocalCluster`].
@@ -227,8 +230,8 @@ impl LocalCluster {
     pub fn wait_for_leader(&self, timeout: Duration) -> Result<u64, ReplicaError> {
         let start = Instant::now();
         loop {
-            let running = self.replicas.iter().flatten().filter(|r| !r.shared().stopping());
-            let mut seen = running.map(|r| r.shared().leader.load(Ordering::Acquire));
+            let running = self.replicas.iter().flatten().filter(|r| !r.stopping());
+            let mut seen = running.map(|r| r.leader());
             let first = seen.next().unwrap_or(0);
             if first != 0 && seen.all(|l| l == first) {
                 return Ok(first);

@@ -5,14 +5,16 @@
 //! applied, and hands the snapshots the apply loop freezes to the
 //! snapshot side pool ([`crate::snapshot`]).
 
-use crate::msg::{Decision, Inbound};
-use crate::queue::{Receiver, Sender};
+use crate::handles::{Applied, Scheduling};
+use crate::metrics::Metrics;
 use crate::snapshot::Snapshotter;
-use crate::Shared;
 use psmr_core::apply::{Applier, ApplyEvent, ApplyIo};
 use psmr_core::protocol::Apply;
 use psmr_core::state::Taken;
 use psmr_model::App;
+use psmr_transport::life::Life;
+use psmr_transport::msg::{Decision, Inbound};
+use psmr_transport::queue::{Receiver, Sender};
 use std::sync::Arc;
 use tracing::error;
 
@@ -25,7 +27,11 @@ pub(crate) struct Manager<A: App> {
 
 /// Where the apply loop's effects go.
 pub(crate) struct ManagerIo {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) life: Arc<Life>,
+    pub(crate) applied: Arc<Applied>,
+    pub(crate) scheduling: Arc<Scheduling>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// The protocol thread's queue, to wake it.
     pub(crate) protocol: Sender<Inbound>,
     pub(crate) snapshots: Snapshotter,
 }
@@ -34,7 +40,7 @@ impl<A: App> Manager<A> {
     pub(crate) fn run(mut self) {
         while let Ok(d) = self.decisions.recv() {
             if let Err(why) = self.decide(d) {
-                self.io.shared.fail(why);
+                self.io.life.fail(why);
                 return;
             }
         }
@@ -70,7 +76,7 @@ impl<A: App> Manager<A> {
 
 impl ApplyIo for ManagerIo {
     fn applied(&mut self, index: u64) {
-        self.shared.set_applied(index, &self.protocol);
+        self.applied.set(index, &self.protocol);
     }
 
     fn snapshot_busy(&self) -> bool {
@@ -82,17 +88,14 @@ impl ApplyIo for ManagerIo {
     }
 
     fn event(&mut self, event: ApplyEvent) {
-        let metrics = &self.shared.metrics;
+        let metrics = &self.metrics;
         match event {
             ApplyEvent::Switched(stall) => metrics.scheduler_switched(stall),
             ApplyEvent::Decided(stall) => metrics.scheduler_decided(stall),
             ApplyEvent::SnapshotPaused(paused) => metrics.snapshot_pause.observe_duration(paused),
             ApplyEvent::Restored => metrics.snapshot_restored(),
             ApplyEvent::CacheHit => {}
-            ApplyEvent::Scheduler { describe, decision, metrics } => {
-                self.shared.set_worker_metrics(metrics);
-                self.shared.set_scheduler_status(describe, decision);
-            }
+            ApplyEvent::Scheduler { describe, decision, metrics } => self.scheduling.set(describe, decision, metrics),
         }
     }
 }

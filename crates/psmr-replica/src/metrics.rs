@@ -2,7 +2,7 @@
 //! the member's `metrics` address) and the client protocol's
 //! [`ClientMsg::Metrics`](psmr_model::wire::ClientMsg::Metrics), which
 //! `psmr client status` reads; both serve the same text, the OpenMetrics
-//! exposition of [`exposition`] (encoded with `prometheus-client`).
+//! exposition of [`crate::Replica::metrics_text`] (encoded with `prometheus-client`).
 //!
 //! # What is measured, and where
 //!
@@ -34,7 +34,7 @@
 //! | `psmr_worker_steals_tried_total{worker}` | counter | steal attempts |
 //! | `psmr_worker_steals_total{worker}` | counter | successful steals |
 //!
-//! The thread metrics come from `/proc/self/task` ([`crate::stages`]):
+//! The thread metrics come from `/proc/self/task` (`stages`):
 //! they cover the whole process, which for a [`crate::LocalCluster`] holds
 //! several replicas (and is empty off Linux). The worker metrics exist for
 //! the early schedulers only.
@@ -43,7 +43,7 @@
 //!
 //! | metric | type | recorded |
 //! | --- | --- | --- |
-//! | `psmr_request_latency_seconds` | histogram | ClientIO ([`crate::client_io`]): from a request frame read to its last reply handed to the socket, or to the refusal or redirect queued for the connection; 50 µs to 10 s |
+//! | `psmr_request_latency_seconds` | histogram | the client port (`psmr_transport::client`): from a request frame read to its last reply handed to the socket, or to the refusal or redirect queued for the connection; 50 µs to 10 s |
 //! | `psmr_entry_commands` | histogram | protocol thread: commands per entry this replica proposed |
 //! | `psmr_entry_bytes` | histogram | protocol thread: bytes per entry this replica proposed |
 //! | `psmr_log_sync_seconds` | histogram | disk storage (`psmr_storage::disk`): each synced raft-engine write (a ready's entries and hard state, a leader's snapshot); empty with memory storage |
@@ -56,7 +56,7 @@
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
 //! | `psmr_peer_refused_total{rule}` | counter | raft messages the guard (`psmr_core::guard`) refused, by rule ([`Rule::label`]) |
-//! | `psmr_queue_peer_bytes`, `psmr_queue_apply_bytes` | gauge | [`crate::queue`]: bytes of peer messages waiting for the protocol thread, and of committed entries waiting for the service manager (each bounded by `queue_bytes_max`) |
+//! | `psmr_queue_peer_bytes`, `psmr_queue_apply_bytes` | gauge | `psmr_transport::queue`: bytes of peer messages waiting for the protocol thread, and of committed entries waiting for the service manager (each bounded by `queue_bytes_max`) |
 //! | `psmr_queue_peer_peak_bytes`, `psmr_queue_apply_peak_bytes` | gauge | the most bytes those queues held at once |
 //!
 //! Every label takes values from a fixed, small set (thread names, worker
@@ -64,13 +64,8 @@
 //! a few relaxed atomic additions (the histograms are lock-free), once per
 //! request, per entry, per sync or per snapshot; nothing per command.
 //!
-//! Request latency is matched per connection: ClientIO notes each request
-//! (client, sequence numbers, when it was read) in the connection's
-//! [`PendingRequests`] before queueing it, and the connection's writer
-//! checks the replies off. A request whose replies never come to this
-//! connection (dropped for a full outbox, or redirected after the leader
-//! lost its leadership) is forgotten when the connection closes or when
-//! [`PENDING_MAX`] newer ones push it out; it is then not observed.
+//! Request latency is matched per connection by the client port (see
+//! `psmr_transport::metrics`).
 //!
 //! # HTTP
 //!
@@ -84,287 +79,52 @@
 //! once. Scrapers need nothing more, and hostile input cannot make the
 //! replica hold more than that.
 
-use crate::{Member, ReplicaError, Shared};
-use parking_lot::Mutex;
+use crate::error::ReplicaError;
+use crate::handles::{Applied, Counters, Scheduling};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, MetricEncoder, NoLabelSet,
-};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
+use psmr_core::config::Member;
 use psmr_core::guard::Rule;
-use psmr_model::wire::{WireError, WorkerSample};
-use std::collections::VecDeque;
+use psmr_model::wire::WorkerSample;
+use psmr_transport::client::ClientMetrics;
+use psmr_transport::life::Life;
+use psmr_transport::metrics::{ClientRefusal, CounterSet, Histogram};
+use psmr_transport::peer::Peers;
+use psmr_transport::queue::Meter;
+use psmr_transport::view::ClusterView;
 use std::fmt;
 use std::future::Future;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tracing::info;
 
-/// The content type of [`exposition`]'s text.
+/// The content type of the metrics text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Requests one connection keeps waiting for their replies, at most (see
-/// the module documentation): about 48 KiB a connection. A client that
-/// pipelines more loses the latency of its oldest requests, not more.
-pub const PENDING_MAX: usize = 1024;
 
 /// Distinct thread names reported, at most; the rest are summed as
 /// `other`.
 const THREAD_NAMES_MAX: usize = 64;
 
-/// A histogram with fixed bucket bounds, updated with relaxed atomic
-/// additions only (`prometheus-client`'s own takes a lock per
-/// observation). Values are integers in a base unit (nanoseconds, bytes,
-/// commands); `divisor` turns them into the exposed unit.
-#[derive(Clone, Debug)]
-pub struct Histogram(Arc<HistogramInner>);
-
-#[derive(Debug)]
-struct HistogramInner {
-    /// Upper bounds, ascending, in the base unit.
-    bounds: Box<[u64]>,
-    /// One per bound, and the last for +Inf.
-    buckets: Box<[AtomicU64]>,
-    sum: AtomicU64,
-    divisor: f64,
-}
-
-impl Histogram {
-    /// A histogram with these upper bounds (base unit, ascending).
-    pub fn new(bounds: Vec<u64>, divisor: f64) -> Self {
-        let buckets = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
-        Self(Arc::new(HistogramInner { bounds: bounds.into(), buckets, sum: AtomicU64::new(0), divisor }))
-    }
-
-    /// Seconds, observed in nanoseconds: the 1-2.5-5 steps from `from_ns`
-    /// up to `to_ns`.
-    pub(crate) fn seconds(from_ns: u64, to_ns: u64) -> Self {
-        let mut bounds = Vec::new();
-        let mut decade = 1u64;
-        while decade * 10 <= from_ns {
-            decade *= 10;
-        }
-        'out: loop {
-            for step in [10, 25, 50] {
-                let b = decade * step / 10;
-                if b > to_ns {
-                    break 'out;
-                }
-                if b >= from_ns {
-                    bounds.push(b);
-                }
-            }
-            decade *= 10;
-        }
-        Self::new(bounds, 1e9)
-    }
-
-    /// Powers of `base` from `from` to `to`.
-    fn powers(from: u64, base: u64, to: u64) -> Self {
-        let bounds = std::iter::successors(Some(from), |&b| b.checked_mul(base)).take_while(|&b| b <= to).collect();
-        Self::new(bounds, 1.0)
-    }
-
-    /// Counts one value.
-    #[inline]
-    pub fn observe(&self, value: u64) {
-        let i = self.0.bounds.partition_point(|&b| b < value);
-        self.0.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.0.sum.fetch_add(value, Ordering::Relaxed);
-    }
-
-    /// Counts the time since `start`, for a histogram of seconds.
-    #[inline]
-    pub fn observe_since(&self, start: Instant) {
-        self.observe_duration(start.elapsed());
-    }
-
-    /// Counts a duration, for a histogram of seconds.
-    #[inline]
-    pub fn observe_duration(&self, d: std::time::Duration) {
-        self.observe(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    }
-
-    /// Values counted so far.
-    pub fn count(&self) -> u64 {
-        self.0.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
-    }
-}
-
-impl EncodeMetric for Histogram {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
-        let h = &self.0;
-        let buckets: Vec<(f64, u64)> = h
-            .buckets
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (h.bounds.get(i).map_or(f64::INFINITY, |&u| u as f64 / h.divisor), b.load(Ordering::Relaxed)))
-            .collect();
-        // The count is the buckets' sum, so that the two always agree.
-        let count = buckets.iter().map(|b| b.1).sum();
-        let sum = h.sum.load(Ordering::Relaxed) as f64 / h.divisor;
-        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
-
-/// Counters for a fixed set of values of one label, each a plain atomic.
-#[derive(Clone, Debug)]
-pub struct CounterSet(Arc<CounterSetInner>);
-
-#[derive(Debug)]
-struct CounterSetInner {
-    label: &'static str,
-    values: Box<[&'static str]>,
-    counts: Box<[AtomicU64]>,
-}
-
-impl CounterSet {
-    fn new(label: &'static str, values: Vec<&'static str>) -> Self {
-        let counts = values.iter().map(|_| AtomicU64::new(0)).collect();
-        Self(Arc::new(CounterSetInner { label, values: values.into(), counts }))
-    }
-
-    fn inc(&self, i: usize) {
-        if let Some(c) = self.0.counts.get(i) {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The count of label value `value` (0 if it is not one of the set).
-    pub fn get(&self, value: &str) -> u64 {
-        let i = self.0.values.iter().position(|&v| v == value);
-        i.map_or(0, |i| self.0.counts[i].load(Ordering::Relaxed))
-    }
-}
-
-impl EncodeMetric for CounterSet {
-    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
-        let s = &self.0;
-        for (value, count) in s.values.iter().zip(s.counts.iter()) {
-            let labels = [(s.label, *value)];
-            encoder
-                .encode_family(&labels)?
-                .encode_counter::<NoLabelSet, _, u64>(&count.load(Ordering::Relaxed), None)?;
-        }
-        Ok(())
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Counter
-    }
-}
-
-/// Why ClientIO refused a client's frame, request or connection: the
-/// `reason` label of `psmr_client_refused_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClientRefusal {
-    /// A frame longer than `frame_max`.
-    FrameTooLarge,
-    /// A frame too short for a version and a kind.
-    FrameTooShort,
-    /// Another protocol version.
-    Version,
-    /// No message of that kind.
-    UnknownKind,
-    /// A body that does not decode.
-    Malformed,
-    /// A frame that did not arrive whole within `frame_timeout_ms`.
-    FrameTimeout,
-    /// A request to a follower, redirected to the leader.
-    NotLeader,
-    /// A request of client id 0.
-    ReservedClient,
-    /// A request without commands.
-    EmptyRequest,
-    /// A request with more than `batch_max_commands` commands.
-    RequestCommands,
-    /// A request with more than `batch_max_bytes` bytes of operations.
-    RequestBytes,
-    /// A connection refused at `max_connections`, all of them busy.
-    ConnectionLimit,
-}
-
-impl ClientRefusal {
-    /// Every reason, in label order.
-    pub const ALL: [ClientRefusal; 12] = [
-        ClientRefusal::FrameTooLarge,
-        ClientRefusal::FrameTooShort,
-        ClientRefusal::Version,
-        ClientRefusal::UnknownKind,
-        ClientRefusal::Malformed,
-        ClientRefusal::FrameTimeout,
-        ClientRefusal::NotLeader,
-        ClientRefusal::ReservedClient,
-        ClientRefusal::EmptyRequest,
-        ClientRefusal::RequestCommands,
-        ClientRefusal::RequestBytes,
-        ClientRefusal::ConnectionLimit,
-    ];
-
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            ClientRefusal::FrameTooLarge => "frame_too_large",
-            ClientRefusal::FrameTooShort => "frame_too_short",
-            ClientRefusal::Version => "version",
-            ClientRefusal::UnknownKind => "unknown_kind",
-            ClientRefusal::Malformed => "malformed",
-            ClientRefusal::FrameTimeout => "frame_timeout",
-            ClientRefusal::NotLeader => "not_leader",
-            ClientRefusal::ReservedClient => "reserved_client",
-            ClientRefusal::EmptyRequest => "empty_request",
-            ClientRefusal::RequestCommands => "request_commands",
-            ClientRefusal::RequestBytes => "request_bytes",
-            ClientRefusal::ConnectionLimit => "connection_limit",
-        }
-    }
-
-    /// The reason a connection ended with `e`, if it was a refused frame
-    /// (not a closed or failed socket).
-    pub fn of(e: &WireError) -> Option<Self> {
-        Some(match e {
-            WireError::TooLarge { .. } => ClientRefusal::FrameTooLarge,
-            WireError::TooShort(_) => ClientRefusal::FrameTooShort,
-            WireError::Version(_) => ClientRefusal::Version,
-            WireError::UnknownKind(_) => ClientRefusal::UnknownKind,
-            // ClientIO's `read_frame` reports a late body as the "frame".
-            WireError::Malformed { what: "frame", .. } => ClientRefusal::FrameTimeout,
-            WireError::Malformed { .. } => ClientRefusal::Malformed,
-            WireError::Io(_) | WireError::Closed => return None,
-        })
-    }
-
-    /// Its place in [`ClientRefusal::ALL`] (its declaration order).
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
 /// The metrics one replica records (see the module documentation); those
-/// read at scrape time live in [`Shared`] and are gathered by
-/// [`exposition`].
+/// read at scrape time live in the replica's handles and are gathered when
+/// scraped.
 pub struct Metrics {
     registry: Registry,
-    /// Highest log index known committed, published by the protocol thread.
-    pub(crate) commit: AtomicU64,
     /// The reply cache's clients, sequence numbers and bytes, once the
     /// service manager has one.
     pub(crate) cache: OnceLock<CacheSizes>,
-    /// `psmr_request_latency_seconds`.
-    pub request_latency: Histogram,
+    /// `psmr_request_latency_seconds` and `psmr_client_refused_total`.
+    pub client: ClientMetrics,
     /// `psmr_entry_commands`.
     pub entry_commands: Histogram,
     /// `psmr_entry_bytes`.
@@ -382,14 +142,12 @@ pub struct Metrics {
     /// `psmr_scheduler_switch_stall_seconds`.
     scheduler_switch: Histogram,
     scheduler_decisions: Counter,
-    /// `psmr_client_refused_total`.
-    pub client_refused: CounterSet,
     /// `psmr_peer_refused_total`.
     pub peer_refused: CounterSet,
     /// `psmr_queue_peer_bytes` and `psmr_queue_peer_peak_bytes`.
-    pub peer_queue: crate::queue::Meter,
+    pub peer_queue: Meter,
     /// `psmr_queue_apply_bytes` and `psmr_queue_apply_peak_bytes`.
-    pub apply_queue: crate::queue::Meter,
+    pub apply_queue: Meter,
 }
 
 impl Default for Metrics {
@@ -414,7 +172,7 @@ impl Metrics {
         let scheduler_decisions = Counter::default();
         let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
         let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
-        let (peer_queue, apply_queue) = (crate::queue::Meter::default(), crate::queue::Meter::default());
+        let (peer_queue, apply_queue) = (Meter::default(), Meter::default());
         let mut r = Registry::default();
         let seconds = || Unit::Seconds;
         r.register_with_unit(
@@ -463,9 +221,8 @@ impl Metrics {
         }
         Self {
             registry: r,
-            commit: AtomicU64::new(0),
             cache: OnceLock::new(),
-            request_latency,
+            client: ClientMetrics { refused: client_refused, request_latency },
             entry_commands,
             entry_bytes,
             log_sync,
@@ -476,7 +233,6 @@ impl Metrics {
             snapshots_restored,
             read_round_requests,
             scheduler_switch,
-            client_refused,
             peer_refused,
             peer_queue,
             apply_queue,
@@ -498,18 +254,6 @@ impl Metrics {
     pub(crate) fn scheduler_decided(&self, stall: std::time::Duration) {
         self.scheduler_decisions.inc();
         self.scheduler_switched(stall);
-    }
-
-    /// Counts a client refusal.
-    pub fn client_refused(&self, why: ClientRefusal) {
-        self.client_refused.inc(why.index());
-    }
-
-    /// Counts a connection that ended with `e`, if `e` refused a frame.
-    pub(crate) fn connection_ended(&self, e: &WireError) {
-        if let Some(why) = ClientRefusal::of(e) {
-            self.client_refused(why);
-        }
     }
 
     /// Counts a peer message the guard refused.
@@ -535,15 +279,27 @@ impl Metrics {
     }
 }
 
-/// The replica's metrics as OpenMetrics text: those read now from the
-/// shared state, then those recorded.
-pub fn exposition(shared: &Shared) -> String {
+/// What the metrics read of a running replica when scraped.
+#[derive(Clone)]
+pub(crate) struct Observed {
+    pub(crate) id: u64,
+    pub(crate) view: Arc<ClusterView>,
+    pub(crate) applied: Arc<Applied>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) peers: Arc<Peers>,
+    pub(crate) scheduling: Arc<Scheduling>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// The replica's metrics as OpenMetrics text: those read now from its
+/// handles, then those recorded.
+pub(crate) fn exposition(o: &Observed) -> String {
     let mut out = String::with_capacity(16 << 10);
     let mut now = Registry::default();
-    now.register_collector(Box::new(Sample::of(shared)));
+    now.register_collector(Box::new(Sample::of(o)));
     // Writing to a String cannot fail, nor can these encoders otherwise.
     let _ = encode_registry(&mut out, &now);
-    let _ = encode_registry(&mut out, &shared.metrics.registry);
+    let _ = encode_registry(&mut out, &o.metrics.registry);
     let _ = encode_eof(&mut out);
     out
 }
@@ -556,7 +312,8 @@ struct Threads {
     runq_ns: u64,
 }
 
-/// What [`exposition`] reads from the shared state, copied at scrape time.
+/// What [`exposition`] reads from the replica's handles, copied at scrape
+/// time.
 #[derive(Debug)]
 struct Sample {
     id: u64,
@@ -578,21 +335,20 @@ struct Sample {
 pub(crate) type CacheSizes = Box<dyn Fn() -> (usize, usize, usize) + Send + Sync>;
 
 impl Sample {
-    fn of(shared: &Shared) -> Self {
-        let load = |a: &AtomicU64| a.load(Ordering::Acquire);
-        let cache = shared.metrics.cache.get().map(|sizes| sizes());
+    fn of(o: &Observed) -> Self {
+        let c = &o.counters;
         Sample {
-            id: shared.id,
-            term: load(&shared.term),
-            leader: load(&shared.leader),
-            is_leader: shared.is_leader.load(Ordering::Acquire),
-            commit: load(&shared.metrics.commit),
-            applied: load(&shared.applied),
-            entries_proposed: load(&shared.stats.entries_proposed),
-            commands_proposed: load(&shared.stats.commands_proposed),
-            peer_in: load(&shared.stats.peer_in),
-            cache,
-            workers: shared.worker_samples(),
+            id: o.id,
+            term: o.view.term(),
+            leader: o.view.leader(),
+            is_leader: o.view.is_leader(),
+            commit: o.view.commit(),
+            applied: o.applied.get(),
+            entries_proposed: c.entries_proposed.load(Ordering::Acquire),
+            commands_proposed: c.commands_proposed.load(Ordering::Acquire),
+            peer_in: o.peers.received.load(Ordering::Acquire),
+            cache: o.metrics.cache.get().map(|sizes| sizes()),
+            workers: o.scheduling.workers(),
             threads: threads_by_name(),
         }
     }
@@ -715,105 +471,6 @@ impl Collector for Sample {
 }
 
 // ---------------------------------------------------------------------------
-// Request latency: requests waiting for their replies, per connection.
-
-/// A request waiting for replies.
-#[derive(Debug)]
-struct Waiting {
-    client: u64,
-    first: u64,
-    last: u64,
-    left: u32,
-    read_at: Instant,
-}
-
-/// The requests of one client connection whose replies have not all been
-/// handed to the socket (see the module documentation), oldest first.
-/// ClientIO's reader adds each request before queueing it; the
-/// connection's writer checks the replies off, once per batch of replies
-/// it writes. Replies come back about in the order of the requests, so
-/// the one a reply completes is found near the front; the queue keeps its
-/// memory, so a closed-loop client costs no allocation per request.
-#[derive(Debug, Default)]
-pub struct Pending {
-    waiting: VecDeque<Waiting>,
-}
-
-/// A connection's [`Pending`], shared by its reader and its writer.
-pub type PendingRequests = Arc<Mutex<Pending>>;
-
-impl Pending {
-    /// Notes a request of `client` read at `read_at`: `count` commands with
-    /// sequence numbers from `first` to `last`. At [`PENDING_MAX`] the
-    /// oldest is forgotten.
-    pub fn expect(&mut self, client: u64, first: u64, last: u64, count: u32, read_at: Instant) {
-        if count == 0 {
-            return;
-        }
-        if self.waiting.len() >= PENDING_MAX {
-            self.waiting.pop_front();
-        }
-        self.waiting.push_back(Waiting { client, first, last, left: count, read_at });
-    }
-
-    /// Checks off the reply to command `seq` of `client`; the time its
-    /// request was read if that was its last reply.
-    pub fn replied(&mut self, client: u64, seq: u64) -> Option<Instant> {
-        let i = self.waiting.iter().position(|w| w.client == client && w.first <= seq && seq <= w.last)?;
-        let w = &mut self.waiting[i];
-        w.left -= 1;
-        if w.left > 0 {
-            return None;
-        }
-        self.waiting.remove(i).map(|w| w.read_at)
-    }
-
-    /// Requests waiting.
-    pub fn len(&self) -> usize {
-        self.waiting.len()
-    }
-
-    /// No request waits.
-    pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty()
-    }
-}
-
-/// The writer's side of request latency: the replies of one batch, checked
-/// off together (one lock per batch, not per reply).
-pub(crate) struct ReplyClock {
-    pending: PendingRequests,
-    latency: Histogram,
-    replied: Vec<(u64, u64)>,
-}
-
-impl ReplyClock {
-    pub(crate) fn new(pending: PendingRequests, latency: Histogram) -> Self {
-        Self { pending, latency, replied: Vec::new() }
-    }
-
-    /// Notes a reply about to be written.
-    #[inline]
-    pub(crate) fn note(&mut self, client: u64, seq: u64) {
-        self.replied.push((client, seq));
-    }
-
-    /// The noted replies go to the socket now: observes the requests they
-    /// complete.
-    pub(crate) fn settle(&mut self) {
-        if self.replied.is_empty() {
-            return;
-        }
-        let mut pending = self.pending.lock();
-        for (client, seq) in self.replied.drain(..) {
-            if let Some(read_at) = pending.replied(client, seq) {
-                self.latency.observe_since(read_at);
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
 // HTTP.
 
 /// Bounds of the HTTP endpoint.
@@ -846,7 +503,7 @@ pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 pub(crate) fn listener(given: Option<TcpListener>, me: &Member) -> Result<Option<TcpListener>, ReplicaError> {
     match (given, me.metrics) {
         (Some(l), _) => Ok(Some(l)),
-        (None, Some(addr)) => crate::bind(addr).map(Some),
+        (None, Some(addr)) => crate::start::bind(addr).map(Some),
         (None, None) => Ok(None),
     }
 }
@@ -855,7 +512,8 @@ pub(crate) fn listener(given: Option<TcpListener>, me: &Member) -> Result<Option
 /// stops.
 pub(crate) fn spawn(
     runtime: &tokio::runtime::Runtime,
-    shared: &Arc<Shared>,
+    observed: &Observed,
+    life: &Arc<Life>,
     listener: Option<TcpListener>,
 ) -> std::io::Result<()> {
     let Some(listener) = listener else { return Ok(()) };
@@ -865,11 +523,11 @@ pub(crate) fn spawn(
         tokio::net::TcpListener::from_std(listener)?
     };
     let addr = listener.local_addr()?;
-    let for_render = shared.clone();
-    let render: Render = Arc::new(move || exposition(&for_render));
-    let stopping = shared.clone();
-    runtime.spawn(serve(listener, HttpLimits::default(), render, async move { stopping.stopped().await }));
-    info!(id = shared.id, "metrics at http://{addr}/metrics");
+    let o = observed.clone();
+    let render: Render = Arc::new(move || exposition(&o));
+    let life = life.clone();
+    runtime.spawn(serve(listener, HttpLimits::default(), render, async move { life.stopped().await }));
+    info!(id = observed.id, "metrics at http://{addr}/metrics");
     Ok(())
 }
 
@@ -1160,24 +818,46 @@ fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Config;
+    use psmr_core::config::Config;
+    use psmr_model::wire::WireError;
 
-    fn shared() -> Shared {
-        Shared::new(Config::default(), 7, 1, false)
+    fn observed() -> Observed {
+        let config = Arc::new(Config::default());
+        let view = Arc::new(ClusterView::new(7, config.replicas.clone(), false));
+        let life = Arc::new(Life::new(7));
+        Observed {
+            id: 7,
+            peers: Arc::new(Peers::new(7, 1, config, life, view.clone())),
+            view,
+            applied: Arc::default(),
+            counters: Arc::default(),
+            scheduling: Arc::default(),
+            metrics: Arc::default(),
+        }
     }
 
     #[test]
     fn the_exposition_names_every_metric_with_its_labels() {
-        let s = shared();
-        s.term.store(3, Ordering::Release);
-        s.metrics.commit.store(11, Ordering::Release);
-        s.metrics.request_latency.observe(70_000);
-        s.metrics.request_latency.observe(3_000_000);
+        let s = observed();
+        let view = psmr_core::protocol::View {
+            leader: 0,
+            term: 3,
+            role: raft::StateRole::Follower,
+            commit: 11,
+            last_index: 11,
+            repaired: false,
+        };
+        s.view.publish(&view);
+        s.metrics.client.request_latency.observe(70_000);
+        s.metrics.client.request_latency.observe(3_000_000);
         s.metrics.entry_proposed(5, 300);
-        s.metrics.client_refused(ClientRefusal::NotLeader);
+        s.metrics.client.refused(ClientRefusal::NotLeader);
         s.metrics.peer_refused(Rule::Commit);
-        s.metrics.connection_ended(&WireError::TooLarge { len: 9, max: 1 });
-        s.metrics.connection_ended(&WireError::Closed);
+        for e in [WireError::TooLarge { len: 9, max: 1 }, WireError::Closed] {
+            if let Some(why) = ClientRefusal::of(&e) {
+                s.metrics.client.refused(why);
+            }
+        }
         let text = exposition(&s);
         assert!(text.ends_with("# EOF\n"), "{text}");
         for name in [
@@ -1205,8 +885,8 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert!(text.contains("psmr_thread_cpu_seconds_total{thread="), "{text}");
         }
-        assert_eq!(s.metrics.client_refused.get("frame_too_large"), 1);
-        assert_eq!(s.metrics.client_refused.get("no such reason"), 0);
+        assert_eq!(s.metrics.client.refused.get("frame_too_large"), 1);
+        assert_eq!(s.metrics.client.refused.get("no such reason"), 0);
         let scrape = Scrape::parse(&text);
         assert_eq!(scrape.value("psmr_raft_term"), Some(3.0));
         assert_eq!(scrape.get("psmr_client_refused_total", &[("reason", "not_leader")]), Some(1.0));
@@ -1222,7 +902,7 @@ mod tests {
 
     #[test]
     fn workers_and_the_reply_cache_appear_once_there() {
-        let s = shared();
+        let s = observed();
         let _ = s.metrics.cache.set(Box::new(|| (1, 1, 0)));
         let text = exposition(&s);
         assert!(text.contains("psmr_reply_cache_clients 1"), "{text}");
@@ -1242,45 +922,6 @@ mod tests {
         assert_eq!(labels.len(), Rule::ALL.len());
         let labels: std::collections::HashSet<_> = ClientRefusal::ALL.iter().map(|r| r.label()).collect();
         assert_eq!(labels.len(), ClientRefusal::ALL.len());
-    }
-
-    #[test]
-    fn histogram_buckets_hold_values_up_to_their_bound() {
-        let h = Histogram::new(vec![10, 20], 1.0);
-        for v in [0, 10, 11, 20, 21, u64::MAX / 4] {
-            h.observe(v);
-        }
-        let counts: Vec<u64> = h.0.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
-        assert_eq!(counts, vec![2, 2, 2]);
-        assert_eq!(h.count(), 6);
-        let s = Histogram::seconds(50_000, 10_000_000_000);
-        assert_eq!(s.0.bounds.first(), Some(&50_000));
-        assert_eq!(s.0.bounds.last(), Some(&10_000_000_000));
-        assert!(s.0.bounds.windows(2).all(|w| w[0] < w[1]));
-    }
-
-    #[test]
-    fn pending_requests_complete_on_their_last_reply() {
-        let mut p = Pending::default();
-        let t0 = Instant::now();
-        p.expect(1, 1, 3, 3, t0);
-        p.expect(1, 4, 4, 1, t0);
-        p.expect(2, 1, 1, 1, t0);
-        assert_eq!(p.replied(1, 4), Some(t0));
-        assert_eq!(p.replied(1, 2), None);
-        assert_eq!(p.replied(1, 1), None);
-        assert_eq!(p.replied(9, 1), None, "unknown client");
-        assert_eq!(p.replied(1, 3), Some(t0));
-        assert_eq!(p.replied(1, 3), None, "already complete");
-        assert_eq!(p.len(), 1);
-        assert_eq!(p.replied(2, 1), Some(t0));
-        assert!(p.is_empty());
-        for i in 0..PENDING_MAX as u64 + 10 {
-            p.expect(3, i, i, 1, t0);
-        }
-        assert_eq!(p.len(), PENDING_MAX);
-        assert_eq!(p.replied(3, 0), None, "the oldest were forgotten");
-        assert_eq!(p.replied(3, PENDING_MAX as u64 + 9), Some(t0));
     }
 
     // --- HTTP ---------------------------------------------------------

@@ -12,18 +12,22 @@
 //! manager's queue, which bounds in bytes what is committed and not yet
 //! applied.
 
-use crate::msg::{Decision, Inbound, RequestReceiver};
-use crate::peer::PeerSender;
-use crate::queue::{Receiver, Sender};
-use crate::router::Outgoing;
-use crate::Shared;
+use crate::handles::{Applied, Counters};
+use crate::metrics::Metrics;
 use crossbeam::channel::Select;
 use psmr_core::guard::Refusal;
 use psmr_core::membership::Membership;
 use psmr_core::protocol::{Apply, Protocol, ProtocolIo, Stop};
-use psmr_core::ratelog::RateLimit;
 use psmr_model::wire::ServerMsg;
 use psmr_storage::Log;
+use psmr_transport::life::Life;
+use psmr_transport::msg::{Decision, Inbound, RequestReceiver};
+use psmr_transport::peer::{PeerSender, Peers};
+use psmr_transport::queue::{Receiver, Sender};
+use psmr_transport::ratelog::RateLimit;
+use psmr_transport::router::{Outgoing, Router};
+use psmr_transport::tls::PeerTlsContext;
+use psmr_transport::view::ClusterView;
 use raft::prelude::Message;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -42,7 +46,9 @@ const TURN_TAKES: usize = 256;
 
 /// The protocol thread: the protocol and the queues and links around it.
 pub(crate) struct ProtocolThread {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) life: Arc<Life>,
+    pub(crate) applied: Arc<Applied>,
+    pub(crate) tick: Duration,
     pub(crate) protocol: Protocol<Log>,
     pub(crate) inbound: Receiver<Inbound>,
     pub(crate) requests: RequestReceiver,
@@ -51,12 +57,16 @@ pub(crate) struct ProtocolThread {
 
 /// What the protocol's effects go to.
 pub(crate) struct Links {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) view: Arc<ClusterView>,
+    pub(crate) peers: Arc<Peers>,
     /// A sender per peer.
-    pub(crate) peers: HashMap<u64, PeerSender>,
+    pub(crate) senders: HashMap<u64, PeerSender>,
     pub(crate) decisions: Sender<Decision>,
+    pub(crate) router: Arc<Router>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) counters: Arc<Counters>,
     /// Peer TLS, for senders to replicas added later.
-    pub(crate) tls: Option<Arc<crate::tls::PeerTlsContext>>,
+    pub(crate) tls: Option<Arc<PeerTlsContext>>,
     /// Membership changes waiting for their answer, by ticket.
     pub(crate) tickets: HashMap<u64, oneshot::Sender<ServerMsg>>,
     pub(crate) next_ticket: u64,
@@ -85,17 +95,17 @@ impl ProtocolThread {
     pub(crate) fn run(mut self) {
         precise_timers();
         if let Some(disk) = self.protocol.store().disk() {
-            let histogram = self.shared.metrics.log_sync.clone();
+            let histogram = self.links.metrics.log_sync.clone();
             disk.time_syncs(Arc::new(move |took| histogram.observe_duration(took)));
         }
         self.protocol.start(&mut self.links);
-        let tick = self.shared.config.tick();
+        let tick = self.tick;
         let mut next_tick = Instant::now() + tick;
-        while !self.shared.stopping() {
+        while !self.life.stopping() {
             if let Err(stop) = self.turn(tick, &mut next_tick) {
                 match stop {
-                    Stop::Failed(why) => self.shared.fail(why),
-                    Stop::Removed(why) => self.shared.stop_removed(&why),
+                    Stop::Failed(why) => self.life.fail(why),
+                    Stop::Removed(why) => self.life.stop_removed(&why),
                 }
                 return;
             }
@@ -121,9 +131,9 @@ impl ProtocolThread {
             if !self.protocol.has_room() {
                 break;
             }
-            match self.requests.rx.try_recv() {
-                Ok(r) => self.protocol.request(r),
-                Err(_) => break,
+            match self.requests.try_recv() {
+                Some(r) => self.protocol.request(r),
+                None => break,
             }
         }
         if Instant::now() >= *next_tick {
@@ -133,24 +143,22 @@ impl ProtocolThread {
                 *next_tick = Instant::now() + tick;
             }
         }
-        self.protocol.set_applied(self.shared.applied.load(Ordering::SeqCst));
-        self.protocol.turn(crate::stages::now_ns(), &mut self.links)?;
-        self.publish();
+        self.protocol.set_applied(self.applied.get());
+        self.protocol.turn(psmr_transport::clock::now_ns(), &mut self.links)?;
+        self.links.view.publish(&self.protocol.view());
         Ok(())
     }
 
     /// Waits for a peer message or a request, until the next tick or until
     /// the protocol has work due.
     fn wait(&mut self, next_tick: Instant) -> Got {
-        self.protocol.set_applied(self.shared.applied.load(Ordering::SeqCst));
+        self.protocol.set_applied(self.applied.get());
         if self.protocol.waits_for_applied() {
             // Either the service manager sees the request for a nudge, or
-            // this sees what it applied (see `Shared::applied_reaches`).
-            let applied = self.shared.applied_reaches(|_| false);
-            debug_assert!(!applied);
-            self.protocol.set_applied(self.shared.applied.load(Ordering::SeqCst));
+            // this sees what it applied (see `Applied::wait_for_more`).
+            self.protocol.set_applied(self.applied.wait_for_more());
         }
-        let now = crate::stages::now_ns();
+        let now = psmr_transport::clock::now_ns();
         let deadline = match self.protocol.due(now) {
             Some(at) if at <= now => Instant::now(),
             Some(at) => (Instant::now() + Duration::from_nanos(at - now)).min(next_tick),
@@ -158,10 +166,10 @@ impl ProtocolThread {
         };
         let mut sel = Select::new();
         let i_in = self.inbound.select(&mut sel);
-        let i_req = self.protocol.has_room().then(|| sel.recv(&self.requests.rx));
+        let i_req = self.protocol.has_room().then(|| self.requests.select(&mut sel));
         match sel.select_deadline(deadline) {
             Ok(op) if op.index() == i_in => self.inbound.complete(op).map_or(Got::Closed, Got::Inbound),
-            Ok(op) if Some(op.index()) == i_req => op.recv(&self.requests.rx).map_or(Got::Closed, Got::Request),
+            Ok(op) if Some(op.index()) == i_req => self.requests.complete(op).map_or(Got::Closed, Got::Request),
             Ok(_) => unreachable!("only two operations are selected"),
             Err(_) => Got::Nothing,
         }
@@ -189,21 +197,11 @@ impl ProtocolThread {
             Inbound::Applied => Ok(()),
         }
     }
-
-    fn publish(&self) {
-        let view = self.protocol.view();
-        let shared = &self.shared;
-        shared.leader.store(view.leader, Ordering::Release);
-        shared.term.store(view.term, Ordering::Release);
-        shared.metrics.commit.store(view.commit, Ordering::Release);
-        shared.is_leader.store(view.is_leader(), Ordering::Release);
-        shared.repaired.store(view.repaired, Ordering::Release);
-    }
 }
 
 impl ProtocolIo for Links {
     fn send(&mut self, msg: Message) -> bool {
-        self.peers.get(&msg.to).is_some_and(|p| p.send(msg))
+        self.senders.get(&msg.to).is_some_and(|p| p.send(msg))
     }
 
     fn apply(&mut self, work: Apply) -> bool {
@@ -211,19 +209,19 @@ impl ProtocolIo for Links {
     }
 
     fn tell(&mut self, client: u64, msg: ServerMsg) {
-        self.shared.router.send(client, Outgoing::Msg(msg));
+        self.router.send(client, Outgoing::Msg(msg));
     }
 
     fn membership(&mut self, membership: &Membership, peers: &BTreeMap<u64, SocketAddr>) {
-        self.shared.set_membership(membership);
-        self.peers.retain(|peer, _| peers.contains_key(peer));
+        self.view.set_membership(membership);
+        self.senders.retain(|peer, _| peers.contains_key(peer));
         for (&peer, &addr) in peers {
-            if self.peers.contains_key(&peer) {
+            if self.senders.contains_key(&peer) {
                 continue;
             }
-            match crate::peer::spawn_sender(&self.shared, peer, addr, self.tls.clone()) {
+            match psmr_transport::peer::spawn_sender(&self.peers, peer, addr, self.tls.clone()) {
                 Ok(sender) => {
-                    self.peers.insert(peer, sender);
+                    self.senders.insert(peer, sender);
                 }
                 Err(e) => warn!(peer, "cannot start a sender: {e}"),
             }
@@ -237,20 +235,20 @@ impl ProtocolIo for Links {
     }
 
     fn refused(&mut self, msg: &Message, why: &Refusal) {
-        self.shared.stats.peer_refused.fetch_add(1, Ordering::Relaxed);
-        self.shared.metrics.peer_refused(why.rule);
+        self.counters.peer_refused.fetch_add(1, Ordering::Relaxed);
+        self.metrics.peer_refused(why.rule);
         let (peer, kind) = (msg.from, msg.get_msg_type());
-        psmr_core::warn_limited!(REFUSED, peer, kind = ?kind, "refused a raft message: {why}");
+        psmr_transport::warn_limited!(REFUSED, peer, kind = ?kind, "refused a raft message: {why}");
     }
 
     fn proposed(&mut self, commands: u64, bytes: usize) {
-        let stats = &self.shared.stats;
-        stats.entries_proposed.fetch_add(1, Ordering::Relaxed);
-        stats.commands_proposed.fetch_add(commands, Ordering::Relaxed);
-        self.shared.metrics.entry_proposed(commands, bytes);
+        let counters = &self.counters;
+        counters.entries_proposed.fetch_add(1, Ordering::Relaxed);
+        counters.commands_proposed.fetch_add(commands, Ordering::Relaxed);
+        self.metrics.entry_proposed(commands, bytes);
     }
 
     fn read_round(&mut self, reads: usize) {
-        self.shared.metrics.read_round_requests.observe(reads as u64);
+        self.metrics.read_round_requests.observe(reads as u64);
     }
 }

@@ -11,13 +11,14 @@
 //! none (it tries again a little later), so at most one copy of the state
 //! is held besides the state itself.
 
-use crate::msg::Inbound;
-use crate::queue::Sender;
-use crate::Shared;
+use crate::metrics::Metrics;
 use crossbeam::channel::SendTimeoutError;
 use psmr_core::state::{self, Persisted, Taken};
 use psmr_rt::{Policy, Pool, PoolConfig};
 use psmr_storage::Log;
+use psmr_transport::life::Life;
+use psmr_transport::msg::Inbound;
+use psmr_transport::queue::Sender;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,17 +35,28 @@ const HANDOFF_POLL: Duration = Duration::from_millis(100);
 pub(crate) struct Snapshotter {
     pool: Pool,
     busy: Arc<AtomicBool>,
-    shared: Arc<Shared>,
+    job: Arc<Job>,
+}
+
+/// What a snapshot job needs.
+struct Job {
+    life: Arc<Life>,
+    metrics: Arc<Metrics>,
     log: Log,
     protocol: Sender<Inbound>,
 }
 
 impl Snapshotter {
     /// Starts the side pool.
-    pub(crate) fn start(shared: Arc<Shared>, log: Log, protocol: Sender<Inbound>) -> std::io::Result<Self> {
+    pub(crate) fn start(
+        life: Arc<Life>,
+        metrics: Arc<Metrics>,
+        log: Log,
+        protocol: Sender<Inbound>,
+    ) -> std::io::Result<Self> {
         let config = PoolConfig { policy: Policy::Fifo, ..PoolConfig::new(POOL, 1) };
         let pool = Pool::start(config).map_err(std::io::Error::other)?;
-        Ok(Self { pool, busy: Arc::default(), shared, log, protocol })
+        Ok(Self { pool, busy: Arc::default(), job: Arc::new(Job { life, metrics, log, protocol }) })
     }
 
     /// Whether the last snapshot is still being encoded or written.
@@ -57,39 +69,39 @@ impl Snapshotter {
     /// state that cannot be trusted.
     pub(crate) fn finish(&self, taken: Taken) {
         self.busy.store(true, Ordering::Release);
-        let (busy, shared, log, protocol) =
-            (self.busy.clone(), self.shared.clone(), self.log.clone(), self.protocol.clone());
+        let (busy, job) = (self.busy.clone(), self.job.clone());
         self.pool.spawn_fn(move || {
             let index = taken.index;
-            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                complete(taken, &shared, &log, &protocol);
-            }));
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.complete(taken)));
             if let Err(payload) = done {
                 let why = psmr_sched::panic_message(payload.as_ref());
-                shared.fail(format!("the snapshot at index {index} panicked: {why}; the replica stops"));
+                job.life.fail(format!("the snapshot at index {index} panicked: {why}; the replica stops"));
             }
             busy.store(false, Ordering::Release);
         });
     }
 }
 
-/// Encodes `taken`, makes it durable and hands it to the protocol thread.
-fn complete(taken: Taken, shared: &Shared, log: &Log, protocol: &Sender<Inbound>) {
-    let (index, paused, drained, start) = (taken.index, taken.paused, taken.drained, Instant::now());
-    let (snapshot, bytes) = match state::persist(taken, log) {
-        Ok(Persisted::Kept(snapshot, bytes)) => (snapshot, bytes),
-        Ok(Persisted::Stale) => return info!(index, "snapshot dropped: a newer one is kept"),
-        Err(why) => return warn!(index, "{why}"),
-    };
-    let mut msg = Inbound::Snapshot(Box::new(snapshot));
-    loop {
-        match protocol.send_timeout(msg, HANDOFF_POLL) {
-            Ok(()) => break,
-            Err(SendTimeoutError::Timeout(back)) if !shared.stopping() => msg = back,
-            Err(_) => return,
+impl Job {
+    /// Encodes `taken`, makes it durable and hands it to the protocol
+    /// thread.
+    fn complete(&self, taken: Taken) {
+        let (index, paused, drained, start) = (taken.index, taken.paused, taken.drained, Instant::now());
+        let (snapshot, bytes) = match state::persist(taken, &self.log) {
+            Ok(Persisted::Kept(snapshot, bytes)) => (snapshot, bytes),
+            Ok(Persisted::Stale) => return info!(index, "snapshot dropped: a newer one is kept"),
+            Err(why) => return warn!(index, "{why}"),
+        };
+        let mut msg = Inbound::Snapshot(Box::new(snapshot));
+        loop {
+            match self.protocol.send_timeout(msg, HANDOFF_POLL) {
+                Ok(()) => break,
+                Err(SendTimeoutError::Timeout(back)) if !self.life.stopping() => msg = back,
+                Err(_) => return,
+            }
         }
+        let took = paused + start.elapsed();
+        self.metrics.snapshot_taken(took, bytes);
+        info!(index, bytes, ?paused, ?drained, ?took, "snapshot taken");
     }
-    let took = paused + start.elapsed();
-    shared.metrics.snapshot_taken(took, bytes);
-    info!(index, bytes, ?paused, ?drained, ?took, "snapshot taken");
 }

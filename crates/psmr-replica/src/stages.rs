@@ -5,23 +5,6 @@
 //! shares over that time.
 
 use psmr_model::wire::ThreadStat;
-use std::sync::OnceLock;
-use std::time::Instant;
-
-fn origin() -> Instant {
-    static START: OnceLock<Instant> = OnceLock::new();
-    *START.get_or_init(Instant::now)
-}
-
-/// Starts the clock of [`now_ns`].
-pub fn init() {
-    origin();
-}
-
-/// Nanoseconds since the replica started.
-pub fn now_ns() -> u64 {
-    origin().elapsed().as_nanos() as u64
-}
 
 /// Every thread of this process with its counters. Empty where the
 /// kernel does not provide `/proc/self/task/*/schedstat` (not Linux).

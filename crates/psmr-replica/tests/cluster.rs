@@ -197,7 +197,7 @@ fn leader(config: &Config, replicas: &[Option<Replica>]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         for (i, r) in replicas.iter().enumerate() {
-            if r.as_ref().is_some_and(|r| r.shared().is_leader.load(Ordering::Acquire)) {
+            if r.as_ref().is_some_and(|r| r.is_leader()) {
                 return i;
             }
         }
@@ -286,8 +286,8 @@ fn replicas_switch_schedulers_under_load_and_stay_equal() {
 
 /// Entries proposed by the replica that leads, and requests they held.
 fn proposed(replicas: &[Option<Replica>], leader: usize) -> (u64, u64) {
-    let stats = &replicas[leader].as_ref().unwrap().shared().stats;
-    (stats.entries_proposed.load(Ordering::Relaxed), stats.commands_proposed.load(Ordering::Relaxed))
+    let stats = replicas[leader].as_ref().unwrap().stats();
+    (stats.entries_proposed, stats.commands_proposed)
 }
 
 /// Batching follows the load (`psmr_replica::batcher`): with the longest
@@ -405,7 +405,7 @@ fn pipelined_reads_keep_their_place_among_their_clients_writes() {
             }
         }
     }
-    let text = psmr_replica::metrics::exposition(replicas[l].as_ref().unwrap().shared());
+    let text = replicas[l].as_ref().unwrap().metrics_text();
     let skipped = psmr_replica::metrics::Scrape::parse(&text).value("psmr_read_round_requests_sum").unwrap();
     assert!(
         skipped >= bursts as f64,

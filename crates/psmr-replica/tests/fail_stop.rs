@@ -55,7 +55,7 @@ fn one_replica(scheduler: &str) -> Config {
 /// Waits (bounded) for the replica to stop by itself; its error.
 fn stopped_by_itself(replica: &Replica) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !replica.shared().stopping() {
+    while !replica.stopping() {
         assert!(Instant::now() < deadline, "the replica ran on after a panic (a zombie)");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -11,15 +11,14 @@ use psmr_client::{Client, ClientConfig};
 use psmr_core::entry::{encode_entry, EntryCommand};
 use psmr_model::wire::{frame_bytes, Encoder, OpCodec, ReplicaStatus};
 use psmr_replica::config::PeerTls;
-use psmr_replica::peer::HANDSHAKES_MAX;
 use psmr_replica::tls::{self, PeerTlsContext};
 use psmr_replica::{Config, Member, Replica, ReplicaError, Storage};
 use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
 use psmr_services::KvApp;
+use psmr_transport::peer::HANDSHAKES_MAX;
 use raft::prelude::{Entry, EntryType, Message, MessageType};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const K_HELLO: u8 = 64;
@@ -161,7 +160,7 @@ fn converged(setup: &Setup) -> ReplicaStatus {
 fn leader(replicas: &[Replica]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(i) = replicas.iter().position(|r| r.shared().is_leader.load(Ordering::Acquire)) {
+        if let Some(i) = replicas.iter().position(|r| r.is_leader()) {
             return i;
         }
         assert!(Instant::now() < deadline, "no leader");
@@ -249,8 +248,8 @@ fn forged_raft_messages_without_a_certificate_have_no_effect() {
     let before = converged(&setup);
     let lead = leader(&replicas) as u64 + 1;
     let follower = lead % 3 + 1;
-    let term = replicas[0].shared().term.load(Ordering::Acquire);
-    let incarnation = replicas[lead as usize - 1].shared().incarnation;
+    let term = replicas[0].term();
+    let incarnation = replicas[lead as usize - 1].incarnation();
 
     // Today's protocol in plain TCP, with the leader's real incarnation.
     let mut s = raw_connect(setup.peer_addr(follower));
@@ -263,7 +262,7 @@ fn forged_raft_messages_without_a_certificate_have_no_effect() {
     assert_closed_without_ack(&mut s, "truncated client hello");
 
     assert_untouched(&setup, &before);
-    assert!(replicas.iter().all(|r| !r.shared().stopping()), "a replica stopped");
+    assert!(replicas.iter().all(|r| !r.stopping()), "a replica stopped");
     serve_some(&setup, 2, 5);
     converged(&setup);
 }
@@ -276,8 +275,8 @@ fn a_certificate_from_another_ca_is_refused() {
     let before = converged(&setup);
     let lead = leader(&replicas) as u64 + 1;
     let follower = lead % 3 + 1;
-    let term = replicas[0].shared().term.load(Ordering::Acquire);
-    let incarnation = replicas[lead as usize - 1].shared().incarnation;
+    let term = replicas[0].term();
+    let incarnation = replicas[lead as usize - 1].incarnation();
 
     // A CA of the attacker's own, with certificates for the same names.
     let other = tempfile::tempdir().unwrap();
@@ -297,7 +296,7 @@ fn a_certificate_from_another_ca_is_refused() {
         Err(e) => assert!(e.to_string().contains("handshake"), "{e}"),
     }
     assert_untouched(&setup, &before);
-    assert!(replicas.iter().all(|r| !r.shared().stopping()), "a replica stopped");
+    assert!(replicas.iter().all(|r| !r.stopping()), "a replica stopped");
     serve_some(&setup, 2, 3);
 }
 
@@ -307,9 +306,9 @@ fn a_valid_certificate_cannot_claim_another_id() {
     let replicas: Vec<Replica> = (1..=3).map(|id| setup.start(id)).collect();
     serve_some(&setup, 1, 3);
     let before = converged(&setup);
-    let term = replicas[0].shared().term.load(Ordering::Acquire);
-    let one = replicas[0].shared().incarnation;
-    let two = replicas[1].shared().incarnation;
+    let term = replicas[0].term();
+    let one = replicas[0].incarnation();
+    let two = replicas[1].incarnation();
 
     // Replica 2's own certificate and key, claiming to be replica 1 on
     // replica 3's peer port.
@@ -331,7 +330,7 @@ fn a_valid_certificate_cannot_claim_another_id() {
     drop(s);
 
     assert_untouched(&setup, &before);
-    assert!(replicas.iter().all(|r| !r.shared().stopping()), "a replica stopped");
+    assert!(replicas.iter().all(|r| !r.stopping()), "a replica stopped");
     serve_some(&setup, 2, 3);
     converged(&setup);
 }
@@ -347,9 +346,7 @@ fn impostors_first_at_a_restarting_replica_do_not_get_the_real_replicas_refused(
     let lead = {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(i) =
-                replicas.iter().position(|r| r.as_ref().is_some_and(|r| r.shared().is_leader.load(Ordering::Acquire)))
-            {
+            if let Some(i) = replicas.iter().position(|r| r.as_ref().is_some_and(|r| r.is_leader())) {
                 break i as u64 + 1;
             }
             assert!(Instant::now() < deadline, "no leader");
@@ -376,7 +373,7 @@ fn impostors_first_at_a_restarting_replica_do_not_get_the_real_replicas_refused(
     serve_some(&setup, 3, 5);
     converged(&setup);
     for (i, r) in replicas.iter().enumerate() {
-        assert!(!r.as_ref().unwrap().shared().stopping(), "replica {} stopped", i + 1);
+        assert!(!r.as_ref().unwrap().stopping(), "replica {} stopped", i + 1);
     }
     for mut s in impostors {
         assert_closed_without_ack(&mut s, "impostor");
@@ -434,7 +431,7 @@ fn a_flood_of_idle_connections_does_not_grow_threads_and_the_cluster_serves() {
     assert!(most <= bound, "{most} threads with {flood} idle connections (baseline {baseline})");
     serve_some(&setup, 3, 5);
     converged(&setup);
-    assert!(replicas.iter().all(|r| !r.shared().stopping()));
+    assert!(replicas.iter().all(|r| !r.stopping()));
     eprintln!("{flood} idle connections: at most {most} threads (baseline {baseline}, bound {bound})");
     drop(idle);
 }

@@ -112,11 +112,13 @@ fn a_stalled_follower_queues_a_bounded_number_of_bytes_and_catches_up() {
     }
     let written = PUTS * VALUE_BYTES;
 
-    let metrics = &cluster.replica(stalled).unwrap().shared().metrics;
+    let text = cluster.replica(stalled).unwrap().metrics_text();
+    let scrape = psmr_replica::metrics::Scrape::parse(&text);
+    let peak = |name: &str| scrape.value(name).unwrap_or_else(|| panic!("no {name} in {text}")) as usize;
     // The largest item that passes an empty queue alone: a peer message
     // of 64 KiB of entries plus one entry, with their overheads.
     let largest = (64 << 10) + (32 << 10) + 4096;
-    let (apply, peer) = (metrics.apply_queue.peak.get() as usize, metrics.peer_queue.peak.get() as usize);
+    let (apply, peer) = (peak("psmr_queue_apply_peak_bytes"), peak("psmr_queue_peer_peak_bytes"));
     assert!(apply <= QUEUE_BYTES.max(largest), "{apply} bytes of committed entries queued");
     assert!(peer <= QUEUE_BYTES.max(largest), "{peer} bytes of peer messages queued");
     assert!(written > 10 * QUEUE_BYTES.max(largest), "the load would have overrun the bound");

@@ -12,7 +12,6 @@ use psmr_services::KvApp;
 use raft::prelude::{Message, MessageType};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const K_HELLO: u8 = 64;
@@ -68,18 +67,17 @@ fn a_forged_heartbeat_is_refused_and_the_replica_runs_on() {
     let _no_faults = fail::FailScenario::setup();
     let config = three_members();
     let replica = Replica::start(config.clone(), 1, KvApp::new(&config.service_section().unwrap()).unwrap()).unwrap();
-    let shared = replica.shared().clone();
     let mut link = impersonate(config.replicas[0].peer, 2);
     // The heartbeat that panicked a follower inside raft-rs: commit 10^9.
     send(&mut link, &heartbeat(1_000_000_000));
-    eventually("the forged heartbeat is refused", || shared.stats.peer_refused.load(Ordering::Relaxed) == 1);
+    eventually("the forged heartbeat is refused", || replica.stats().peer_refused == 1);
     // An honest one from the same leader is followed.
     send(&mut link, &heartbeat(0));
-    eventually("replica 2 is followed as the leader", || shared.leader.load(Ordering::Acquire) == 2);
-    assert_eq!(shared.term.load(Ordering::Acquire), 1);
-    assert_eq!(shared.stats.peer_in.load(Ordering::Relaxed), 2);
-    assert_eq!(shared.stats.peer_refused.load(Ordering::Relaxed), 1);
-    assert!(!shared.stopping(), "the replica stopped");
+    eventually("replica 2 is followed as the leader", || replica.leader() == 2);
+    assert_eq!(replica.term(), 1);
+    assert_eq!(replica.stats().peer_in, 2);
+    assert_eq!(replica.stats().peer_refused, 1);
+    assert!(!replica.stopping(), "the replica stopped");
     replica.stop();
 }
 
@@ -87,7 +85,7 @@ fn a_forged_heartbeat_is_refused_and_the_replica_runs_on() {
 #[test]
 fn a_panic_inside_raft_stops_the_replica() {
     let stopped = |replica: &Replica| {
-        eventually("the replica stops by itself", || replica.shared().stopping());
+        eventually("the replica stops by itself", || replica.stopping());
         replica.wait().expect_err("stopped with an error").to_string()
     };
 

@@ -17,7 +17,6 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 fn seed() -> u64 {
@@ -124,9 +123,7 @@ impl Cluster {
     }
 
     fn leading(&self) -> Option<u64> {
-        self.running()
-            .into_iter()
-            .find(|&id| self.replicas[id as usize - 1].as_ref().unwrap().shared().is_leader.load(Ordering::Acquire))
+        self.running().into_iter().find(|&id| self.replicas[id as usize - 1].as_ref().unwrap().is_leader())
     }
 
     /// Writes `n` new keys, one request (one log entry) each; every one must

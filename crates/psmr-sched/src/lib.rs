@@ -46,7 +46,6 @@ mod exec;
 mod late;
 mod late_pool;
 mod metrics;
-pub mod optimizer;
 mod plan;
 mod pool;
 mod queue;
@@ -62,6 +61,8 @@ pub use cycles::{CycleCounters, Role};
 pub use dag::{DagNode, Freed};
 pub use exec::panic_message;
 pub use metrics::{Metrics, WorkerSample};
+/// The class-to-threads optimizer (its own crate, `psmr-optimizer`).
+pub use psmr_optimizer as optimizer;
 pub use queue::WsQueue;
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 pub use switch::{Overlap, SwitchError, Switchable};

@@ -1,6 +1,6 @@
 //! The invariants checked while a simulation runs, and its trace.
 
-use crate::{Violation, ViolationKind};
+use crate::outcome::{Violation, ViolationKind};
 use psmr_core::guard::{Refusal, Rule};
 use psmr_model::{Digest, StableHasher};
 use std::collections::{BTreeMap, HashMap};

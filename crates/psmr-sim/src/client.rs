@@ -5,7 +5,7 @@
 //! redirect, abandoned after a while.
 
 use crate::net::{Addr, Answer, Packet, Payload};
-use crate::{OpKind, OpResult, OpStatus, SimOp};
+use crate::outcome::{OpKind, OpResult, OpStatus, SimOp};
 use psmr_model::wire::OpCodec;
 use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
 use rand::Rng;

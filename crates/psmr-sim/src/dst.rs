@@ -15,7 +15,8 @@
 //! replayed with `psmr simulate --replay SEED` (same `--faults` and
 //! `--steps`), which prints the run's trace.
 
-use crate::{FaultCounts, OpResult, OpStatus, SimConfig, SimError, SimOp, SimOutcome};
+use crate::config::SimConfig;
+use crate::outcome::{FaultCounts, OpResult, OpStatus, SimError, SimOp, SimOutcome};
 use psmr_harness::history::{self, OpKind, Operation, Status, Verdict};
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -217,8 +218,8 @@ pub fn to_operations(history: &[SimOp]) -> Vec<Operation> {
             Operation {
                 client: o.client,
                 op: match o.kind {
-                    crate::OpKind::Read => OpKind::Read,
-                    crate::OpKind::Write => OpKind::Write,
+                    crate::outcome::OpKind::Read => OpKind::Read,
+                    crate::outcome::OpKind::Write => OpKind::Write,
                 },
                 key: o.key.to_string(),
                 value: o.value.map(|v| v.to_string()),
@@ -239,7 +240,7 @@ pub fn to_operations(history: &[SimOp]) -> Vec<Operation> {
 /// is an error; everything that goes wrong inside the run is a violation.
 pub fn run_seed(seed: u64, config: &SimConfig, max_states: usize) -> Result<SeedResult, DstError> {
     config.validate()?;
-    let ran = catch_unwind(AssertUnwindSafe(|| crate::run(seed, config)));
+    let ran = catch_unwind(AssertUnwindSafe(|| crate::run::run(seed, config)));
     let outcome = match ran {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(e)) => {

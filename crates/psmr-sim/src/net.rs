@@ -1,7 +1,7 @@
 //! The simulated network: who talks to whom, and what happens to a packet
 //! on the way (loss, delay, duplication, reordering, cut links).
 
-use crate::FaultCounts;
+use crate::outcome::FaultCounts;
 use raft::prelude::Message;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -7,8 +7,8 @@
 
 use crate::checks::{data_hash, Checks, Trace};
 use crate::net::{Addr, Answer, Packet, Payload};
+use crate::outcome::{FaultCounts, SimError, ViolationKind};
 use crate::store::{SimStore, Tear};
-use crate::{FaultCounts, SimError, ViolationKind};
 use parking_lot::Mutex;
 use psmr_core::apply::{Applier, ApplyEvent, ApplyIo, Replies, Setup};
 use psmr_core::bug::Bug;

@@ -4,9 +4,10 @@
 
 use crate::checks::{Checks, Trace};
 use crate::client::{Action, Client, ClientEnv};
+use crate::config::SimConfig;
 use crate::net::{Addr, InFlight, Net, NetParams, Packet, Payload};
 use crate::node::{sim_member, Env, Node, NodeSettings};
-use crate::{FaultCounts, OpKind, OpStatus, SimConfig, SimError, SimOp, SimOutcome, SimStats, ViolationKind};
+use crate::outcome::{FaultCounts, OpKind, OpStatus, SimError, SimOp, SimOutcome, SimStats, ViolationKind};
 use psmr_core::{CacheLimits, Config};
 use raft::StateRole;
 use rand::seq::SliceRandom;

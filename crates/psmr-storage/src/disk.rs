@@ -75,8 +75,8 @@
 //! process umask: they are chmod-ed to 0600 at every open, and the 0700
 //! directory is what protects the files it creates while running.
 
+use crate::log::SyncTimer;
 use crate::synced::{covers, sync_dir, SyncRecord, SyncState, RECORD_FILE};
-use crate::SyncTimer;
 use crc32fast::Hasher as Crc;
 use parking_lot::Mutex;
 use protobuf::Message as _;
@@ -838,6 +838,52 @@ fn recover_legacy(
     }
 }
 
+/// Checks that `dir` can hold a store, making it if needed, and puts back
+/// what an interrupted file replacement left: its layout.
+fn prepare(dir: &Path) -> Result<Layout, DiskError> {
+    let layout = Layout::new(dir);
+    if !dir.exists() && sibling(dir, REPAIRING).join(RECORD_FILE).exists() {
+        return Err(DiskError::Interrupted { path: dir.display().to_string() });
+    }
+    private_dir(dir)?;
+    // Fail now, with a clear message, rather than at the first write.
+    let probe = dir.join(".psmr-write-test");
+    create_private(&probe)
+        .and_then(|mut f| f.write_all(b"ok"))
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(io_err(dir))?;
+    private_dir(&layout.log)?;
+    restore_leftovers(&layout)?;
+    private_files(dir)?;
+    private_files(&layout.log)?;
+    Ok(layout)
+}
+
+/// Recovers the log under its sync record; a new directory gets its record
+/// first (a log never exists without one), and a directory written before
+/// records existed gets one after its log is recovered.
+fn recover_with_record(
+    layout: &Layout,
+    snapshot: Option<&Snapshot>,
+    options: &DiskOptions,
+) -> Result<(Recovered, SyncRecord), DiskError> {
+    Ok(match SyncRecord::open(&layout.record).map_err(layout.record_err())? {
+        Some(record) => (recover(layout, record.state(), snapshot, options)?, record),
+        None if log_files(&layout.log)?.is_empty() => {
+            let state = SyncState { incarnation: fresh_incarnation(), ..SyncState::default() };
+            let record = SyncRecord::create(&layout.record, &state).map_err(layout.record_err())?;
+            (recover(layout, &state, snapshot, options)?, record)
+        }
+        None => {
+            let (recovered, incarnation) = recover_legacy(layout, snapshot, options)?;
+            let state = SyncState { incarnation, ..SyncState::default() };
+            let record = SyncRecord::create(&layout.record, &state).map_err(layout.record_err())?;
+            warn!(dir = %layout.dir.display(), "added a sync record to a data directory written without one");
+            (recovered, record)
+        }
+    })
+}
+
 impl DiskStore {
     /// Opens (or creates) the store in `dir` for a cluster of `voters`.
     pub fn open(dir: &Path, voters: Vec<u64>) -> Result<Self, DiskError> {
@@ -846,39 +892,9 @@ impl DiskStore {
 
     /// [`DiskStore::open`] with `options`.
     pub fn open_with(dir: &Path, voters: Vec<u64>, options: &DiskOptions) -> Result<Self, DiskError> {
-        let layout = Layout::new(dir);
-        if !dir.exists() && sibling(dir, REPAIRING).join(RECORD_FILE).exists() {
-            return Err(DiskError::Interrupted { path: dir.display().to_string() });
-        }
-        private_dir(dir)?;
-        // Fail now, with a clear message, rather than at the first write.
-        let probe = dir.join(".psmr-write-test");
-        create_private(&probe)
-            .and_then(|mut f| f.write_all(b"ok"))
-            .and_then(|_| std::fs::remove_file(&probe))
-            .map_err(io_err(dir))?;
-        private_dir(&layout.log)?;
-        restore_leftovers(&layout)?;
-        private_files(dir)?;
-        private_files(&layout.log)?;
+        let layout = prepare(dir)?;
         let snapshot = read_snapshot(&layout.snapshot)?;
-        let (recovered, mut record) = match SyncRecord::open(&layout.record).map_err(layout.record_err())? {
-            Some(record) => (recover(&layout, record.state(), snapshot.as_ref(), options)?, record),
-            None if log_files(&layout.log)?.is_empty() => {
-                // A new directory. The record comes first, so that a log
-                // never exists without one.
-                let state = SyncState { incarnation: fresh_incarnation(), ..SyncState::default() };
-                let record = SyncRecord::create(&layout.record, &state).map_err(layout.record_err())?;
-                (recover(&layout, &state, snapshot.as_ref(), options)?, record)
-            }
-            None => {
-                let (recovered, incarnation) = recover_legacy(&layout, snapshot.as_ref(), options)?;
-                let state = SyncState { incarnation, ..SyncState::default() };
-                let record = SyncRecord::create(&layout.record, &state).map_err(layout.record_err())?;
-                warn!(dir = %dir.display(), "added a sync record to a data directory written without one");
-                (recovered, record)
-            }
-        };
+        let (recovered, mut record) = recover_with_record(&layout, snapshot.as_ref(), options)?;
         let Recovered { engine, checked: Checked { hs, cs, last } } = recovered;
         let log_err = |e| engine_err(&layout.log, e);
         let mut batch = LogBatch::default();
@@ -1154,43 +1170,19 @@ impl DiskStore {
         let repairing = sibling(dir, REPAIRING);
         let refuse = |why: String| DiskError::Repair { path: dir.display().to_string(), why };
         if !dir.exists() {
-            if !repairing.join(RECORD_FILE).exists() {
-                return Err(refuse("there is no such directory".into()));
-            }
-            std::fs::rename(&repairing, dir).map_err(io_err(dir))?;
-            sync_parent(dir)?;
-            let state = match SyncRecord::open(&layout.record) {
-                Ok(Some(record)) => *record.state(),
-                _ => return Err(refuse("the rebuilt directory's sync record is unreadable".into())),
-            };
-            return Ok(RepairReport {
-                dir: dir.to_path_buf(),
-                moved_to: None,
-                damage: Some("a repair was interrupted after it moved the data aside".into()),
-                incarnation: state.incarnation,
-                term: state.term,
-                vote: state.vote,
-                vote_floor: state.floor,
-            });
+            return finish_interrupted_repair(&layout, &repairing);
         }
         restore_leftovers(&layout)?;
         let old = match SyncRecord::open(&layout.record) {
             Ok(Some(record)) => *record.state(),
             Ok(None) => {
-                return Err(refuse(format!(
-                    "it has no sync record ({}): without it psmr cannot know which term this replica voted in or \
-                     which entries it acknowledged, so it cannot rebuild it safely under the same id; nothing was \
-                     changed",
-                    layout.record.display()
-                )));
+                return Err(refuse(format!("it has no sync record ({}): {WHY_RECORD}", layout.record.display())))
             }
             Err(e) => {
                 return Err(refuse(format!(
-                    "its sync record {} is unusable ({e}): without it psmr cannot know which term this replica \
-                     voted in or which entries it acknowledged, so it cannot rebuild it safely under the same id; \
-                     nothing was changed",
+                    "its sync record {} is unusable ({e}): {WHY_RECORD}",
                     layout.record.display()
-                )));
+                )))
             }
         };
         // As a start would; raft-engine's directory lock also tells whether
@@ -1210,14 +1202,7 @@ impl DiskStore {
         let fresh =
             SyncState { incarnation: old.incarnation, term: old.term, vote: old.vote, floor, ..SyncState::default() };
         build_repaired(&repairing, &fresh)?;
-        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let base = sibling(dir, &format!(".damaged-{secs}"));
-        let mut moved_to = base.clone();
-        let mut n = 0;
-        while moved_to.exists() {
-            n += 1;
-            moved_to = sibling(&base, &format!("-{n}"));
-        }
+        let moved_to = damaged_name(dir);
         std::fs::rename(dir, &moved_to).map_err(io_err(dir))?;
         std::fs::rename(&repairing, dir).map_err(io_err(dir))?;
         sync_parent(dir)?;
@@ -1231,6 +1216,48 @@ impl DiskStore {
             vote_floor: fresh.floor,
         })
     }
+}
+
+/// Why a repair needs the sync record.
+const WHY_RECORD: &str = "without it psmr cannot know which term this replica voted in or which entries it \
+                          acknowledged, so it cannot rebuild it safely under the same id; nothing was changed";
+
+/// Ends a repair interrupted after it moved the damaged directory aside:
+/// the rebuilt one takes its place.
+fn finish_interrupted_repair(layout: &Layout, repairing: &Path) -> Result<RepairReport, DiskError> {
+    let dir = &layout.dir;
+    let refuse = |why: &str| DiskError::Repair { path: dir.display().to_string(), why: why.into() };
+    if !repairing.join(RECORD_FILE).exists() {
+        return Err(refuse("there is no such directory"));
+    }
+    std::fs::rename(repairing, dir).map_err(io_err(dir))?;
+    sync_parent(dir)?;
+    let state = match SyncRecord::open(&layout.record) {
+        Ok(Some(record)) => *record.state(),
+        _ => return Err(refuse("the rebuilt directory's sync record is unreadable")),
+    };
+    Ok(RepairReport {
+        dir: dir.clone(),
+        moved_to: None,
+        damage: Some("a repair was interrupted after it moved the data aside".into()),
+        incarnation: state.incarnation,
+        term: state.term,
+        vote: state.vote,
+        vote_floor: state.floor,
+    })
+}
+
+/// A free name beside `dir` for its damaged data, kept for inspection.
+fn damaged_name(dir: &Path) -> PathBuf {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let base = sibling(dir, &format!(".damaged-{secs}"));
+    let mut moved_to = base.clone();
+    let mut n = 0;
+    while moved_to.exists() {
+        n += 1;
+        moved_to = sibling(&base, &format!("-{n}"));
+    }
+    moved_to
 }
 
 fn sync_parent(dir: &Path) -> Result<(), DiskError> {

@@ -1,6 +1,6 @@
 //! # psmr-storage: where a replica keeps its log
 //!
-//! The production [`Store`]s of `psmr-core`: the raft log and hard state
+//! The production [`Store`](psmr_core::store::Store)s of `psmr-core`: the raft log and hard state
 //! on disk with raft-engine (TiKV's log store for raft-rs), the latest
 //! snapshot in a checksummed file beside it and a sync record that tells
 //! a torn tail from damage ([`disk`], [`synced`]); or in memory
@@ -8,107 +8,8 @@
 //! replica picks one by its configuration ([`Log`]).
 
 pub mod disk;
+mod log;
 pub mod synced;
 
-use psmr_core::store::{MemStore, Store};
-use raft::prelude::{Entry, HardState, Snapshot};
-use raft::{GetEntriesContext, RaftState, Storage};
-use std::sync::Arc;
-use std::time::Duration;
-
 pub use disk::{DiskError, DiskOptions, DiskStore, RepairReport};
-
-/// Told how long each synced write took (a replica's metrics).
-pub type SyncTimer = Arc<dyn Fn(Duration) + Send + Sync>;
-
-/// The log a replica keeps: in memory or on disk.
-#[derive(Clone)]
-pub enum Log {
-    /// [`MemStore`].
-    Memory(MemStore),
-    /// [`DiskStore`].
-    Disk(DiskStore),
-}
-
-impl Log {
-    /// The disk store, if the log is on disk.
-    pub fn disk(&self) -> Option<&DiskStore> {
-        match self {
-            Log::Memory(_) => None,
-            Log::Disk(d) => Some(d),
-        }
-    }
-}
-
-/// Calls `$call` on whichever store `$log` is.
-macro_rules! either {
-    ($log:expr, $s:ident => $call:expr) => {
-        match $log {
-            Log::Memory($s) => $call,
-            Log::Disk($s) => $call,
-        }
-    };
-}
-
-impl Store for Log {
-    fn append(&self, entries: &[Entry], hs: Option<&HardState>) -> raft::Result<()> {
-        either!(self, s => s.append(entries, hs))
-    }
-
-    fn set_commit(&self, commit: u64) -> raft::Result<()> {
-        either!(self, s => s.set_commit(commit))
-    }
-
-    fn persist(&self, snapshot: &Snapshot) -> raft::Result<bool> {
-        either!(self, s => s.persist(snapshot))
-    }
-
-    fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
-        either!(self, s => s.install(snapshot, keep_from))
-    }
-
-    fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
-        either!(self, s => s.apply_snapshot(snapshot))
-    }
-
-    fn kept(&self) -> Option<Snapshot> {
-        either!(self, s => Store::kept(s))
-    }
-
-    fn vote_floor(&self) -> Option<(u64, u64)> {
-        either!(self, s => Store::vote_floor(s))
-    }
-}
-
-impl Storage for Log {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        either!(self, s => s.initial_state())
-    }
-
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        context: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        let max_size = max_size.into();
-        either!(self, s => s.entries(low, high, max_size, context))
-    }
-
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        either!(self, s => s.term(idx))
-    }
-
-    fn first_index(&self) -> raft::Result<u64> {
-        either!(self, s => s.first_index())
-    }
-
-    fn last_index(&self) -> raft::Result<u64> {
-        either!(self, s => s.last_index())
-    }
-
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
-        either!(self, s => s.snapshot(request_index, to))
-    }
-}
+pub use log::{Log, SyncTimer};

@@ -87,9 +87,10 @@ enum Command {
     /// seeded mutations of valid encodings; fails on any panic or any input
     /// allocating more than the bound.
     Fuzz(FuzzArgs),
-    /// Deterministic simulation testing: run whole simulated clusters (real
-    /// raft, guard, log store and reply cache; simulated clock, network,
-    /// disk and clients) under faults, one seed each, and check agreement,
+    /// Deterministic simulation testing: run whole simulated clusters (the
+    /// replicas' own core: raft, guard, batching, reads, membership, reply
+    /// cache and apply loop, executing the kv store; simulated clock,
+    /// network, disk and clients) under faults, one seed each, and check agreement,
     /// equal states, exactly-once and linearizability; `--replay SEED`
     /// prints one seed's trace. Exit code 0 only when every seed passes.
     Simulate(simulate::SimulateArgs),

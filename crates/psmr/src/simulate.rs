@@ -27,7 +27,7 @@ pub struct SimulateArgs {
     replay: Option<u64>,
     /// Faults: all, none, or a comma-separated list of loss, delay,
     /// duplicate, reorder, partition, one-way, crash, torn, skew,
-    /// membership, disk-full, damage.
+    /// membership, disk-full, damage, pause.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Simulated milliseconds of load with faults per seed (then a quiet

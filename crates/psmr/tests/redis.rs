@@ -76,9 +76,8 @@ fn a_pipeline_is_a_client_batch_and_keeps_its_order() {
     let cluster = cluster();
     let leader = cluster.wait_for_leader(Duration::from_secs(20)).unwrap();
     let mut con = connect(cluster.redis_addrs()[0]);
-    let proposed =
-        |c: &LocalCluster| c.replica(leader).unwrap().shared().stats.commands_proposed.load(Ordering::SeqCst);
-    let entries = |c: &LocalCluster| c.replica(leader).unwrap().shared().stats.entries_proposed.load(Ordering::SeqCst);
+    let proposed = |c: &LocalCluster| c.replica(leader).unwrap().stats().commands_proposed;
+    let entries = |c: &LocalCluster| c.replica(leader).unwrap().stats().entries_proposed;
     let (commands_before, entries_before) = (proposed(&cluster), entries(&cluster));
     let mut pipe = redis::pipe();
     for i in 0..300 {
@@ -146,7 +145,7 @@ fn hostile_resp_gets_errors_never_a_panic() {
     assert!(out.ends_with("+PONG\r\n") && !closed, "{out}");
     // The replicas are all still there.
     for r in 1..=3 {
-        assert!(!cluster.replica(r).unwrap().shared().stopping());
+        assert!(!cluster.replica(r).unwrap().stopping());
     }
 }
 

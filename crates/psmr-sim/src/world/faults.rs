@@ -2,8 +2,9 @@
 //! injection every [`super::CHAOS_EVERY_US`].
 
 use super::{Event, Rates, World};
+use crate::config::Faults;
 use crate::net::{Addr, NetParams};
-use crate::{Faults, SimError};
+use crate::outcome::SimError;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

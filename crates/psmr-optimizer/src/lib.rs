@@ -1,5 +1,11 @@
-//! The class-to-threads optimizer of 003 §5 (Alg. 3) and the naive mapping
-//! of 003 §6.5.
+//! # psmr-optimizer: which threads each request class may run on
+//!
+//! Early scheduling (`psmr-sched`) maps request classes to worker threads
+//! before commands are ordered; this crate finds that mapping: the
+//! class-to-threads optimizer of 003 §5 (Alg. 3) and the naive mapping of
+//! 003 §6.5. It is a crate of its own because it is a solver, not a
+//! scheduler: it knows class models and nothing of threads or batches,
+//! and the exact optimizer (feature `milp`) pulls in the HiGHS solver.
 //!
 //! # The model, exactly as Alg. 3 writes it
 //!
@@ -102,16 +108,16 @@ use std::fmt;
 use std::time::Duration;
 use thiserror::Error;
 
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 mod case;
 mod enumerate;
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 mod milp;
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 mod partition;
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 mod search;
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 mod symmetry;
 
 use enumerate::{cases, conflict_masks};
@@ -620,7 +626,7 @@ impl Solution {
 
 /// Solves `problem` to proven optimality (see the module doc for how)
 /// within [`DEFAULT_TIME_LIMIT`]; see [`optimize_with`].
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 pub fn optimize(problem: &Problem) -> Result<Solution, OptimizerError> {
     optimize_with(problem, Limits::default())
 }
@@ -629,7 +635,7 @@ pub fn optimize(problem: &Problem) -> Result<Solution, OptimizerError> {
 /// first (or a case is too large, see [`PATTERNS_MAX`]), the best mapping
 /// found is returned with [`Solution::optimal`] false and its proven
 /// [`Solution::gap`].
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 pub fn optimize_with(problem: &Problem, limits: Limits) -> Result<Solution, OptimizerError> {
     search::run(problem, limits, search::Strategy { symmetry: true, prune: true, bounds: true })
 }
@@ -638,7 +644,7 @@ pub fn optimize_with(problem: &Problem, limits: Limits) -> Result<Solution, Opti
 /// neither symmetry reduction nor the lower bounds (a case's only bound is
 /// that O.1b is at least `-nt`): slow, a reference to check
 /// [`optimize_with`] against on instances too large for [`brute_force`].
-#[cfg(feature = "optimizer")]
+#[cfg(feature = "milp")]
 pub fn optimize_exhaustive(problem: &Problem, limits: Limits) -> Result<Solution, OptimizerError> {
     search::run(problem, limits, search::Strategy { symmetry: false, prune: false, bounds: false })
 }
@@ -758,7 +764,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "optimizer")]
+    #[cfg(feature = "milp")]
     fn patterns_keep_to_the_sharing_budget() {
         // A, B independent and sequential, C concurrent and in conflict
         // with both: C's threads must serve A and B (R.4).

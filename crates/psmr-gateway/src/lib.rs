@@ -1,17 +1,19 @@
-//! The Redis front end: a replica whose member has a `redis` address, and
-//! whose application maps Redis commands onto its operations
-//! ([`psmr_resp::Commands`]), serves RESP2 (and RESP3 after `HELLO 3`) there.
+//! # psmr-gateway: the Redis port of a replica
+//!
+//! A replica whose member has a `redis` address, and whose application
+//! maps Redis commands onto its operations ([`psmr_resp::Commands`]),
+//! serves RESP2 (and RESP3 after `HELLO 3`) there.
 //!
 //! Every replica's Redis port accepts every command, so `redis-cli` and
-//! `redis-benchmark` work against any of them: the port is a *gateway*
-//! that submits commands through psmr's own client protocol
-//! ([`psmr_client::AsyncClient`], one per Redis connection), which finds
-//! the leader and follows it, retries with the same sequence numbers after
-//! a leader change (the reply cache executes each command once), and so
-//! forwards from a follower. A follower does not answer `-MOVED`: plain
-//! Redis clients do not follow it. The price is one more hop than psmr's
-//! own protocol: the gateway's request travels over loopback to the
-//! leader's ClientIO even on the leader.
+//! `redis-benchmark` work against any of them: the port is a *gateway*, a
+//! client of the cluster. It submits commands through a
+//! [`psmr_client::Submit`], one [`psmr_client::Session`] per Redis
+//! connection, and depends on nothing else of the replica: over the
+//! network ([`psmr_client::Network`]) a session finds the leader and
+//! follows it, retries with the same sequence numbers after a leader
+//! change (the reply cache executes each command once), and so forwards
+//! from a follower. A follower does not answer `-MOVED`: plain Redis
+//! clients do not follow it.
 //!
 //! A pipeline becomes client batches: the requests that have arrived are
 //! taken together, up to `batch_max_commands` and `batch_max_bytes`, and
@@ -32,15 +34,15 @@
 //! connection, as Redis does; an unknown command or wrong arity is a
 //! `-ERR` reply and the connection lives on.
 
-use crate::Shared;
 use bytes::{Bytes, BytesMut};
-use psmr_client::{AsyncClient, ClientConfig};
-use psmr_core::ratelog::RateLimit;
+use psmr_client::{Session, Submit};
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::App;
 use psmr_resp::{Commands, Limits, Reply, Request, RequestParser, Version};
+use psmr_transport::ratelog::RateLimit;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,63 +56,113 @@ const READ_CHUNK: usize = 16 * 1024;
 
 static BAD_REDIS_CLIENT: RateLimit = RateLimit::new(10, Duration::from_secs(10));
 
+/// The bounds of a gateway, from the replica's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct GatewayLimits {
+    /// Redis connections open at once, at most (`max_connections`).
+    pub max_connections: usize,
+    /// Bytes read and not yet submitted, over all connections
+    /// (`client_buffer_bytes_max`).
+    pub buffered_max: usize,
+    /// Longest argument or request (`frame_max`).
+    pub frame_max: usize,
+    /// Commands per submitted batch (`batch_max_commands`).
+    pub batch_max_commands: usize,
+    /// Bytes of operations per submitted batch (`batch_max_bytes`).
+    pub batch_max_bytes: usize,
+    /// An idle connection closes after this long (`client_idle_timeout_ms`).
+    pub idle_timeout: Duration,
+    /// A request must arrive whole within this long (`frame_timeout_ms`).
+    pub frame_timeout: Duration,
+}
+
+/// What a gateway reports in `INFO` of the replica it runs in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replica {
+    /// Its id.
+    pub id: u64,
+    /// The leader it knows (0: none).
+    pub leader: u64,
+    /// It leads.
+    pub is_leader: bool,
+    /// Its term.
+    pub term: u64,
+    /// The last index it applied.
+    pub applied: u64,
+}
+
+/// Reads [`Replica`] now.
+pub type Info = Arc<dyn Fn() -> Replica + Send + Sync>;
+
 /// Serves Redis clients for application `A`, whose Redis commands `C`
-/// maps.
-pub(crate) struct Gateway<A: App, C> {
-    shared: Arc<Shared>,
+/// maps, submitting through `S`.
+pub struct Gateway<A: App, C, S> {
+    limits: GatewayLimits,
+    submit: S,
     app: Arc<A>,
     commands: C,
     codec: A::Codec,
+    info: Info,
     connections: Arc<Semaphore>,
     buffered: Arc<Semaphore>,
 }
 
 /// A pinned, boxed, sendable future of nothing.
-pub(crate) type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// A gateway with its types erased, so that the replica can hold one.
-pub(crate) trait Serve: Send + Sync {
-    /// Accepts and serves connections on `listener` until the replica stops.
-    fn serve(self: Arc<Self>, listener: TcpListener) -> BoxFuture;
+/// A gateway with its types erased, so that a replica can hold one.
+pub trait Serve: Send + Sync {
+    /// Accepts and serves connections on `listener` until `stop`
+    /// completes; `fail` is told if a connection task panics (the replica
+    /// must stop).
+    fn serve(self: Arc<Self>, listener: TcpListener, stop: Stop, fail: Fail) -> BoxFuture;
 }
 
-impl<A, C> Gateway<A, C>
+/// Completes when the replica stops (a fresh future each time).
+pub type Stop = Arc<dyn Fn() -> BoxFuture + Send + Sync>;
+
+/// Told why the replica must stop.
+pub type Fail = Arc<dyn Fn(String) + Send + Sync>;
+
+impl<A, C, S> Gateway<A, C, S>
 where
     A: App,
     C: Commands<Op = A::Op, Reply = A::Reply>,
+    S: Submit,
 {
-    pub(crate) fn new(shared: Arc<Shared>, app: Arc<A>, commands: C) -> Self {
-        let config = &shared.config;
-        let connections = Arc::new(Semaphore::new(config.max_connections.min(Semaphore::MAX_PERMITS)));
-        let buffered = Arc::new(Semaphore::new(config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
-        Self { shared, app, commands, codec: A::Codec::default(), connections, buffered }
+    /// A gateway within `limits`, for `app` whose Redis commands `commands`
+    /// maps, submitting through `submit`, with `info` for `INFO`.
+    pub fn new(limits: GatewayLimits, submit: S, app: Arc<A>, commands: C, info: Info) -> Self {
+        let connections = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
+        let buffered = Arc::new(Semaphore::new(limits.buffered_max.min(Semaphore::MAX_PERMITS)));
+        Self { limits, submit, app, commands, codec: A::Codec::default(), info, connections, buffered }
     }
 
-    async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener, stop: Stop, fail: Fail) {
         loop {
             let (mut stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        psmr_core::warn_limited!(BAD_REDIS_CLIENT, "redis accept failed: {e}");
+                        psmr_transport::warn_limited!(BAD_REDIS_CLIENT, "redis accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                 },
-                _ = self.shared.stopped() => return,
+                _ = stop() => return,
             };
             let Ok(permit) = self.connections.clone().try_acquire_owned() else {
                 let _ =
                     stream.write_all(&Reply::error("ERR max number of clients reached").to_bytes(Version::Resp2)).await;
                 continue;
             };
-            let gateway = self.clone();
+            let (gateway, fail, stop) = (self.clone(), fail.clone(), stop.clone());
             tokio::spawn(async move {
-                let task = tokio::spawn(gateway.clone().connection(stream, peer));
+                let task = tokio::spawn(gateway.connection(stream, peer, stop));
                 if let Err(e) = task.await {
                     if e.is_panic() {
                         let why = psmr_sched::panic_message(e.into_panic().as_ref());
-                        gateway.shared.fail(format!("a Redis connection task panicked: {why}"));
+                        fail(format!("a Redis connection task panicked: {why}"));
                     }
                 }
                 drop(permit);
@@ -118,29 +170,30 @@ where
         }
     }
 
-    async fn connection(self: Arc<Self>, stream: TcpStream, peer: SocketAddr) {
-        match Connection::open(&self, stream) {
+    async fn connection(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, stop: Stop) {
+        match Connection::open(&self, stream, stop) {
             Ok(mut conn) => match conn.run().await {
                 Ok(()) => debug!(%peer, "redis client disconnected"),
-                Err(why) => psmr_core::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
+                Err(why) => psmr_transport::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
             },
-            Err(why) => psmr_core::warn_limited!(BAD_REDIS_CLIENT, %peer, "redis connection: {why}"),
+            Err(why) => psmr_transport::warn_limited!(BAD_REDIS_CLIENT, %peer, "redis connection: {why}"),
         }
     }
 
-    fn limits(&self) -> Limits {
-        let frame_max = self.shared.config.frame_max;
+    fn parser_limits(&self) -> Limits {
+        let frame_max = self.limits.frame_max;
         Limits { args_max: 1024 * 1024, bulk_max: frame_max, request_max: frame_max, ..Limits::default() }
     }
 }
 
-impl<A, C> Serve for Gateway<A, C>
+impl<A, C, S> Serve for Gateway<A, C, S>
 where
     A: App,
     C: Commands<Op = A::Op, Reply = A::Reply>,
+    S: Submit,
 {
-    fn serve(self: Arc<Self>, listener: TcpListener) -> BoxFuture {
-        Box::pin(self.accept_loop(listener))
+    fn serve(self: Arc<Self>, listener: TcpListener, stop: Stop, fail: Fail) -> BoxFuture {
+        Box::pin(self.accept_loop(listener, stop, fail))
     }
 }
 
@@ -156,10 +209,12 @@ enum Step<Op> {
     Quit,
 }
 
-struct Connection<'g, A: App, C> {
-    gateway: &'g Gateway<A, C>,
+struct Connection<'g, A: App, C, S: Submit> {
+    gateway: &'g Gateway<A, C, S>,
     stream: TcpStream,
-    client: AsyncClient,
+    client: S::Session,
+    /// Completes when the replica stops.
+    stop: Stop,
     parser: RequestParser,
     buf: BytesMut,
     held: Option<OwnedSemaphorePermit>,
@@ -169,27 +224,21 @@ struct Connection<'g, A: App, C> {
     name: Option<Bytes>,
 }
 
-impl<'g, A, C> Connection<'g, A, C>
+impl<'g, A, C, S> Connection<'g, A, C, S>
 where
     A: App,
     C: Commands<Op = A::Op, Reply = A::Reply>,
+    S: Submit,
 {
-    fn open(gateway: &'g Gateway<A, C>, stream: TcpStream) -> Result<Self, String> {
+    fn open(gateway: &'g Gateway<A, C, S>, stream: TcpStream, stop: Stop) -> Result<Self, String> {
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let config = &gateway.shared.config;
-        // Its own replica first: on the leader the hop stays short, and a
-        // follower redirects the client to the leader at once.
-        let me = config.member(gateway.shared.id).map_err(|e| e.to_string())?.client;
-        let mut cluster = vec![me];
-        cluster.extend(gateway.shared.members().iter().map(|m| m.client).filter(|&a| a != me));
-        let mut cc = ClientConfig::new(cluster);
-        cc.frame_max = config.frame_max.max(psmr_model::wire::FRAME_MAX_DEFAULT);
-        let client = AsyncClient::new(cc).map_err(|e| e.to_string())?;
+        let client = gateway.submit.session().map_err(|e| e.to_string())?;
         Ok(Self {
             gateway,
             stream,
             client,
-            parser: RequestParser::new(gateway.limits()),
+            stop,
+            parser: RequestParser::new(gateway.parser_limits()),
             buf: BytesMut::with_capacity(READ_CHUNK),
             held: None,
             carried: None,
@@ -224,9 +273,9 @@ where
 
     /// Takes the complete requests buffered, up to one batch.
     fn parse_ready(&mut self, steps: &mut Vec<Step<C::Op>>) -> Result<(), Reply> {
-        let config = &self.gateway.shared.config;
+        let limits = &self.gateway.limits;
         let (mut ops, mut bytes) = (0, 0);
-        while ops < config.batch_max_commands {
+        while ops < limits.batch_max_commands {
             let step = match self.carried.take() {
                 Some(step) => step,
                 None => match self.parser.next(&mut self.buf).map_err(Reply::from)? {
@@ -238,7 +287,7 @@ where
                 // The batch is submitted whole or refused whole: an
                 // operation that would take it past the byte limit waits
                 // for the next one.
-                if bytes + encoded.len() > config.batch_max_bytes && ops > 0 {
+                if bytes + encoded.len() > limits.batch_max_bytes && ops > 0 {
                     self.carried = Some(step);
                     break;
                 }
@@ -257,7 +306,7 @@ where
     /// when the client closed between requests, an error when it closed
     /// within one, went idle or sends a request too slowly.
     async fn read_more(&mut self) -> Result<bool, String> {
-        let config = &self.gateway.shared.config;
+        let limits = self.gateway.limits;
         let want = self.buf.len() + READ_CHUNK;
         let have = self.held.as_ref().map_or(0, |p| p.num_permits());
         if want > have {
@@ -270,15 +319,15 @@ where
         }
         // Nothing buffered: the client may idle. Part of a request: the
         // rest must come within the frame timeout.
-        let limit = if self.buf.is_empty() { config.client_idle_timeout_ms } else { config.frame_timeout_ms };
+        let limit = if self.buf.is_empty() { limits.idle_timeout } else { limits.frame_timeout };
         self.buf.reserve(READ_CHUNK);
         let read = tokio::select! {
-            r = tokio::time::timeout(Duration::from_millis(limit), self.stream.read_buf(&mut self.buf)) => r,
-            _ = self.gateway.shared.stopped() => return Err("replica stopping".into()),
+            r = tokio::time::timeout(limit, self.stream.read_buf(&mut self.buf)) => r,
+            _ = (self.stop)() => return Err("replica stopping".into()),
         };
         match read {
-            Err(_) if self.buf.is_empty() => Err(format!("idle for {limit} ms")),
-            Err(_) => Err(format!("a request did not arrive whole within {limit} ms")),
+            Err(_) if self.buf.is_empty() => Err(format!("idle for {} ms", limit.as_millis())),
+            Err(_) => Err(format!("a request did not arrive whole within {} ms", limit.as_millis())),
             Ok(Err(e)) => Err(e.to_string()),
             Ok(Ok(0)) if self.buf.is_empty() => Ok(false),
             Ok(Ok(0)) => Err("closed by the client within a request".into()),
@@ -332,7 +381,7 @@ where
             return Step::Local(error_reply(&refused.0));
         }
         let encoded = self.gateway.codec.encode_op(&op);
-        let max = self.gateway.shared.config.batch_max_bytes;
+        let max = self.gateway.limits.batch_max_bytes;
         if encoded.len() > max {
             let why =
                 format!("ERR command too large: {} bytes of operation, at most {max} (batch_max_bytes)", encoded.len());
@@ -379,16 +428,16 @@ where
     }
 
     fn info(&self) -> String {
-        let shared = &self.gateway.shared;
-        let leader = shared.leader.load(Ordering::Acquire);
+        let r = (self.gateway.info)();
         format!(
             "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\npsmr_replica:{}\r\n\
-             # Replication\r\nrole:master\r\npsmr_leader:{leader}\r\npsmr_is_leader:{}\r\npsmr_term:{}\r\n\
+             # Replication\r\nrole:master\r\npsmr_leader:{}\r\npsmr_is_leader:{}\r\npsmr_term:{}\r\n\
              psmr_applied:{}\r\n",
-            shared.id,
-            u8::from(shared.is_leader.load(Ordering::Acquire)),
-            shared.term.load(Ordering::Acquire),
-            shared.applied.load(Ordering::Acquire),
+            r.id,
+            r.leader,
+            u8::from(r.is_leader),
+            r.term,
+            r.applied,
         )
     }
 

@@ -2,18 +2,18 @@
 //! and the R.1-R.5 validator.
 //!
 //! Random instances derive from one base seed, printed at the start; replay
-//! a failure with `PSMR_TEST_SEED=<seed> cargo test -p psmr-sched --test optimizer`.
+//! a failure with `PSMR_TEST_SEED=<seed> cargo test -p psmr-optimizer --test optimizer`.
 //! The property tests (proptest) print their smallest failing model instead.
 //!
 //! No test asserts on wall-clock time: searches get a generous time limit
 //! and a deterministic budget of integer programs, and must come back
 //! proven optimal, so that an exponential search fails the suite but a slow
 //! machine does not.
-#![cfg(feature = "optimizer")]
+#![cfg(feature = "milp")]
 
 use proptest::prelude::*;
 use psmr_model::{ClassModel, Mapping, Mode};
-use psmr_sched::optimizer::{
+use psmr_optimizer::{
     brute_force, evaluate, naive, optimize, optimize_exhaustive, optimize_with, Limits, OptimizerError, Problem,
     Solution, Weighting,
 };
@@ -325,7 +325,7 @@ fn limits_reject_what_is_not_a_positive_number_of_seconds() {
     for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
         assert!(matches!(Limits::seconds(bad), Err(OptimizerError::BadTimeLimit(_))), "{bad}");
     }
-    assert_eq!(Limits::default().time, psmr_sched::optimizer::DEFAULT_TIME_LIMIT);
+    assert_eq!(Limits::default().time, psmr_optimizer::DEFAULT_TIME_LIMIT);
 }
 
 /// A model from its size, self-conflicts, conflicts between pairs (in

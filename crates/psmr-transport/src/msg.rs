@@ -104,7 +104,7 @@ pub struct RequestSender {
 /// The protocol thread's end of the request queue; dropping it lets
 /// waiting senders go.
 pub struct RequestReceiver {
-    pub(crate) rx: Receiver<Request>,
+    rx: Receiver<Request>,
     slots: Arc<Semaphore>,
 }
 
@@ -129,6 +129,25 @@ impl RequestSender {
             Err(_) => return Err(Box::new(r)),
         }
         self.tx.send(r).map_err(|e| Box::new(e.0))
+    }
+}
+
+impl RequestReceiver {
+    /// A request if one is queued.
+    pub fn try_recv(&self) -> Option<Request> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Adds a receive from this queue to `sel`; finish it with
+    /// [`RequestReceiver::complete`].
+    pub fn select<'a>(&'a self, sel: &mut crossbeam::channel::Select<'a>) -> usize {
+        sel.recv(&self.rx)
+    }
+
+    /// Completes a receive [`RequestReceiver::select`] added and `sel`
+    /// chose; `None` once every sender is gone.
+    pub fn complete(&self, op: crossbeam::channel::SelectedOperation<'_>) -> Option<Request> {
+        op.recv(&self.rx).ok()
     }
 }
 

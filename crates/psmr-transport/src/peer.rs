@@ -88,12 +88,14 @@
 //! `matched` only ever overstates what a follower holds, and a lower one
 //! delays nothing already committed.
 
+use crate::life::Life;
 use crate::msg::Inbound;
+use crate::ratelog::RateLimit;
 use crate::tls::{PeerTlsContext, TlsError, TlsStream};
-use crate::Shared;
+use crate::view::ClusterView;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
-use psmr_core::ratelog::RateLimit;
+use psmr_core::Config;
 use psmr_model::wire::{frame_bytes, frame_len, parse_frame, read_frame, Decoder, Encoder, Frame, WireError};
 use raft::prelude::Message;
 use std::collections::HashMap;
@@ -149,7 +151,7 @@ static SEND_AUTH: RateLimit = RateLimit::new(3, Duration::from_secs(10));
 /// timeouts, at least [`IDLE_MIN`]. A leader sends heartbeats every
 /// `heartbeat_ticks` and followers answer them, so only a dead or hung
 /// peer (or a connection nobody uses) stays silent that long.
-pub fn idle_timeout(config: &crate::Config) -> Duration {
+pub fn idle_timeout(config: &Config) -> Duration {
     let election = config.tick_ms.saturating_mul(config.election_ticks as u64);
     Duration::from_millis(election.saturating_mul(10)).max(IDLE_MIN)
 }
@@ -348,6 +350,61 @@ fn read_frame_timed(s: &mut PeerStream, max: usize, idle: Duration, whole: Durat
     Ok(parse_frame(body)?)
 }
 
+/// What the peer links of one replica share.
+pub struct Peers {
+    /// This replica's id.
+    pub id: u64,
+    /// Its incarnation (see "Incarnations" above).
+    pub incarnation: u64,
+    /// Its configuration: its peer address, the frame and queue limits.
+    pub config: Arc<Config>,
+    /// Its life: links end when it stops, and a refusal by a peer stops it.
+    pub life: Arc<Life>,
+    /// What it knows of the cluster: who was removed, who is a member,
+    /// whether it was repaired.
+    pub view: Arc<ClusterView>,
+    /// Raft messages received from peers.
+    pub received: AtomicU64,
+    /// The incarnation seen per peer.
+    incarnations: Mutex<HashMap<u64, u64>>,
+}
+
+impl Peers {
+    /// The links of replica `id`, of incarnation `incarnation`.
+    pub fn new(id: u64, incarnation: u64, config: Arc<Config>, life: Arc<Life>, view: Arc<ClusterView>) -> Self {
+        Self { id, incarnation, config, life, view, received: AtomicU64::new(0), incarnations: Mutex::default() }
+    }
+
+    /// Why peer `peer` (authenticated) of incarnation `incarnation` may not
+    /// connect, if it may not: a removed replica, or one that lost its
+    /// state and came back under the same id.
+    fn refusal(&self, peer: u64, incarnation: u64) -> Option<(u8, String)> {
+        // Any replica the cluster's CA certified may connect, but a removed
+        // one: a replica that lags must hear from members added after the
+        // changes it has seen.
+        if self.view.is_removed(peer) {
+            return Some((K_REMOVED, format!("replica {peer} was removed from the cluster")));
+        }
+        if peer == self.id || peer == 0 {
+            return Some((K_REFUSED, format!("id {peer} is not another replica's")));
+        }
+        let mut known = self.incarnations.lock();
+        match known.get(&peer) {
+            Some(&seen) if seen != incarnation => Some((
+                K_REFUSED,
+                format!(
+                    "replica {peer} ran here before and lost its state (in-memory storage or a wiped data \
+                     directory); it must not rejoin under the same id: Raft could lose acknowledged commands"
+                ),
+            )),
+            _ => {
+                known.insert(peer, incarnation);
+                None
+            }
+        }
+    }
+}
+
 /// The send side of one peer: a bounded queue, drained by its thread.
 pub struct PeerSender {
     queue: Sender<Message>,
@@ -366,30 +423,30 @@ impl PeerSender {
 /// Starts the sender thread for peer `to` at `addr`; with `tls`, it
 /// authenticates both ends before it sends anything.
 pub fn spawn_sender(
-    shared: &Arc<Shared>,
+    peers: &Arc<Peers>,
     to: u64,
     addr: SocketAddr,
     tls: Option<Arc<PeerTlsContext>>,
 ) -> io::Result<PeerSender> {
-    let (tx, rx) = crossbeam::channel::bounded(shared.config.queue_depth);
-    let shared = shared.clone();
+    let (tx, rx) = crossbeam::channel::bounded(peers.config.queue_depth);
+    let peers = peers.clone();
     std::thread::Builder::new()
         .name(format!("psmr-peer-snd-{to}"))
-        .spawn(move || sender(&shared, to, addr, tls.as_deref(), &rx))?;
+        .spawn(move || sender(&peers, to, addr, tls.as_deref(), &rx))?;
     Ok(PeerSender { queue: tx })
 }
 
-fn sender(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>, rx: &Receiver<Message>) {
+fn sender(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>, rx: &Receiver<Message>) {
     let mut backoff = Duration::from_millis(20);
-    while !shared.stopping() {
-        let stream = match connect(shared, to, addr, tls) {
+    while !peers.life.stopping() {
+        let stream = match connect(peers, to, addr, tls) {
             Ok(s) => s,
             Err(e) => {
                 match e {
                     // The peer is up and something is wrong with who it is
                     // or who we are: worth telling, within limits.
                     PeerError::Tls(TlsError::Handshake(e)) if e.kind() == io::ErrorKind::InvalidData => {
-                        psmr_core::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
+                        crate::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
                     }
                     // Down, restarting, or too busy to take a handshake.
                     e => debug!(peer = to, "cannot reach peer: {e}"),
@@ -414,7 +471,7 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContex
         loop {
             let msg = match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(m) => m,
-                Err(crossbeam::channel::RecvTimeoutError::Timeout) if !shared.stopping() => continue,
+                Err(crossbeam::channel::RecvTimeoutError::Timeout) if !peers.life.stopping() => continue,
                 Err(_) => return,
             };
             let mut result = w.write_all(&raft_frame(&msg));
@@ -439,7 +496,7 @@ fn sender(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContex
 
 /// Connects to a peer, authenticates both ends (with TLS) and introduces
 /// this replica.
-fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>) -> Result<PeerStream, PeerError> {
+fn connect(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>) -> Result<PeerStream, PeerError> {
     let tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
     tcp.set_nodelay(true)?;
     tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
@@ -448,8 +505,8 @@ fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsConte
         Some(tls) => PeerStream::Tls(Box::new(tls.connect(to, sock)?)),
         None => PeerStream::Plain(sock),
     };
-    let me = shared.config.member(shared.id).map_err(|e| io::Error::other(e.to_string()))?.peer;
-    stream.write_all(&hello(shared.id, shared.incarnation, shared.repaired.load(Ordering::Acquire), me))?;
+    let me = peers.config.member(peers.id).map_err(|e| io::Error::other(e.to_string()))?.peer;
+    stream.write_all(&hello(peers.id, peers.incarnation, peers.view.repaired(), me))?;
     stream.flush()?;
     let answer = read_frame(&mut stream, HELLO_MAX).map_err(|e| match e {
         // The server refused our certificate: its alert arrives here.
@@ -463,14 +520,14 @@ fn connect(shared: &Shared, to: u64, addr: SocketAddr, tls: Option<&PeerTlsConte
             // The sender never reads again; a peer that takes no bytes for
             // as long as a connection may stay silent is gone.
             stream.set_deadline(None);
-            stream.sock().tcp.set_write_timeout(Some(idle_timeout(&shared.config)))?;
+            stream.sock().tcp.set_write_timeout(Some(idle_timeout(&peers.config)))?;
             Ok(stream)
         }
         K_REFUSED | K_REMOVED => {
             let why = Decoder::new(&answer.body, "refusal").str().unwrap_or_else(|e| e.to_string());
             match answer.kind {
-                K_REFUSED => shared.fail(format!("replica {to} refused this replica: {why}")),
-                _ => shared.stop_removed(&format!("replica {to} says {why}")),
+                K_REFUSED => peers.life.fail(format!("replica {to} refused this replica: {why}")),
+                _ => peers.life.stop_removed(&format!("replica {to} says {why}")),
             }
             Err(PeerError::Refused(why))
         }
@@ -570,42 +627,42 @@ impl Pool {
 /// Accepts peer connections until the replica stops; with `tls`, only
 /// authenticated replicas get past the handshake.
 pub fn spawn_listener(
-    shared: &Arc<Shared>,
+    peers: &Arc<Peers>,
     listener: TcpListener,
     tls: Option<Arc<PeerTlsContext>>,
     inbound: crate::queue::Sender<Inbound>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
-    let shared = shared.clone();
+    let peers = peers.clone();
     listener.set_nonblocking(true)?;
     // The handle is joined when the replica stops: until this thread ends,
     // the listener holds the peer port, and a replica restarted on the same
     // configuration could not bind it.
     std::thread::Builder::new().name("psmr-peer-accept".into()).spawn(move || {
         let pool = Arc::new(Pool::default());
-        while !shared.stopping() {
+        while !peers.life.stopping() {
             match listener.accept() {
                 Ok((stream, from)) => {
                     let Some(slot) = pool.try_handshake() else {
-                        psmr_core::warn_limited!(
+                        crate::warn_limited!(
                             BUSY,
                             %from,
                             "peer port busy ({HANDSHAKES_MAX} handshakes in progress): closing a new connection"
                         );
                         continue;
                     };
-                    let (shared, pool, tls, inbound) = (shared.clone(), pool.clone(), tls.clone(), inbound.clone());
+                    let (peers, pool, tls, inbound) = (peers.clone(), pool.clone(), tls.clone(), inbound.clone());
                     let spawned = std::thread::Builder::new()
                         .name("psmr-peer-rcv".into())
-                        .spawn(move || receiver(&shared, &pool, slot, stream, from, tls.as_deref(), &inbound));
+                        .spawn(move || receiver(&peers, &pool, slot, stream, from, tls.as_deref(), &inbound));
                     if let Err(e) = spawned {
-                        psmr_core::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
+                        crate::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(e) => {
-                    psmr_core::warn_limited!(ACCEPT, "peer accept failed: {e}");
+                    crate::warn_limited!(ACCEPT, "peer accept failed: {e}");
                     // Out of descriptors, say: give connections time to end.
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -616,7 +673,7 @@ pub fn spawn_listener(
 }
 
 fn receiver(
-    shared: &Shared,
+    peers: &Peers,
     pool: &Arc<Pool>,
     slot: Slot,
     stream: TcpStream,
@@ -625,37 +682,31 @@ fn receiver(
     inbound: &crate::queue::Sender<Inbound>,
 ) {
     let mut registration = None;
-    let result = receive(shared, pool, slot, stream, tls, inbound, &mut registration);
+    let result = receive(peers, pool, slot, stream, tls, inbound, &mut registration);
     let replaced = registration.as_ref().is_some_and(|r| !r.current());
     match result {
         Ok(()) => {}
-        Err(_) if replaced || shared.stopping() => debug!(%from, "peer connection replaced or closed"),
+        Err(_) if replaced || peers.life.stopping() => debug!(%from, "peer connection replaced or closed"),
         Err(e) if e.is_close() => debug!(%from, "peer connection closed"),
         // Only an authenticated peer gets this far: no flood to fear.
         Err(e @ PeerError::Idle(_)) => info!(%from, "closing peer connection: {e}"),
-        Err(e) => psmr_core::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
+        Err(e) => crate::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
     }
 }
 
-fn receive(
-    shared: &Shared,
-    pool: &Arc<Pool>,
-    slot: Slot,
-    tcp: TcpStream,
-    tls: Option<&PeerTlsContext>,
-    inbound: &crate::queue::Sender<Inbound>,
-    registration: &mut Option<Registration>,
-) -> Result<(), PeerError> {
-    tcp.set_nonblocking(false)?;
-    tcp.set_nodelay(true)?;
-    tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let control = tcp.try_clone()?;
-    let sock = Sock::new(tcp, Some(Instant::now() + HANDSHAKE_TIMEOUT));
-    let mut stream = match tls {
-        Some(tls) => PeerStream::Tls(Box::new(tls.accept(sock)?)),
-        None => PeerStream::Plain(sock),
-    };
-    let first = read_frame(&mut stream, HELLO_MAX)?;
+/// What a peer says of itself in its `Hello`.
+struct Hello {
+    peer: u64,
+    incarnation: u64,
+    /// Repaired and not caught up yet (see "Repaired replicas" above).
+    repaired: bool,
+    /// Where it listens, if it says.
+    listens: Option<SocketAddr>,
+}
+
+/// Reads a `Hello` (hostile bytes: refused with an error).
+fn read_hello(stream: &mut PeerStream) -> Result<Hello, PeerError> {
+    let first = read_frame(stream, HELLO_MAX)?;
     if first.kind != K_HELLO {
         return Err(WireError::Malformed { what: "peer hello", why: format!("got kind {} first", first.kind) }.into());
     }
@@ -680,34 +731,26 @@ fn receive(
         .map(|a| a.parse::<SocketAddr>())
         .transpose()
         .map_err(|_| WireError::Malformed { what: "peer hello", why: "a peer address that is not host:port".into() })?;
+    Ok(Hello { peer, incarnation, repaired, listens })
+}
+
+/// Authenticates an accepted connection and reads its `Hello`; answers it
+/// (a refusal ends the connection).
+fn handshake(peers: &Peers, tcp: TcpStream, tls: Option<&PeerTlsContext>) -> Result<(PeerStream, Hello), PeerError> {
+    tcp.set_nonblocking(false)?;
+    tcp.set_nodelay(true)?;
+    tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let sock = Sock::new(tcp, Some(Instant::now() + HANDSHAKE_TIMEOUT));
+    let mut stream = match tls {
+        Some(tls) => PeerStream::Tls(Box::new(tls.accept(sock)?)),
+        None => PeerStream::Plain(sock),
+    };
+    let hello = read_hello(&mut stream)?;
     // Who the peer is, before anything it claims is believed.
     if let PeerStream::Tls(t) = &stream {
-        t.verify_peer_is(peer)?;
+        t.verify_peer_is(hello.peer)?;
     }
-    // Any replica the cluster's CA certified may connect, but a removed
-    // one: a replica that lags must hear from members added after the
-    // changes it has seen.
-    let refusal = if shared.is_removed(peer) {
-        Some((K_REMOVED, format!("replica {peer} was removed from the cluster")))
-    } else if peer == shared.id || peer == 0 {
-        Some((K_REFUSED, format!("id {peer} is not another replica's")))
-    } else {
-        let mut known = shared.incarnations.lock();
-        match known.get(&peer) {
-            Some(&seen) if seen != incarnation => Some((
-                K_REFUSED,
-                format!(
-                    "replica {peer} ran here before and lost its state (in-memory storage or a wiped \
-                 data directory); it must not rejoin under the same id: Raft could lose acknowledged commands"
-                ),
-            )),
-            _ => {
-                known.insert(peer, incarnation);
-                None
-            }
-        }
-    };
-    if let Some((kind, why)) = refusal {
+    if let Some((kind, why)) = peers.refusal(hello.peer, hello.incarnation) {
         let mut e = Encoder::new();
         e.str(&why);
         let _ = stream.write_all(&frame_bytes(kind, &e.finish())).and_then(|()| stream.flush());
@@ -715,28 +758,57 @@ fn receive(
     }
     stream.write_all(&frame_bytes(K_ACK, &[]))?;
     stream.flush()?;
+    Ok((stream, hello))
+}
+
+fn receive(
+    peers: &Peers,
+    pool: &Arc<Pool>,
+    slot: Slot,
+    tcp: TcpStream,
+    tls: Option<&PeerTlsContext>,
+    inbound: &crate::queue::Sender<Inbound>,
+    registration: &mut Option<Registration>,
+) -> Result<(), PeerError> {
+    let control = tcp.try_clone()?;
+    let (mut stream, hello) = handshake(peers, tcp, tls)?;
+    let peer = hello.peer;
     let current = registration.insert(pool.register(peer, control));
     // From here on this thread is `peer`'s receiver, not a handshake.
     drop(slot);
-    info!(peer, repaired, "peer connected");
+    info!(peer, repaired = hello.repaired, "peer connected");
     // Before any raft message of this connection: the protocol thread
     // forgets what the peer acknowledged before it was repaired.
-    if repaired && current.pass(inbound, Inbound::PeerRepaired { peer }) != Ok(true) {
+    if hello.repaired && current.pass(inbound, Inbound::PeerRepaired { peer }) != Ok(true) {
         return Ok(());
     }
-    if let Some(addr) = listens.filter(|_| shared.member(peer).is_none()) {
+    if let Some(addr) = hello.listens.filter(|_| peers.view.member(peer).is_none()) {
         if current.pass(inbound, Inbound::PeerListens { peer, addr }) != Ok(true) {
             return Ok(());
         }
     }
-    let (idle, whole) = (idle_timeout(&shared.config), Duration::from_millis(shared.config.frame_timeout_ms));
-    let mut epoch = shared.membership_epoch();
+    relay(peers, peer, &mut stream, current, inbound)
+}
+
+/// Passes the raft messages of an established connection from `peer` on
+/// to the protocol thread, until the connection ends, the peer is removed
+/// or a newer connection replaces this one.
+fn relay(
+    peers: &Peers,
+    peer: u64,
+    stream: &mut PeerStream,
+    current: &Registration,
+    inbound: &crate::queue::Sender<Inbound>,
+) -> Result<(), PeerError> {
+    let config = &peers.config;
+    let (idle, whole) = (idle_timeout(config), Duration::from_millis(config.frame_timeout_ms));
+    let mut epoch = peers.view.epoch();
     loop {
-        let frame = read_frame_timed(&mut stream, shared.config.peer_frame_max, idle, whole)?;
+        let frame = read_frame_timed(stream, config.peer_frame_max, idle, whole)?;
         // A removed peer's link closes; its next handshake tells it why.
-        if shared.membership_epoch() != epoch {
-            epoch = shared.membership_epoch();
-            if shared.is_removed(peer) {
+        if peers.view.epoch() != epoch {
+            epoch = peers.view.epoch();
+            if peers.view.is_removed(peer) {
                 info!(peer, "closing the link of a replica that is no longer a member");
                 return Ok(());
             }
@@ -745,14 +817,14 @@ fn receive(
             return Err(WireError::UnknownKind(frame.kind).into());
         }
         let msg = decode_raft(frame.body)?;
-        if msg.from != peer || msg.to != shared.id {
+        if msg.from != peer || msg.to != peers.id {
             return Err(WireError::Malformed {
                 what: "raft message",
-                why: format!("from {} to {} on the link from {peer} to {}", msg.from, msg.to, shared.id),
+                why: format!("from {} to {} on the link from {peer} to {}", msg.from, msg.to, peers.id),
             }
             .into());
         }
-        shared.stats.peer_in.fetch_add(1, Ordering::Relaxed);
+        peers.received.fetch_add(1, Ordering::Relaxed);
         if current.pass(inbound, Inbound::Raft(Box::new(msg))) != Ok(true) {
             return Ok(());
         }

@@ -37,7 +37,7 @@
 //! caller's transport enforces deadlines (see [`crate::peer`]), so nothing
 //! here knows about time.
 
-use crate::config::PeerTls;
+use psmr_core::config::PeerTls;
 use rustls::client::Resumption;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};

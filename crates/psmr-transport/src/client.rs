@@ -26,19 +26,23 @@
 //!
 //! Warnings about bad connections are rate-limited ([`crate::ratelog`]).
 
-use crate::metrics::{ClientRefusal, PendingRequests, ReplyClock};
-use crate::msg::{Decision, Inbound, RequestSender};
-use crate::queue::Sender;
-use crate::router::{Outbox, OutboxRx, Outgoing};
-use crate::Shared;
+use crate::life::Life;
+use crate::metrics::{ClientRefusal, CounterSet, Histogram, PendingRequests, ReplyClock};
+use crate::msg::RequestSender;
+use crate::ratelog::RateLimit;
+use crate::router::{Outbox, OutboxRx, Outgoing, Router};
+use crate::view::ClusterView;
 use parking_lot::Mutex;
-use psmr_core::ratelog::RateLimit;
 use psmr_core::request::{Lease, Refusal, Request};
+use psmr_core::Config;
 use psmr_model::wire::{
-    frame_len, parse_frame, read_body_async, ClientMsg, Frame, Outcome, ReplicaStatus, ServerMsg, WireError,
+    frame_len, parse_frame, read_body_async, ClientMsg, Frame, MemberChange, Outcome, ReplicaStatus, ServerMsg,
+    WireCommand, WireError,
 };
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,19 +59,56 @@ pub const READ_BUFFER: usize = 2048;
 
 type Reader = BufReader<OwnedReadHalf>;
 
-/// Whether an operation only reads (the replica's application decides).
-pub(crate) type ReadsOnly = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
-
-/// The scheduler configuration for a scheduler name, a worker count and a
-/// mapping spec (empty: the default), or why there is none.
-pub(crate) type Planner = Arc<dyn Fn(&str, usize, &str) -> Result<psmr_sched::SchedConfig, String> + Send + Sync>;
-
 /// A connection idle at least this long may be closed to make room for a
 /// new one when `max_connections` are open.
 pub const EVICTABLE_IDLE: Duration = Duration::from_secs(1);
 
 static BAD_CLIENT: RateLimit = RateLimit::new(10, Duration::from_secs(10));
 static REFUSED_CLIENT: RateLimit = RateLimit::new(5, Duration::from_secs(10));
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the client port asks of the replica behind it, besides queueing
+/// its requests for the protocol thread.
+pub trait Control: Send + Sync + 'static {
+    /// The replica's status, once everything before has executed.
+    fn status(&self) -> BoxFuture<'_, Result<ReplicaStatus, String>>;
+    /// Switches the execution scheduler; the answer to send.
+    fn reconfigure(&self, scheduler: String, workers: usize, mapping: String) -> BoxFuture<'_, ServerMsg>;
+    /// Carries out a membership change (if this replica leads); the answer.
+    fn change_membership(&self, change: MemberChange) -> BoxFuture<'_, ServerMsg>;
+    /// The replica's metrics, as OpenMetrics text.
+    fn metrics(&self) -> String;
+    /// What its threads and workers did so far.
+    fn stats(&self) -> ServerMsg;
+    /// Whether an operation only reads (the application decides): a request
+    /// of reads only may be served without the log.
+    fn reads_only(&self, op: &[u8]) -> bool;
+}
+
+/// The client port's metrics.
+#[derive(Clone, Debug)]
+pub struct ClientMetrics {
+    /// `psmr_client_refused_total`, by [`ClientRefusal`].
+    pub refused: CounterSet,
+    /// `psmr_request_latency_seconds`.
+    pub request_latency: Histogram,
+}
+
+impl ClientMetrics {
+    /// Counts a refusal.
+    pub fn refused(&self, why: ClientRefusal) {
+        self.refused.inc(why.index());
+    }
+
+    /// Counts a connection that ended with `e`, if `e` refused a frame.
+    fn connection_ended(&self, e: &WireError) {
+        if let Some(why) = ClientRefusal::of(e) {
+            self.refused(why);
+        }
+    }
+}
 
 /// One open connection, as the acceptor sees it.
 struct Open {
@@ -77,18 +118,30 @@ struct Open {
     evict: Notify,
 }
 
-pub(crate) struct ClientIo {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) requests: RequestSender,
-    pub(crate) decisions: Sender<Decision>,
-    /// To the protocol thread: membership changes.
-    pub(crate) protocol: Sender<Inbound>,
+/// What the client port of a replica is made of.
+pub struct ClientPort {
+    /// The replica's configuration (the limits of connections and frames).
+    pub config: Arc<Config>,
+    /// Its life: the port closes when it stops; a panicking connection
+    /// task stops it.
+    pub life: Arc<Life>,
+    /// Who leads, and the members: a follower sends clients there.
+    pub view: Arc<ClusterView>,
+    /// Where the replies go.
+    pub router: Arc<Router>,
+    /// The queue of requests to the protocol thread.
+    pub requests: RequestSender,
+    /// The replica behind the port.
+    pub control: Arc<dyn Control>,
+    /// What the port records.
+    pub metrics: ClientMetrics,
+}
+
+/// The client port. See the module documentation.
+pub struct ClientIo {
+    port: ClientPort,
     /// Bytes of client frames in memory, one permit a byte.
-    pub(crate) buffered: Arc<Semaphore>,
-    /// Whether an operation only reads.
-    reads_only: ReadsOnly,
-    /// Turns a reconfiguration request into a scheduler configuration.
-    planner: Planner,
+    buffered: Arc<Semaphore>,
     open: Mutex<HashMap<u64, Arc<Open>>>,
     next_conn: AtomicU64,
 }
@@ -99,40 +152,36 @@ fn timed_out(why: String) -> WireError {
 }
 
 impl ClientIo {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        requests: RequestSender,
-        decisions: Sender<Decision>,
-        protocol: Sender<Inbound>,
-        reads_only: ReadsOnly,
-        planner: Planner,
-    ) -> Self {
-        let buffered = Arc::new(Semaphore::new(shared.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
+    /// A port made of `port`.
+    pub fn new(port: ClientPort) -> Self {
+        let buffered = Arc::new(Semaphore::new(port.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
         let (open, next_conn) = (Mutex::default(), AtomicU64::new(0));
-        Self { shared, requests, decisions, protocol, buffered, reads_only, planner, open, next_conn }
+        Self { port, buffered, open, next_conn }
     }
 
-    pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
+    /// Accepts and serves connections on `listener` until the replica
+    /// stops.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
         loop {
             let (stream, peer) = tokio::select! {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        psmr_core::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
+                        crate::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                 },
-                _ = self.shared.stopped() => return,
+                _ = self.port.life.stopped() => return,
             };
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
             let Some(open) = self.admit(conn) else {
-                self.shared.metrics.client_refused(ClientRefusal::ConnectionLimit);
-                psmr_core::warn_limited!(
+                self.port.metrics.refused(ClientRefusal::ConnectionLimit);
+                crate::warn_limited!(
                     REFUSED_CLIENT,
                     %peer,
                     "refusing a client: {} busy connections already",
-                    self.shared.config.max_connections
+                    self.port.config.max_connections
                 );
                 let mut stream = stream;
                 let msg = ServerMsg::Error("too many connections, try later".into()).to_frame();
@@ -145,7 +194,7 @@ impl ClientIo {
                 if let Err(e) = task.await {
                     if e.is_panic() {
                         let why = psmr_sched::panic_message(e.into_panic().as_ref());
-                        io.shared.fail(format!("a ClientIO task panicked: {why}"));
+                        io.port.life.fail(format!("a ClientIO task panicked: {why}"));
                     }
                 }
                 io.open.lock().remove(&conn);
@@ -156,9 +205,9 @@ impl ClientIo {
     /// Registers connection `conn`, closing the one idle longest if the
     /// limit is reached; None if every open connection is busy.
     fn admit(&self, conn: u64) -> Option<Arc<Open>> {
-        let now = crate::stages::now_ns();
+        let now = crate::clock::now_ns();
         let mut open = self.open.lock();
-        if open.len() >= self.shared.config.max_connections {
+        if open.len() >= self.port.config.max_connections {
             let (&victim, oldest) = open.iter().min_by_key(|(_, o)| o.active_ns.load(Ordering::Relaxed))?;
             let idle = now.saturating_sub(oldest.active_ns.load(Ordering::Relaxed));
             if idle < EVICTABLE_IDLE.as_nanos() as u64 {
@@ -175,12 +224,12 @@ impl ClientIo {
     async fn connection(self: Arc<Self>, stream: TcpStream, peer: std::net::SocketAddr, conn: u64, open: Arc<Open>) {
         let result = self.serve_connection(stream, conn, &open).await;
         if let Err(e) = &result {
-            self.shared.metrics.connection_ended(e);
+            self.port.metrics.connection_ended(e);
         }
         match result {
             Ok(()) | Err(WireError::Closed) => debug!(%peer, "client disconnected"),
             Err(WireError::Io(e)) if e.kind() != io::ErrorKind::TimedOut => debug!(%peer, "client connection: {e}"),
-            Err(e) => psmr_core::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
+            Err(e) => crate::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
         }
     }
 
@@ -190,18 +239,18 @@ impl ClientIo {
         // A small buffer takes a frame's header and (usually) its body in
         // one read; a larger body bypasses it.
         let mut rd = BufReader::with_capacity(READ_BUFFER, rd);
-        let (outbox, rx) = self.shared.router.outbox(self.shared.config.queue_depth);
+        let (outbox, rx) = self.port.router.outbox(self.port.config.queue_depth);
         let pending = PendingRequests::default();
-        let clock = ReplyClock::new(pending.clone(), self.shared.metrics.request_latency.clone());
+        let clock = ReplyClock::new(pending.clone(), self.port.metrics.request_latency.clone());
         let writer = tokio::spawn(write_loop(wr, rx, clock));
         let mut clients = Vec::new();
         let result = tokio::select! {
             r = self.read_loop(&mut rd, conn, open, &outbox, &pending, &mut clients) => r,
             _ = open.evict.notified() => Err(timed_out(format!(
-                "closed to make room: idle while {} connections were open", self.shared.config.max_connections))),
+                "closed to make room: idle while {} connections were open", self.port.config.max_connections))),
         };
         for c in clients {
-            self.shared.router.unregister(c, conn);
+            self.port.router.unregister(c, conn);
         }
         if let Err(e) = &result {
             if !matches!(e, WireError::Closed) {
@@ -217,7 +266,7 @@ impl ClientIo {
     /// Reads one frame within the connection's time limits, holding its
     /// bytes against the shared budget.
     async fn read_frame(&self, rd: &mut Reader) -> Result<(Frame, OwnedSemaphorePermit), WireError> {
-        let config = &self.shared.config;
+        let config = &self.port.config;
         let idle = Duration::from_millis(config.client_idle_timeout_ms);
         let mut header = [0u8; 4];
         match tokio::time::timeout(idle, rd.read_exact(&mut header)).await {
@@ -256,113 +305,96 @@ impl ClientIo {
         loop {
             let (frame, permit) = tokio::select! {
                 f = self.read_frame(rd) => f?,
-                _ = self.shared.stopped() => return Ok(()),
+                _ = self.port.life.stopped() => return Ok(()),
             };
             let read_at = Instant::now();
-            open.active_ns.store(crate::stages::now_ns(), Ordering::Relaxed);
-            match ClientMsg::from_frame(&frame)? {
-                ClientMsg::Status => {
-                    let status = self.status().await;
-                    let msg = match status {
-                        Ok(s) => ServerMsg::Status(s),
-                        Err(e) => ServerMsg::Error(e),
-                    };
-                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                ClientMsg::Members => {
-                    if outbox.send(Outgoing::Msg(ServerMsg::Members(self.shared.member_info()))).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                ClientMsg::Reconfigure { scheduler, workers, mapping } => {
-                    let msg = self.reconfigure(scheduler, workers as usize, mapping).await;
-                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                ClientMsg::ChangeMembership(change) => {
-                    let msg = self.change_membership(change).await;
-                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                ClientMsg::Metrics => {
-                    let text = crate::metrics::exposition(&self.shared);
-                    let msg = if text.len() <= psmr_model::wire::METRICS_TEXT_MAX {
-                        ServerMsg::Metrics(text)
-                    } else {
-                        ServerMsg::Error(format!("{} bytes of metrics, more than a reply holds", text.len()))
-                    };
-                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
-                        return Ok(());
-                    }
-                }
-                ClientMsg::Stats => {
-                    let workers = self.shared.worker_samples();
-                    let (scheduler, decision) = self.shared.scheduler_status();
-                    let (at_ns, threads) = (crate::stages::now_ns(), crate::stages::threads());
-                    let msg = ServerMsg::Stats { at_ns, threads, workers, scheduler, decision };
-                    if outbox.send(Outgoing::Msg(msg)).await.is_err() {
-                        return Ok(());
-                    }
-                }
+            open.active_ns.store(crate::clock::now_ns(), Ordering::Relaxed);
+            let answer = match ClientMsg::from_frame(&frame)? {
                 ClientMsg::Request { client, commands } => {
                     if !clients.contains(&client) {
                         clients.push(client);
                     }
-                    self.shared.router.register(client, conn, outbox);
-                    if let Some(msg) = self.check(client, &commands) {
-                        self.shared.metrics.request_latency.observe_since(read_at);
-                        if outbox.send(Outgoing::Msg(msg)).await.is_err() {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                    // Operations are decoded once, by the service manager
-                    // of every replica, which refuses one that does not
-                    // decode the same way everywhere (the request's size
-                    // was checked above).
-                    let mut bytes = 0;
-                    let count = commands.len() as u32;
-                    let mut encoded = Vec::with_capacity(frame.body.len() + 8 * commands.len());
-                    let (mut first, mut last) = (u64::MAX, 0);
-                    let read =
-                        !self.shared.config.reads_through_log && commands.iter().all(|c| (self.reads_only)(&c.op));
-                    for c in commands {
-                        bytes += c.op.len();
-                        (first, last) = (first.min(c.seq), last.max(c.seq));
-                        psmr_core::entry::encode_command(&mut encoded, client, c.seq, &c.op);
-                    }
-                    // Noted before it is queued: its replies cannot
-                    // reach the writer first.
-                    pending.lock().expect(client, first, last, count, read_at);
-                    // Waits while the protocol thread is behind:
-                    // back-pressure. The frame's bytes stay counted until
-                    // its commands are in a proposed entry.
-                    let mut request = Request::new(client, count, encoded, bytes, crate::stages::now_ns());
-                    request.read = read;
-                    request.held = Lease::new(permit);
-                    if self.requests.send(request).await.is_err() {
-                        return Ok(());
+                    self.port.router.register(client, conn, outbox);
+                    let queued = Queued { client, commands, permit, read_at, pending };
+                    match self.request(queued).await {
+                        Ok(None) => continue,
+                        Ok(Some(msg)) => msg,
+                        Err(()) => return Ok(()),
                     }
                 }
+                other => self.control(other).await,
+            };
+            if outbox.send(Outgoing::Msg(answer)).await.is_err() {
+                return Ok(());
             }
         }
     }
 
-    /// A whole-request refusal, if any.
-    fn check(&self, client: u64, commands: &[psmr_model::wire::WireCommand]) -> Option<ServerMsg> {
-        if !self.shared.is_leader.load(Ordering::Acquire) {
-            self.shared.metrics.client_refused(ClientRefusal::NotLeader);
-            return Some(self.shared.redirect_to(self.shared.leader.load(Ordering::Acquire)));
+    /// The answer to a message that is not a request.
+    async fn control(&self, msg: ClientMsg) -> ServerMsg {
+        let control = &self.port.control;
+        match msg {
+            ClientMsg::Status => control.status().await.map_or_else(ServerMsg::Error, ServerMsg::Status),
+            ClientMsg::Members => ServerMsg::Members(self.port.view.member_info()),
+            ClientMsg::Reconfigure { scheduler, workers, mapping } => {
+                control.reconfigure(scheduler, workers as usize, mapping).await
+            }
+            ClientMsg::ChangeMembership(change) => control.change_membership(change).await,
+            ClientMsg::Metrics => {
+                let text = control.metrics();
+                match text.len() <= psmr_model::wire::METRICS_TEXT_MAX {
+                    true => ServerMsg::Metrics(text),
+                    false => ServerMsg::Error(format!("{} bytes of metrics, more than a reply holds", text.len())),
+                }
+            }
+            ClientMsg::Stats => control.stats(),
+            ClientMsg::Request { .. } => unreachable!("requests are queued, not answered here"),
         }
-        let config = &self.shared.config;
+    }
+
+    /// Checks a request and queues it for the protocol thread (waiting while
+    /// it is behind: back-pressure); `Ok(Some)`: the refusal or redirect to
+    /// send instead; `Err`: the protocol thread is gone.
+    async fn request(&self, q: Queued<'_>) -> Result<Option<ServerMsg>, ()> {
+        if let Some(msg) = self.check(q.client, &q.commands) {
+            self.port.metrics.request_latency.observe_since(q.read_at);
+            return Ok(Some(msg));
+        }
+        // Operations are decoded once, by the apply loop of every replica,
+        // which refuses one that does not decode the same way everywhere
+        // (the request's size was checked above).
+        let (client, count) = (q.client, q.commands.len() as u32);
+        let mut encoded = Vec::with_capacity(q.commands.iter().map(|c| c.op.len() + 20).sum());
+        let (mut bytes, mut first, mut last) = (0, u64::MAX, 0);
+        let read =
+            !self.port.config.reads_through_log && q.commands.iter().all(|c| self.port.control.reads_only(&c.op));
+        for c in q.commands {
+            bytes += c.op.len();
+            (first, last) = (first.min(c.seq), last.max(c.seq));
+            psmr_core::entry::encode_command(&mut encoded, client, c.seq, &c.op);
+        }
+        // Noted before it is queued: its replies cannot reach the writer
+        // first.
+        q.pending.lock().expect(client, first, last, count, q.read_at);
+        // The frame's bytes stay counted until its commands are in a
+        // proposed entry.
+        let mut request = Request::new(client, count, encoded, bytes, crate::clock::now_ns());
+        request.read = read;
+        request.held = Lease::new(q.permit);
+        self.port.requests.send(request).await.map(|()| None).map_err(|_| ())
+    }
+
+    /// A whole-request refusal, if any.
+    fn check(&self, client: u64, commands: &[WireCommand]) -> Option<ServerMsg> {
+        if !self.port.view.is_leader() {
+            self.port.metrics.refused(ClientRefusal::NotLeader);
+            return Some(self.port.view.redirect());
+        }
+        let config = &self.port.config;
         let ops = commands.iter().map(|c| c.op.len());
         let refusal =
             psmr_core::request::check(client, ops, config.batch_max_commands, config.batch_max_bytes).err()?;
-        self.shared.metrics.client_refused(match refusal {
+        self.port.metrics.refused(match refusal {
             Refusal::ReservedClient => ClientRefusal::ReservedClient,
             Refusal::Empty => ClientRefusal::EmptyRequest,
             Refusal::TooManyCommands { .. } => ClientRefusal::RequestCommands,
@@ -370,62 +402,16 @@ impl ClientIo {
         });
         Some(ServerMsg::Error(refusal.to_string()))
     }
+}
 
-    /// Plans the scheduler a client asks for (off the async threads: the
-    /// optimizer may run) and has the service manager switch to it
-    /// between two entries.
-    async fn reconfigure(&self, scheduler: String, workers: usize, mapping: String) -> ServerMsg {
-        let planner = self.planner.clone();
-        let plan = tokio::task::spawn_blocking(move || planner(&scheduler, workers, &mapping)).await;
-        let config = match plan {
-            Ok(Ok(config)) => config,
-            Ok(Err(why)) => return ServerMsg::Error(why),
-            Err(e) => return ServerMsg::Error(format!("planning the scheduler failed: {e}")),
-        };
-        let (kind, workers) = (config.kind.name().to_string(), config.workers as u32);
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        if self.decisions.try_send(Decision::Reconfigure(config, reply)).is_err() {
-            return ServerMsg::Error("replica busy, try again".into());
-        }
-        match answer.await {
-            Ok(Ok(stall)) => ServerMsg::Reconfigured { scheduler: kind, workers, stall_ns: stall.as_nanos() as u64 },
-            Ok(Err(why)) => ServerMsg::Error(why),
-            Err(_) => ServerMsg::Error("the replica is stopping".into()),
-        }
-    }
-
-    /// Hands a membership change to the protocol thread (the leader's
-    /// protocol carries it out) and waits for its answer.
-    async fn change_membership(&self, change: psmr_model::wire::MemberChange) -> ServerMsg {
-        use psmr_model::wire::RETRY_LATER;
-        if !self.shared.is_leader.load(Ordering::Acquire) {
-            return self.shared.redirect_to(self.shared.leader.load(Ordering::Acquire));
-        }
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        if self.protocol.try_send(Inbound::Admin(change, reply)).is_err() {
-            return ServerMsg::Error(format!("{RETRY_LATER}the protocol thread is busy"));
-        }
-        answer.await.unwrap_or_else(|_| ServerMsg::Error("the replica is stopping".into()))
-    }
-
-    async fn status(&self) -> Result<ReplicaStatus, String> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.decisions.try_send(Decision::Status(tx)).map_err(|_| "replica busy, try again".to_string())?;
-        let (applied, digest) = rx.await.map_err(|_| "replica stopping".to_string())?;
-        let me = self.shared.config.member(self.shared.id).map_err(|e| e.to_string())?;
-        let (scheduler, decision) = self.shared.scheduler_status();
-        Ok(ReplicaStatus {
-            id: self.shared.id,
-            addr: me.client.to_string(),
-            pid: std::process::id(),
-            leader: self.shared.leader.load(Ordering::Acquire),
-            term: self.shared.term.load(Ordering::Acquire),
-            applied,
-            digest: digest.to_string(),
-            scheduler,
-            decision,
-        })
-    }
+/// A request read from a connection, with what it holds.
+struct Queued<'a> {
+    client: u64,
+    commands: Vec<WireCommand>,
+    /// Its frame's share of the port's memory budget.
+    permit: OwnedSemaphorePermit,
+    read_at: Instant,
+    pending: &'a PendingRequests,
 }
 
 /// Writes a connection's outgoing messages, coalescing the outcomes that

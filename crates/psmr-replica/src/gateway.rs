@@ -1,0 +1,87 @@
+//! The Redis port of a replica: `psmr-gateway`, submitting through the
+//! cluster's client protocol, its first stop this replica.
+
+use crate::error::ReplicaError;
+use crate::start::Handles;
+use psmr_client::{AsyncClient, ClientConfig, ClientError, Submit};
+use psmr_gateway::{Gateway, GatewayLimits, Info, Serve};
+use psmr_model::App;
+use psmr_transport::life::Life;
+use psmr_transport::view::ClusterView;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Sessions of this replica's cluster as it knows it now: each an
+/// [`AsyncClient`] that tries this replica first (on the leader the hop
+/// stays short; a follower redirects it to the leader at once).
+struct Cluster {
+    me: SocketAddr,
+    view: Arc<ClusterView>,
+    frame_max: usize,
+}
+
+impl Submit for Cluster {
+    type Session = AsyncClient;
+
+    fn session(&self) -> Result<AsyncClient, ClientError> {
+        let mut cluster = vec![self.me];
+        cluster.extend(self.view.members().iter().map(|m| m.client).filter(|&a| a != self.me));
+        let mut config = ClientConfig::new(cluster);
+        config.frame_max = self.frame_max.max(psmr_model::wire::FRAME_MAX_DEFAULT);
+        AsyncClient::new(config)
+    }
+}
+
+/// The gateway of a replica running `app`, its Redis commands mapped by
+/// `commands`, its clients served at `me`.
+pub(crate) fn make<A, C>(h: &Handles, me: SocketAddr, app: Arc<A>, commands: C) -> Arc<dyn Serve>
+where
+    A: App,
+    C: psmr_resp::Commands<Op = A::Op, Reply = A::Reply>,
+{
+    let config = &h.config;
+    let limits = GatewayLimits {
+        max_connections: config.max_connections,
+        buffered_max: config.client_buffer_bytes_max,
+        frame_max: config.frame_max,
+        batch_max_commands: config.batch_max_commands,
+        batch_max_bytes: config.batch_max_bytes,
+        idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
+        frame_timeout: Duration::from_millis(config.frame_timeout_ms),
+    };
+    let submit = Cluster { me, view: h.view.clone(), frame_max: config.frame_max };
+    let (id, view, applied) = (h.id, h.view.clone(), h.applied.clone());
+    let info: Info = Arc::new(move || psmr_gateway::Replica {
+        id,
+        leader: view.leader(),
+        is_leader: view.is_leader(),
+        term: view.term(),
+        applied: applied.get(),
+    });
+    Arc::new(Gateway::new(limits, submit, app, commands, info))
+}
+
+/// Serves `gateway` on `listener` until the replica stops; a panicking
+/// connection task stops the replica.
+pub(crate) fn spawn(
+    runtime: &tokio::runtime::Runtime,
+    h: &Handles,
+    gateway: Arc<dyn Serve>,
+    listener: TcpListener,
+) -> Result<(), ReplicaError> {
+    listener.set_nonblocking(true)?;
+    let listener = {
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    let life: Arc<Life> = h.life.clone();
+    let stop_life = life.clone();
+    let stop: psmr_gateway::Stop = Arc::new(move || {
+        let life = stop_life.clone();
+        Box::pin(async move { life.stopped().await })
+    });
+    let fail: psmr_gateway::Fail = Arc::new(move |why| life.fail(why));
+    runtime.spawn(gateway.serve(listener, stop, fail));
+    Ok(())
+}
