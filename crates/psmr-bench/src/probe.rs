@@ -154,7 +154,7 @@ impl ClusterStatus {
     }
 
     /// `{"leader": N, "replicas": [{"id", "addr", "pid", "applied",
-    /// "digest", "term", "leader", "scheduler", "decision", "metrics":
+    /// "digest", "term", "leader", "scheduler", "decision", "transfers", "metrics":
     /// {...}} or {"addr",
     /// "error"}, ...]}` (`psmr client status --json`).
     pub fn to_json(&self) -> serde_json::Value {
@@ -165,7 +165,7 @@ impl ClusterStatus {
                 let mut v = match &r.status {
                     Ok(s) => serde_json::json!({"id": s.id, "addr": s.addr, "pid": s.pid, "applied": s.applied,
                         "digest": s.digest, "term": s.term, "leader": s.leader, "scheduler": s.scheduler,
-                        "decision": s.decision}),
+                        "decision": s.decision, "transfers": s.transfers}),
                     Err(e) => serde_json::json!({"addr": r.addr.to_string(), "error": e}),
                 };
                 v["metrics"] = match &r.numbers {
@@ -199,6 +199,9 @@ impl ClusterStatus {
             if !s.decision.is_empty() {
                 let _ = writeln!(out, "    last decision: {}", s.decision);
             }
+        }
+        for s in self.replicas.iter().filter_map(|r| r.status.as_ref().ok()).filter(|s| !s.transfers.is_empty()) {
+            let _ = writeln!(out, "\n{:>3} {}", s.id, s.transfers);
         }
         let _ = writeln!(
             out,
@@ -334,6 +337,7 @@ mod tests {
             digest: String::new(),
             scheduler: String::new(),
             decision: String::new(),
+            transfers: String::new(),
         }
     }
 

@@ -98,8 +98,17 @@ fn voters(members: &[MemberInfo]) -> Vec<u64> {
 fn a_cluster_grows_to_five_and_shrinks_to_three_under_load() {
     // Snapshots every 20 entries, and the log compacted 20 entries behind
     // them: by the time a replica joins, the log no longer reaches back to
-    // the founding entries, and the new replica catches up from a snapshot.
-    let mut cluster = LocalCluster::builder().configure(|c| c.snapshot_every = 20).start(|_| kv()).unwrap();
+    // the founding entries, and the new replica catches up from a snapshot,
+    // sent in chunks of 512 bytes on the snapshot lane (TLS), two at a time.
+    let mut cluster = LocalCluster::builder()
+        .configure(|c| {
+            c.snapshot_every = 20;
+            c.snapshot_chunk_bytes = 512;
+            c.snapshot_window_chunks = 2;
+            c.snapshot_sync_bytes = 2048;
+        })
+        .start(|_| kv())
+        .unwrap();
     cluster.wait_for_leader(Duration::from_secs(10)).unwrap();
     let founders = cluster.client_addrs();
     let load = Arc::new(Load {
@@ -124,7 +133,9 @@ fn a_cluster_grows_to_five_and_shrinks_to_three_under_load() {
         assert_eq!(voters(&change(&cluster.client_addrs(), add.clone())), expected);
         // The same request again is answered at once: the goal is met.
         assert_eq!(voters(&change(&cluster.client_addrs(), add)), expected);
-        assert!(restored(m.client) >= 1, "replica {id} caught up without a snapshot");
+        assert!(counter(m.client, "psmr_snapshots_restored_total ") >= 1, "replica {id} caught up without a snapshot");
+        let received = counter(m.client, "psmr_snapshot_transfer_bytes_total{direction=\"received\"} ");
+        assert!(received > 2 * 512, "replica {id} received {received} bytes of snapshots: not in chunks");
         load.under_way();
     }
 
@@ -160,12 +171,13 @@ fn a_cluster_grows_to_five_and_shrinks_to_three_under_load() {
     assert_eq!(history::check_linearizable(&ops, history::MAX_STATES_DEFAULT), Verdict::Linearizable);
 }
 
-/// Snapshots replica at `addr` restored (its metrics).
-fn restored(addr: SocketAddr) -> u64 {
+/// The value of the counter whose line starts with `name` (with its
+/// labels) in the metrics of the replica at `addr`.
+fn counter(addr: SocketAddr, name: &str) -> u64 {
     let c = Client::new(ClientConfig::new(vec![addr])).unwrap();
     let text = c.metrics_of(addr, Duration::from_secs(5)).unwrap();
-    let line = text.lines().find(|l| l.starts_with("psmr_snapshots_restored_total ")).expect("the counter");
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    line.split_whitespace().last().unwrap().parse().unwrap()
 }
 
 /// Polls `done` (what it says: why it is not done yet) until it is done;

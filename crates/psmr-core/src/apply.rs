@@ -24,7 +24,7 @@ use parking_lot::{Condvar, Mutex};
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::{App, Batch, ClientId, Command, Digest, BITMAP_BITS_DEFAULT};
 use psmr_sched::{Reply, ReplySink, SchedConfig, SchedError, Scheduler, SwitchError, Switchable};
-use raft::prelude::{Entry, EntryType, Snapshot};
+use raft::prelude::{Entry, EntryType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -455,17 +455,22 @@ impl<A: App> Applier<A> {
         io.snapshot(Taken { index, term, members, conf, service, cache, paused, drained });
     }
 
-    /// Replaces the state with `snap` (kept here at a restart, or from the
-    /// leader), once everything submitted has executed.
-    pub fn restore(&mut self, snap: &Snapshot, io: &mut impl ApplyIo) -> Result<(), String> {
+    /// Replaces the state with the snapshot `opened` reads (kept here at a
+    /// restart, or from the leader; see [`state::open`]), once everything
+    /// submitted has executed. The service reads its stream as it
+    /// restores: an error after its header leaves the state partly
+    /// replaced, and the replica must stop.
+    pub fn restore(&mut self, opened: state::Opened, io: &mut impl ApplyIo) -> Result<(), String> {
         if !self.sink.wait_for(self.submitted) {
             return Err("execution failed before a snapshot could be restored".into());
         }
-        let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {}: {e}", snap.get_metadata().index);
-        let state::State { index, members, service, cache } = state::decode(&snap.data).map_err(|e| bad(&e))?;
-        self.membership = Membership::decode(members).map_err(|e| bad(&e))?;
-        self.app.restore(service).map_err(|e| bad(&e))?;
-        self.cache.restore(cache).map_err(|e| bad(&e))?;
+        let state::Opened { index, members, cache, mut service } = opened;
+        let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {index}: {e}");
+        let membership = Membership::decode(&members).map_err(|e| bad(&e))?;
+        let cache = ReplyCache::decode(&cache).map_err(|e| bad(&e))?;
+        self.app.restore_from(&mut service).map_err(|e| bad(&e))?;
+        self.cache.install(cache);
+        self.membership = membership;
         self.applied = index;
         io.applied(index);
         self.since_snapshot = 0;

@@ -259,6 +259,10 @@ pub struct ReplyCache {
     limits: Limits,
 }
 
+/// A frozen copy of the reply cache that encodes when called: the cache is
+/// bounded in bytes (`reply_bytes_max`), so its encoding is one vector.
+pub type FrozenCache = Box<dyn FnOnce() -> Vec<u8> + Send>;
+
 impl ReplyCache {
     /// Its bounds.
     pub fn limits(&self) -> &Limits {
@@ -398,7 +402,7 @@ impl ReplyCache {
     /// [`ReplyCache::snapshot`] in two steps: each client encoded now, in
     /// shard order, and the clients put in order of id when the returned
     /// closure runs (off the execution path, see [`crate::state`]).
-    pub fn freeze(&self) -> psmr_model::Frozen {
+    pub fn freeze(&self) -> FrozenCache {
         let mut clients: Vec<(u64, Vec<u8>)> = Vec::new();
         for shard in &self.shards {
             for (&id, c) in &shard.lock().clients {
@@ -430,7 +434,22 @@ impl ReplyCache {
     }
 
     /// Replaces the contents with a snapshot's; on error nothing changes.
+    #[cfg(test)]
     pub fn restore(&self, bytes: &[u8]) -> Result<(), WireError> {
+        let decoded = Self::decode(bytes)?;
+        self.install(decoded);
+        Ok(())
+    }
+
+    /// Replaces the contents with what [`ReplyCache::decode`] read.
+    pub fn install(&self, decoded: Decoded) {
+        for (slot, fresh) in self.shards.iter().zip(decoded.0) {
+            *slot.lock() = fresh;
+        }
+    }
+
+    /// Reads a snapshot of the cache, to [`ReplyCache::install`] it later.
+    pub fn decode(bytes: &[u8]) -> Result<Decoded, WireError> {
         let mut d = Decoder::new(bytes, "reply cache snapshot");
         let n = d.u32()? as usize;
         if n.saturating_mul(28) > bytes.len() {
@@ -460,12 +479,12 @@ impl ReplyCache {
             shard.clients.insert(id, c);
         }
         d.end()?;
-        for (slot, fresh) in self.shards.iter().zip(shards) {
-            *slot.lock() = fresh;
-        }
-        Ok(())
+        Ok(Decoded(shards))
     }
 }
+
+/// A reply cache snapshot, decoded and not yet installed.
+pub struct Decoded(Vec<Shard>);
 
 #[cfg(test)]
 mod tests {

@@ -203,8 +203,8 @@ pub struct Config {
     pub queue_bytes_max: usize,
     /// Longest frame accepted from a client, in bytes.
     pub frame_max: usize,
-    /// Longest frame accepted from another replica, in bytes (snapshots
-    /// travel in one frame).
+    /// Longest frame accepted from another replica, in bytes: raft's
+    /// appends and a snapshot's chunks (see `snapshot_chunk_bytes`).
     pub peer_frame_max: usize,
     /// Sequence numbers per client the reply cache remembers.
     pub reply_window: u64,
@@ -221,6 +221,21 @@ pub struct Config {
     pub reply_bytes_max: usize,
     /// Take a snapshot and compact the log every this many entries.
     pub snapshot_every: u64,
+    /// Bytes of a snapshot's file a leader sends a follower in one chunk
+    /// (`crate::transfer`), at most 16 MiB; cut to fit in a peer frame
+    /// (`peer_frame_max` less 1 KiB) if larger.
+    pub snapshot_chunk_bytes: usize,
+    /// Chunks a leader sends ahead of the follower's acknowledgements:
+    /// the flow control of a transfer (chunk × window bytes in flight).
+    pub snapshot_window_chunks: usize,
+    /// Bytes a follower receives between two syncs of the file: a
+    /// transfer cut by a crash resumes from the last synced chunk.
+    pub snapshot_sync_bytes: u64,
+    /// Snapshot transfers a leader runs at once (one per follower at most).
+    pub snapshot_transfers_max: usize,
+    /// A transfer without progress for this long, in ms, is abandoned (raft
+    /// offers a snapshot again later).
+    pub snapshot_stall_ms: u64,
     /// Raft tick, in ms.
     pub tick_ms: u64,
     /// Ticks without a leader before a follower campaigns.
@@ -260,6 +275,11 @@ impl Default for Config {
             reply_bytes_per_client: 1 << 20,
             reply_bytes_max: 64 << 20,
             snapshot_every: 10_000,
+            snapshot_chunk_bytes: 1 << 20,
+            snapshot_window_chunks: 8,
+            snapshot_sync_bytes: 16 << 20,
+            snapshot_transfers_max: 2,
+            snapshot_stall_ms: 10_000,
             tick_ms: 50,
             election_ticks: 10,
             heartbeat_ticks: 2,
@@ -344,6 +364,11 @@ impl Config {
         bounded("reply_bytes_per_client", self.reply_bytes_per_client as u64, 0, 1 << 40)?;
         bounded("reply_bytes_max", self.reply_bytes_max as u64, self.reply_bytes_per_client as u64, 1 << 40)?;
         bounded("snapshot_every", self.snapshot_every, 1, u64::MAX)?;
+        bounded("snapshot_chunk_bytes", self.snapshot_chunk_bytes as u64, 1, crate::transfer::CHUNK_MAX as u64)?;
+        bounded("snapshot_window_chunks", self.snapshot_window_chunks as u64, 1, 1_024)?;
+        bounded("snapshot_sync_bytes", self.snapshot_sync_bytes, 1, 1 << 40)?;
+        bounded("snapshot_transfers_max", self.snapshot_transfers_max as u64, 1, 64)?;
+        bounded("snapshot_stall_ms", self.snapshot_stall_ms, 100, 3_600_000)?;
         bounded("tick_ms", self.tick_ms, 1, 10_000)?;
         bounded("heartbeat_ticks", self.heartbeat_ticks as u64, 1, 1_000)?;
         if self.election_ticks <= self.heartbeat_ticks {

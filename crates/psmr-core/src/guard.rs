@@ -669,7 +669,7 @@ mod tests {
     use raft::{RawNode, SnapshotStatus};
     use std::collections::{BTreeMap, VecDeque};
     use std::panic::{catch_unwind, AssertUnwindSafe};
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     const MEMBERS: [u64; 3] = [1, 2, 3];
 
@@ -740,12 +740,35 @@ mod tests {
         Entry { index, term, data: vec![index as u8].into(), ..Default::default() }
     }
 
+    /// The file of a test snapshot at `index` and `term`: no state, only
+    /// its frame, the same bytes wherever it is made.
+    fn file(index: u64, term: u64) -> (crate::snapfile::SnapshotId, Arc<Vec<u8>>) {
+        let w = crate::snapfile::FileWriter::new(Vec::new(), index, term).expect("a file in memory");
+        let (bytes, id) = w.finish().expect("a file in memory");
+        (id, Arc::new(bytes))
+    }
+
+    fn snapshot_with(index: u64, term: u64, conf: ConfState) -> Snapshot {
+        crate::state::raft_snapshot(file(index, term).0, Vec::new(), conf)
+    }
+
     fn snapshot(index: u64, term: u64) -> Snapshot {
-        let mut s = Snapshot { data: vec![7; 4].into(), ..Default::default() };
-        s.mut_metadata().index = index;
-        s.mut_metadata().term = term;
-        s.mut_metadata().set_conf_state(members_conf());
-        s
+        snapshot_with(index, term, members_conf())
+    }
+
+    /// Keeps `snap` in `log`, as a snapshot taken there.
+    fn keep(log: &Log, snap: &Snapshot) {
+        let meta = snap.get_metadata();
+        log.files().lock().kept = Some((snap.clone(), file(meta.index, meta.term).1));
+    }
+
+    /// What a transfer does before raft sees a snapshot message: its file
+    /// is received whole.
+    fn receive(log: &Log, m: &Message) {
+        if m.get_msg_type() == MessageType::MsgSnapshot {
+            let meta = m.get_snapshot().get_metadata();
+            log.files().lock().receiving = Some(file(meta.index, meta.term));
+        }
     }
 
     // ----- fixtures: a raft node in a given state -----
@@ -811,8 +834,10 @@ mod tests {
         match f.compaction {
             Compaction::Received(x) if last > 0 => {
                 let at = frac(last, x).max(1);
-                store.mem.wl().apply_snapshot(snapshot(at, term_of(at))).expect("a fresh log takes a snapshot");
-                store.install(snapshot(at, term_of(at)), 0).expect("keeps it");
+                let snap = snapshot(at, term_of(at));
+                store.mem.wl().apply_snapshot(snap.clone()).expect("a fresh log takes a snapshot");
+                keep(&store, &snap);
+                store.install(snap, 0).expect("keeps it");
                 store.mem.wl().append(&entries[at as usize..]).expect("entries after the snapshot");
                 store.mem.wl().set_hardstate(HardState {
                     term: last_term + f.extra_term,
@@ -832,7 +857,9 @@ mod tests {
                 if let Compaction::Own(x) = f.compaction {
                     let at = frac(commit, x);
                     if at > 0 {
-                        store.install(snapshot(at, term_of(at)), at).expect("compacts");
+                        let snap = snapshot(at, term_of(at));
+                        keep(&store, &snap);
+                        store.install(snap, at).expect("compacts");
                     }
                 }
             }
@@ -1183,11 +1210,8 @@ mod tests {
         m.set_entries(entries.into());
         if m.get_msg_type() == MessageType::MsgSnapshot || spec.stray {
             let s = &spec.snapshot;
-            let mut snap = Snapshot { data: vec![1, 2, 3].into(), ..Default::default() };
-            let meta = snap.mut_metadata();
-            meta.index = index_of(s.index, node);
-            meta.term = term_of(s.term, node);
-            let cs = meta.mut_conf_state();
+            let mut snap = snapshot(index_of(s.index, node), term_of(s.term, node));
+            let cs = snap.mut_metadata().mut_conf_state();
             cs.set_voters(s.voters.clone().unwrap_or_else(|| MEMBERS.to_vec()));
             cs.set_learners(s.learners.clone());
             cs.set_voters_outgoing(s.outgoing.clone());
@@ -1232,6 +1256,7 @@ mod tests {
                         }
                         let key = format!("{:?} to a {:?}", m.get_msg_type(), node.raft.state);
                         *tally.stepped.entry(key).or_default() += 1;
+                        receive(&log, &m);
                         let _ = node.step(m);
                     }
                     Op::Tick(n) => {
@@ -1633,6 +1658,7 @@ mod tests {
             match self.guard[i].check(&m, m.from, &member.node.raft, None) {
                 Err(why) => self.refused.push(format!("{why}: {m:?}")),
                 Ok(()) => {
+                    receive(&member.log, &m);
                     let _ = member.node.step(m);
                 }
             }
@@ -1665,10 +1691,8 @@ mod tests {
             if index == 0 {
                 return;
             }
-            let mut snap = Snapshot { data: vec![1].into(), ..Default::default() };
-            snap.mut_metadata().index = index;
-            snap.mut_metadata().term = term;
-            snap.mut_metadata().set_conf_state(m.node.raft.prs().conf().to_conf_state());
+            let snap = snapshot_with(index, term, m.node.raft.prs().conf().to_conf_state());
+            keep(&m.log, &snap);
             m.log.install(snap, index).expect("compacts");
         }
 

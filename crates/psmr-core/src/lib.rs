@@ -26,6 +26,7 @@
 //! ```text
 //! wait for an event, or until protocol.due(now) or the next tick
 //! protocol.step(msg, io)        for each peer message that came
+//! protocol.snapshot_msg(from, m, now, io)   for each message of the snapshot lane
 //! protocol.request(r)           for each client request, while protocol.has_room()
 //! protocol.tick()               when a tick is due
 //! protocol.set_applied(i)       with what the apply loop applied
@@ -34,6 +35,8 @@
 //! ```
 //!
 //! and implements [`protocol::ProtocolIo`]: `send` a raft message to a peer,
+//! `send_snapshot` a message of a snapshot transfer on the peer's snapshot
+//! lane ([`transfer`]: a snapshot's file goes in chunks, resumable),
 //! `apply` work (committed entries, a snapshot from the leader, reads) to
 //! the apply loop in order, `tell` a client where the leader is, follow a
 //! `membership` change with its links. A driver of the apply loop feeds it
@@ -42,6 +45,10 @@
 //! [`apply::ApplyIo`]: report the applied index back to the protocol,
 //! write the snapshots it freezes ([`state::persist`], then
 //! [`protocol::Protocol::snapshot_persisted`]).
+//!
+//! Snapshots are files of checksummed pieces ([`snapfile`]), written and
+//! read as streams: neither a replica nor a transfer ever holds the
+//! encoded state whole.
 //!
 //! Requests come in already checked and encoded ([`request`],
 //! [`entry`]); answers to clients leave through [`apply::Replies`], from
@@ -58,8 +65,10 @@ pub mod membership;
 pub mod protocol;
 mod reads;
 pub mod request;
+pub mod snapfile;
 pub mod state;
 pub mod store;
+pub mod transfer;
 
 pub use cache::Limits as CacheLimits;
 pub use config::{Config, ConfigError, Member};

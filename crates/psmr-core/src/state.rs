@@ -1,53 +1,48 @@
 //! A snapshot of a replica's state: what the apply loop freezes, how it is
-//! encoded, and how it becomes durable.
+//! written, and how it is read back.
 //!
-//! A snapshot holds the index and term of the last entry it covers, the
-//! membership at that index ([`Membership::encode`]), the service's
-//! snapshot and the reply cache's. The apply loop only *freezes* the state
-//! ([`Taken`]: execution pauses for the copy); encoding and writing happen
-//! in [`persist`], on a side pool in a threaded replica, inline in the
-//! simulator.
+//! A snapshot file ([`crate::snapfile`]) holds, in its pieces, the
+//! membership at its index ([`Membership::encode`]), the reply cache's
+//! snapshot, then the service's own stream ([`psmr_model::snapshot`]).
+//! Raft carries only its [`Descriptor`]: the file's id and the
+//! membership. The apply loop only *freezes* the state ([`Taken`]:
+//! execution pauses for the copy); writing it happens in [`persist`], on a
+//! side pool in a threaded replica, inline in the simulator, a piece at a
+//! time: no copy of the encoded state is ever held.
 
+use crate::cache::FrozenCache;
 use crate::membership::Membership;
+use crate::snapfile::{
+    read_end, Cursor, Descriptor, FileReader, FileWriter, SnapshotFile, SnapshotId, END_BYTES, HEADER_BYTES,
+};
 use crate::store::Store;
-use psmr_model::wire::{Decoder, Encoder, WireError};
+use psmr_model::snapshot::{put_bytes, SnapshotReader};
 use psmr_model::Frozen;
 use raft::prelude::{ConfState, Snapshot};
+use std::io::{self, Write};
 use std::time::Duration;
 
-/// Encodes a snapshot's state.
-pub fn encode(index: u64, term: u64, members: &[u8], service: &[u8], cache: &[u8]) -> Vec<u8> {
-    let mut enc = Encoder::new();
-    enc.u64(index).u64(term).bytes(members).bytes(service).bytes(cache);
-    enc.finish()
-}
+/// The most bytes of membership a snapshot may hold.
+const MEMBERS_BYTES_MAX: usize = 1 << 20;
+/// The most bytes of reply cache a snapshot may hold.
+const CACHE_BYTES_MAX: usize = 1 << 31;
 
-/// What [`encode`] wrote, borrowed from the snapshot.
-pub struct State<'a> {
-    /// The index of the last entry the snapshot covers.
-    pub index: u64,
-    /// The membership at that index.
-    pub members: &'a [u8],
-    /// The service's snapshot.
-    pub service: &'a [u8],
-    /// The reply cache's.
-    pub cache: &'a [u8],
-}
-
-/// Reads what [`encode`] wrote.
-pub fn decode(bytes: &[u8]) -> Result<State<'_>, WireError> {
-    let mut d = Decoder::new(bytes, "state snapshot");
-    let (index, _term) = (d.u64()?, d.u64()?);
-    let (members, service, cache) = (d.bytes()?, d.bytes()?, d.bytes()?);
-    d.end()?;
-    Ok(State { index, members, service, cache })
-}
-
-/// The membership a snapshot holds.
+/// The membership a snapshot holds (from its descriptor).
 pub fn membership(snap: &Snapshot) -> Result<Membership, String> {
     let index = snap.get_metadata().index;
-    let state = decode(&snap.data).map_err(|e| format!("the snapshot at {index}: {e}"))?;
-    Membership::decode(state.members).map_err(|e| format!("the snapshot at {index}: {e}"))
+    let d = Descriptor::decode(&snap.data).map_err(|e| format!("the snapshot at {index}: {e}"))?;
+    Membership::decode(&d.members).map_err(|e| format!("the snapshot at {index}: {e}"))
+}
+
+/// What raft carries of the snapshot in file `id`: its index, term and
+/// membership, and the descriptor as its data.
+pub fn raft_snapshot(id: SnapshotId, members: Vec<u8>, conf: ConfState) -> Snapshot {
+    let mut snapshot = Snapshot { data: Descriptor { id, members }.encode().into(), ..Default::default() };
+    let meta = snapshot.mut_metadata();
+    meta.index = id.index;
+    meta.term = id.term;
+    meta.set_conf_state(conf);
+    snapshot
 }
 
 /// What the apply loop took while execution paused.
@@ -60,10 +55,10 @@ pub struct Taken {
     pub members: Vec<u8>,
     /// Raft's view of it.
     pub conf: ConfState,
-    /// The service's state, to be encoded.
+    /// The service's state, to be written.
     pub service: Frozen,
     /// The reply cache, to be encoded.
-    pub cache: Frozen,
+    pub cache: FrozenCache,
     /// How long execution paused for it.
     pub paused: Duration,
     /// How much of that went to waiting for what was submitted to finish.
@@ -73,25 +68,99 @@ pub struct Taken {
 /// What became of a snapshot handed to [`persist`].
 pub enum Persisted {
     /// Durable: keep it and compact the log behind it. Its size in bytes.
-    Kept(Snapshot, usize),
+    Kept(Snapshot, u64),
     /// A snapshot as new is kept already.
     Stale,
 }
 
-/// Encodes `taken` and makes it durable in `store`. An error leaves the
-/// log uncompacted (and the last snapshot kept); the replica goes on.
+/// Writes `taken` into a new file of `store`, a piece at a time, and keeps
+/// it. An error leaves the log uncompacted and the last snapshot kept
+/// (a full disk included); the replica goes on.
 pub fn persist(taken: Taken, store: &impl Store) -> Result<Persisted, String> {
     let Taken { index, term, members, conf, service, cache, .. } = taken;
-    let data = encode(index, term, &members, &service(), &cache());
-    let bytes = data.len();
-    let mut snapshot = Snapshot { data: data.into(), ..Default::default() };
-    let meta = snapshot.mut_metadata();
-    meta.index = index;
-    meta.term = term;
-    meta.set_conf_state(conf);
+    let failed =
+        |e: &dyn std::fmt::Display| format!("cannot write the snapshot at {index}, the log is not compacted: {e}");
+    let id = write(store, index, term, &members, service, cache).map_err(|e| failed(&e))?;
+    let snapshot = raft_snapshot(id, members, conf);
     match store.persist(&snapshot) {
-        Ok(true) => Ok(Persisted::Kept(snapshot, bytes)),
+        Ok(true) => Ok(Persisted::Kept(snapshot, id.bytes)),
         Ok(false) => Ok(Persisted::Stale),
-        Err(e) => Err(format!("cannot write the snapshot at {index}, the log is not compacted: {e}")),
+        Err(e) => Err(failed(&e)),
     }
+}
+
+fn write(
+    store: &impl Store,
+    index: u64,
+    term: u64,
+    members: &[u8],
+    service: Frozen,
+    cache: FrozenCache,
+) -> io::Result<SnapshotId> {
+    let mut w = FileWriter::new(store.snapshot_writer()?, index, term)?;
+    put_bytes(&mut w, members)?;
+    put_bytes(&mut w, &cache())?;
+    service(&mut w)?;
+    w.flush()?;
+    let (sink, id) = w.finish()?;
+    sink.finish()?;
+    Ok(id)
+}
+
+/// A snapshot file opened to be restored: its membership and reply cache
+/// read, the service's stream next.
+pub struct Opened {
+    /// The index of the last entry it covers.
+    pub index: u64,
+    /// The membership at `index`, encoded.
+    pub members: Vec<u8>,
+    /// The reply cache's snapshot.
+    pub cache: Vec<u8>,
+    /// The service's stream, each piece checked as it is read.
+    pub service: FileReader<Cursor>,
+}
+
+/// Opens the snapshot `store` keeps, `snap`, to restore it (at a restart).
+pub fn open_kept(store: &impl Store, snap: &Snapshot) -> Result<Opened, String> {
+    let index = snap.get_metadata().index;
+    let bad = |e: &dyn std::fmt::Display| format!("the snapshot at {index}: {e}");
+    let id = Descriptor::decode(&snap.data).map_err(|e| bad(&e))?.id;
+    open(snap, store.open_snapshot(&id).map_err(|e| bad(&e))?)
+}
+
+/// Opens `file`, the file of `snap`, to restore it: reads its header,
+/// membership and reply cache; the service's stream is read as the
+/// service restores.
+pub fn open(snap: &Snapshot, file: Box<dyn SnapshotFile>) -> Result<Opened, String> {
+    let index = snap.get_metadata().index;
+    let bad = |e: &dyn std::fmt::Display| format!("the snapshot at {index}: {e}");
+    let id = Descriptor::decode(&snap.data).map_err(|e| bad(&e))?.id;
+    let mut service = FileReader::open(Cursor::new(file)).map_err(|e| bad(&e))?;
+    if (service.index, service.term) != (id.index, id.term) {
+        return Err(bad(&format!("its file is of index {} and term {}", service.index, service.term)));
+    }
+    let mut r = SnapshotReader::new(&mut service);
+    let members = r.bytes(MEMBERS_BYTES_MAX, "the membership").map_err(|e| bad(&e))?;
+    let cache = r.bytes(CACHE_BYTES_MAX, "the reply cache").map_err(|e| bad(&e))?;
+    Ok(Opened { index, members, cache, service })
+}
+
+/// Raft's view of the snapshot in `file` (as a store reads the file it
+/// kept when it opens): its index and term from the header, its
+/// membership from the first piece, its id from the end mark. Only those
+/// parts are checked here; the rest is when it is restored.
+pub fn describe(file: Box<dyn SnapshotFile>) -> Result<Snapshot, String> {
+    let len = file.len();
+    let mut end = [0u8; END_BYTES as usize];
+    if len < HEADER_BYTES + END_BYTES || file.read_at(len - END_BYTES, &mut end).map_err(|e| e.to_string())? < end.len()
+    {
+        return Err(format!("a snapshot file of {len} bytes, too short for its header and end mark"));
+    }
+    let (crc, _) = read_end(&end).map_err(|e| e.to_string())?;
+    let mut reader = FileReader::open(Cursor::new(file)).map_err(|e| e.to_string())?;
+    let (index, term) = (reader.index, reader.term);
+    let members =
+        SnapshotReader::new(&mut reader).bytes(MEMBERS_BYTES_MAX, "the membership").map_err(|e| e.to_string())?;
+    let conf = Membership::decode(&members).map_err(|e| format!("its membership: {e}"))?.conf_state();
+    Ok(raft_snapshot(SnapshotId { index, term, bytes: len, crc }, members, conf))
 }

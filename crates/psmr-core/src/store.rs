@@ -13,14 +13,26 @@
 //! on it (a vote, an acknowledgement) leaves before.
 
 use crate::config::Member;
+use crate::snapfile::{Descriptor, SnapshotFile, SnapshotId};
 use parking_lot::Mutex;
 use raft::prelude::{Entry, HardState, Snapshot};
 use raft::storage::MemStorage;
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+use std::io::{self, Write};
 use std::sync::Arc;
 
+/// Where a snapshot taken here is written: the bytes of its file
+/// ([`crate::snapfile`]), in order.
+pub trait SnapshotSink: Write + Send {
+    /// Makes what was written durable; the file then waits for
+    /// [`Store::persist`] to be kept.
+    fn finish(self: Box<Self>) -> io::Result<()>;
+}
+
 /// A replica's durable log: raft's [`Storage`] to read it, and the writes
-/// the core makes.
+/// the core makes; and its snapshot files, which hold the state the log's
+/// compacted prefix made ([`crate::snapfile`]): the one kept, one being
+/// written here, and one being received from the leader.
 pub trait Store: Storage + Clone + Send + Sync + 'static {
     /// Persists a ready's entries and hard state; returns once they are
     /// durable (synced).
@@ -31,20 +43,43 @@ pub trait Store: Storage + Clone + Send + Sync + 'static {
     /// learned again from the leader.
     fn set_commit(&self, commit: u64) -> raft::Result<()>;
 
-    /// Makes a snapshot taken here durable, before [`Store::install`].
-    /// Safe to call from any thread; false if a snapshot as new is kept
-    /// already.
+    /// Starts the file of a snapshot taken here, dropping one started
+    /// before and never persisted. Safe to call from any thread.
+    fn snapshot_writer(&self) -> io::Result<Box<dyn SnapshotSink>>;
+
+    /// Keeps the file the last [`Store::snapshot_writer`] finished as the
+    /// snapshot `snapshot` describes (its data is the file's
+    /// [`crate::snapfile::Descriptor`]), durably, before
+    /// [`Store::install`]. Safe to call from any thread; false if a
+    /// snapshot as new is kept already.
     fn persist(&self, snapshot: &Snapshot) -> raft::Result<bool>;
 
     /// Keeps a snapshot taken here (persisted) and compacts the log
     /// before `keep_from`; a snapshot older than the one kept is ignored.
     fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()>;
 
-    /// Replaces the log with a snapshot from the leader.
+    /// Replaces the log with a snapshot from the leader, whose file was
+    /// received whole ([`Store::receive`]) and checked.
     fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()>;
 
     /// The newest snapshot kept, if any.
     fn kept(&self) -> Option<Snapshot>;
+
+    /// The file of snapshot `id`: the one kept, or the one being
+    /// received. The handle reads it even after a newer one replaces it.
+    fn open_snapshot(&self, id: &SnapshotId) -> io::Result<Box<dyn SnapshotFile>>;
+
+    /// The snapshot file being received, if any: its id and its size now
+    /// (after a crash, what survived of it; the core checks it).
+    fn receiving(&self) -> Option<(SnapshotId, u64)>;
+
+    /// Writes `data` at `offset` of the file of `id` being received, and
+    /// drops whatever it held after; a file being received of another id
+    /// is dropped first (then `offset` is 0). Need not be synced.
+    fn receive(&self, id: &SnapshotId, offset: u64, data: &[u8]) -> io::Result<()>;
+
+    /// Makes every byte received so far durable.
+    fn sync_received(&self) -> io::Result<()>;
 
     /// The vote floor of a replica repaired after it lost its log: the
     /// (term, index) of the last entry it had synced, which it may have
@@ -134,12 +169,130 @@ impl<S: Store> Storage for RaftLog<S> {
 
 /// raft-rs's `MemStorage`, except that the snapshots it hands to raft (to
 /// send to a follower that fell behind the compacted log) are the service
-/// snapshots the service manager took, with their data.
+/// snapshots the service manager took; their files live in memory too.
 #[derive(Clone)]
 pub struct MemStore {
     /// The log and hard state.
     pub mem: MemStorage,
-    snapshot: Arc<Mutex<Option<Snapshot>>>,
+    files: Arc<Mutex<Files>>,
+    floor: Option<(u64, u64)>,
+}
+
+/// The snapshot files of a store that keeps them in memory.
+#[derive(Default)]
+pub struct Files {
+    /// The kept snapshot and its file.
+    pub kept: Option<(Snapshot, Arc<Vec<u8>>)>,
+    /// The last file written here and finished, not yet kept.
+    pub taken: Option<Arc<Vec<u8>>>,
+    /// The file being received, with its id.
+    pub receiving: Option<(SnapshotId, Arc<Vec<u8>>)>,
+}
+
+impl Files {
+    /// Keeps the taken file as `snapshot`, if it is newer than the kept
+    /// one and the file its descriptor names.
+    pub fn persist(&mut self, snapshot: &Snapshot) -> raft::Result<bool> {
+        let index = snapshot.get_metadata().index;
+        if self.kept.as_ref().is_some_and(|(k, _)| k.get_metadata().index >= index) {
+            return Ok(false);
+        }
+        let id = descriptor_id(snapshot)?;
+        match self.taken.take() {
+            Some(file) if file.len() == id.bytes => {
+                self.kept = Some((snapshot.clone(), file));
+                self.receiving = self.receiving.take().filter(|(r, _)| r.index > index);
+                Ok(true)
+            }
+            _ => Err(store_error(format!("no finished file for {id}"))),
+        }
+    }
+
+    /// Keeps the received file as `snapshot`, if it is whole and the file
+    /// its descriptor names.
+    pub fn keep_received(&mut self, snapshot: &Snapshot) -> raft::Result<()> {
+        let id = descriptor_id(snapshot)?;
+        match self.receiving.take() {
+            Some((got, file)) if got == id && file.len() == id.bytes => {
+                self.kept = Some((snapshot.clone(), file));
+                Ok(())
+            }
+            other => {
+                self.receiving = other;
+                Err(store_error(format!("{id} was not received whole")))
+            }
+        }
+    }
+
+    /// The kept file or the one being received, if it is `id`'s.
+    pub fn open(&self, id: &SnapshotId) -> io::Result<Box<dyn SnapshotFile>> {
+        let kept = self.kept.as_ref().filter(|(s, _)| descriptor_id(s).is_ok_and(|k| k == *id)).map(|k| &k.1);
+        let receiving = self.receiving.as_ref().filter(|(r, _)| r == id).map(|r| &r.1);
+        match kept.or(receiving) {
+            Some(file) => Ok(Box::new(file.clone())),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, format!("no file of {id}"))),
+        }
+    }
+
+    /// Writes received bytes (see [`Store::receive`]).
+    pub fn receive(&mut self, id: &SnapshotId, offset: u64, data: &[u8]) -> io::Result<()> {
+        if !matches!(&self.receiving, Some((r, _)) if r == id) {
+            if offset != 0 {
+                return Err(io::Error::other(format!("{id} is not being received; it starts at offset 0")));
+            }
+            self.receiving = Some((*id, Arc::default()));
+        }
+        let file = Arc::make_mut(&mut self.receiving.as_mut().expect("set above").1);
+        let at = usize::try_from(offset).ok().filter(|&at| at <= file.len());
+        let at =
+            at.ok_or_else(|| io::Error::other(format!("offset {offset} beyond the {} bytes received", file.len())))?;
+        file.truncate(at);
+        file.extend_from_slice(data);
+        Ok(())
+    }
+}
+
+/// The id of the file a snapshot's descriptor names.
+pub fn descriptor_id(snapshot: &Snapshot) -> raft::Result<SnapshotId> {
+    Descriptor::decode(&snapshot.data).map(|d| d.id).map_err(store_error)
+}
+
+fn store_error(why: String) -> raft::Error {
+    raft::Error::Store(StorageError::Other(why.into()))
+}
+
+impl SnapshotFile for Arc<Vec<u8>> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.as_ref().read_at(offset, buf)
+    }
+
+    fn len(&self) -> u64 {
+        self.as_ref().len() as u64
+    }
+}
+
+/// A [`SnapshotSink`] into memory: the file goes to `files.taken` when
+/// finished.
+struct MemSink {
+    files: Arc<Mutex<Files>>,
+    bytes: Vec<u8>,
+}
+
+impl Write for MemSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bytes.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SnapshotSink for MemSink {
+    fn finish(self: Box<Self>) -> io::Result<()> {
+        self.files.lock().taken = Some(Arc::new(self.bytes));
+        Ok(())
+    }
 }
 
 impl Default for MemStore {
@@ -152,12 +305,37 @@ impl MemStore {
     /// A log for a cluster of `voters` (none: the founding entries or the
     /// leader say who the members are).
     pub fn new(voters: Vec<u64>) -> Self {
-        Self { mem: MemStorage::new_with_conf_state((voters, vec![])), snapshot: Arc::new(Mutex::new(None)) }
+        Self { mem: MemStorage::new_with_conf_state((voters, vec![])), files: Arc::default(), floor: None }
+    }
+
+    /// The same log, as a repair leaves it: with the vote floor `floor`
+    /// ([`Store::vote_floor`]).
+    pub fn with_vote_floor(mut self, floor: (u64, u64)) -> Self {
+        self.floor = Some(floor);
+        self
     }
 
     /// Index of the newest snapshot kept (0: none).
     pub fn snapshot_index(&self) -> u64 {
-        self.snapshot.lock().as_ref().map_or(0, |s| s.get_metadata().index)
+        self.files.lock().kept.as_ref().map_or(0, |(s, _)| s.get_metadata().index)
+    }
+
+    /// Its snapshot files.
+    pub fn files(&self) -> &Arc<Mutex<Files>> {
+        &self.files
+    }
+
+    /// Compacts the log behind `snapshot`, kept: raft restarts from it,
+    /// with the membership at its index.
+    fn compact(&self, snapshot: &Snapshot, keep_from: u64) -> raft::Result<()> {
+        let mut core = self.mem.wl();
+        core.set_conf_state(snapshot.get_metadata().get_conf_state().clone());
+        let last = core.hard_state().commit;
+        let keep_from = keep_from.min(snapshot.get_metadata().index).min(last);
+        if keep_from > 1 {
+            core.compact(keep_from)?;
+        }
+        Ok(())
     }
 }
 
@@ -176,40 +354,54 @@ impl Store for MemStore {
         Ok(())
     }
 
+    fn snapshot_writer(&self) -> io::Result<Box<dyn SnapshotSink>> {
+        Ok(Box::new(MemSink { files: self.files.clone(), bytes: Vec::new() }))
+    }
+
     fn persist(&self, snapshot: &Snapshot) -> raft::Result<bool> {
-        Ok(self.snapshot_index() < snapshot.get_metadata().index)
+        self.files.lock().persist(snapshot)
     }
 
     fn install(&self, snapshot: Snapshot, keep_from: u64) -> raft::Result<()> {
         let index = snapshot.get_metadata().index;
-        let conf = snapshot.get_metadata().get_conf_state().clone();
-        {
-            let mut kept = self.snapshot.lock();
-            if kept.as_ref().is_some_and(|k| k.get_metadata().index >= index) {
-                return Ok(());
-            }
-            *kept = Some(snapshot);
+        match &self.files.lock().kept {
+            Some((k, _)) if k.get_metadata().index == index => {}
+            // Older than the one kept (or never persisted): nothing to do.
+            _ => return Ok(()),
         }
-        let mut core = self.mem.wl();
-        // Raft restarts from the snapshot: with the membership at its index.
-        core.set_conf_state(conf);
-        let last = core.hard_state().commit;
-        let keep_from = keep_from.min(index).min(last);
-        if keep_from > 1 {
-            core.compact(keep_from)?;
-        }
-        Ok(())
+        self.compact(&snapshot, keep_from)
     }
 
     fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
-        // The log's lock must be released before `install` takes it.
+        self.files.lock().keep_received(&snapshot)?;
+        // The log's lock must be released before `compact` takes it.
         let applied = self.mem.wl().apply_snapshot(snapshot.clone());
         applied?;
-        self.install(snapshot, 0)
+        self.compact(&snapshot, 0)
     }
 
     fn kept(&self) -> Option<Snapshot> {
-        self.snapshot.lock().clone()
+        self.files.lock().kept.as_ref().map(|(s, _)| s.clone())
+    }
+
+    fn open_snapshot(&self, id: &SnapshotId) -> io::Result<Box<dyn SnapshotFile>> {
+        self.files.lock().open(id)
+    }
+
+    fn receiving(&self) -> Option<(SnapshotId, u64)> {
+        self.files.lock().receiving.as_ref().map(|(id, f)| (*id, f.len()))
+    }
+
+    fn receive(&self, id: &SnapshotId, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.files.lock().receive(id, offset, data)
+    }
+
+    fn sync_received(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn vote_floor(&self) -> Option<(u64, u64)> {
+        self.floor
     }
 }
 
@@ -241,8 +433,8 @@ impl Storage for MemStore {
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        match &*self.snapshot.lock() {
-            Some(s) if s.get_metadata().index >= request_index => Ok(s.clone()),
+        match &self.files.lock().kept {
+            Some((s, _)) if s.get_metadata().index >= request_index => Ok(s.clone()),
             // Raft asks again later; by then the service manager has taken
             // one.
             _ => Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)),
@@ -254,6 +446,7 @@ impl Storage for MemStore {
 mod tests {
     use super::*;
     use crate::entry::encode_entry;
+    use raft::prelude::ConfState;
 
     #[test]
     fn a_founded_log_passes_and_one_without_its_membership_is_refused() {
@@ -276,19 +469,53 @@ mod tests {
         assert!(check_founded(&old).unwrap_err().contains("start this cluster afresh"));
     }
 
+    /// Writes a snapshot file of `data` at `index` into `s` and keeps it.
+    fn take(s: &MemStore, index: u64, data: &[u8]) -> Snapshot {
+        let mut w = crate::snapfile::FileWriter::new(s.snapshot_writer().unwrap(), index, 1).unwrap();
+        w.write_all(data).unwrap();
+        let (sink, id) = w.finish().unwrap();
+        sink.finish().unwrap();
+        let snap = crate::state::raft_snapshot(id, Vec::new(), ConfState::from((vec![1, 2], vec![])));
+        assert!(s.persist(&snap).unwrap());
+        snap
+    }
+
     #[test]
     fn snapshots_are_served_once_taken_and_only_to_their_members() {
         let s = MemStore::new(vec![1, 2, 3]);
         assert!(s.snapshot(0, 2).is_err(), "none taken yet");
-        let mut snap = Snapshot::default();
-        snap.mut_metadata().index = 0;
-        snap.mut_metadata().mut_conf_state().voters = vec![1, 2];
-        snap.data = vec![1, 2, 3].into();
-        s.install(snap, 0).unwrap();
-        assert_eq!(s.snapshot(0, 2).unwrap().data.to_vec(), vec![1, 2, 3]);
+        let snap = take(&s, 0, b"state");
+        s.install(snap.clone(), 0).unwrap();
+        assert_eq!(s.snapshot(0, 2).unwrap(), snap);
         assert!(s.snapshot(5, 2).is_err(), "older than asked");
         let raft = RaftLog(s);
         assert!(raft.snapshot(0, 2).is_ok());
         assert!(raft.snapshot(0, 3).is_err(), "replica 3 is not in the snapshot's membership");
+    }
+
+    #[test]
+    fn a_received_file_is_kept_only_whole_and_as_offered() {
+        let leader = MemStore::new(vec![1, 2]);
+        let snap = take(&leader, 5, &[7; 3000]);
+        let id = descriptor_id(&snap).unwrap();
+        let file = leader.open_snapshot(&id).unwrap();
+        let mut bytes = vec![0; id.bytes as usize];
+        assert_eq!(file.read_at(0, &mut bytes).unwrap(), bytes.len());
+        let s = MemStore::new(vec![1, 2]);
+        assert!(s.receive(&id, 10, &bytes[..10]).is_err(), "a new file starts at 0");
+        s.receive(&id, 0, &bytes[..100]).unwrap();
+        assert!(s.apply_snapshot(snap.clone()).is_err(), "not whole");
+        assert_eq!(s.receiving(), Some((id, 100)));
+        // A rewrite from an offset drops what came after it.
+        s.receive(&id, 50, &bytes[50..60]).unwrap();
+        assert_eq!(s.receiving(), Some((id, 60)));
+        s.receive(&id, 60, &bytes[60..]).unwrap();
+        s.apply_snapshot(snap.clone()).unwrap();
+        assert_eq!(s.kept(), Some(snap));
+        assert_eq!(s.receiving(), None);
+        let kept = s.open_snapshot(&id).unwrap();
+        let mut again = vec![0; bytes.len()];
+        kept.read_at(0, &mut again).unwrap();
+        assert_eq!(again, bytes);
     }
 }

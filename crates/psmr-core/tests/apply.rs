@@ -6,9 +6,11 @@ use parking_lot::Mutex;
 use psmr_core::apply::{Applier, ApplyEvent, ApplyIo, Replies, Setup};
 use psmr_core::entry::{encode_command, EntryBuilder};
 use psmr_core::request::Request;
+use psmr_core::snapfile::FileWriter;
 use psmr_core::state::{self, Persisted, Taken};
 use psmr_core::store::{MemStore, Store};
 use psmr_core::{CacheLimits, Config};
+use psmr_model::snapshot::put_bytes;
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::Service;
 use psmr_sched::{SchedConfig, SchedulerKind};
@@ -164,10 +166,10 @@ fn a_snapshot_is_frozen_every_so_many_entries_and_restores_elsewhere() {
     let store = MemStore::default();
     let taken = io.taken.remove(0);
     let Ok(Persisted::Kept(snap, bytes)) = state::persist(taken, &store) else { panic!("not kept") };
-    assert!(bytes > 0 && store.kept().is_none(), "persisted, kept once the protocol installs it");
+    assert!(bytes > 0 && store.kept().is_some(), "persisted, the log compacted once the protocol installs it");
     let (mut b, other, answers) = applier(1_000);
     let mut io = Io::default();
-    b.restore(&snap, &mut io).unwrap();
+    b.restore(state::open_kept(&store, &snap).unwrap(), &mut io).unwrap();
     assert_eq!(io.applied, vec![3]);
     assert_eq!(b.applied(), 3);
     // The state of index 3, with its reply cache: the write of index 2
@@ -192,7 +194,16 @@ fn a_snapshot_that_does_not_decode_changes_nothing() {
     let digest = app.digest();
     let mut snap = raft::prelude::Snapshot { data: vec![1, 2, 3].into(), ..Default::default() };
     snap.mut_metadata().index = 9;
-    let e = a.restore(&snap, &mut io).unwrap_err();
+    let e = state::open_kept(&MemStore::default(), &snap).err().expect("no descriptor");
+    assert!(e.contains("snapshot at 9"), "{e}");
+    // A whole file whose membership does not decode.
+    let mut w = FileWriter::new(Vec::new(), 9, 2).unwrap();
+    put_bytes(&mut w, &[0xff; 5]).unwrap();
+    put_bytes(&mut w, &[]).unwrap();
+    let (bytes, id) = w.finish().unwrap();
+    let snap = state::raft_snapshot(id, Vec::new(), Default::default());
+    let opened = state::open(&snap, Box::new(bytes)).unwrap();
+    let e = a.restore(opened, &mut io).unwrap_err();
     assert!(e.contains("snapshot at index 9"), "{e}");
     assert_eq!((app.digest(), a.applied()), (digest, 1));
 }

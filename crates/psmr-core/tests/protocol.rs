@@ -8,11 +8,17 @@ use psmr_core::guard::Refusal;
 use psmr_core::membership::Membership;
 use psmr_core::protocol::{Apply, Options, Protocol, ProtocolIo, Stop};
 use psmr_core::request::{Lease, Request};
-use psmr_core::store::{found, MemStore, Store};
+use psmr_core::snapfile::{FileWriter, SnapshotFile};
+use psmr_core::store::{descriptor_id, found, MemStore, Store};
+use psmr_core::transfer::SnapMsg;
+use psmr_model::snapshot::put_bytes;
 use psmr_model::wire::{MemberChange, ServerMsg};
 use raft::prelude::{Entry, EntryType, Message, MessageType};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
+use std::io::Write;
 use std::net::SocketAddr;
+use std::rc::Rc;
 
 /// Everything a protocol asked for.
 #[derive(Default)]
@@ -24,6 +30,8 @@ struct Effects {
     refused: Vec<String>,
     peers: Vec<BTreeMap<u64, SocketAddr>>,
     proposed: Vec<u64>,
+    snap_sent: Vec<(u64, SnapMsg)>,
+    snap_refused: Vec<String>,
     /// `apply` answers false: the apply loop is gone.
     apply_gone: bool,
 }
@@ -32,6 +40,15 @@ impl ProtocolIo for Effects {
     fn send(&mut self, msg: Message) -> bool {
         self.sent.push(msg);
         true
+    }
+
+    fn send_snapshot(&mut self, to: u64, msg: SnapMsg) -> bool {
+        self.snap_sent.push((to, msg));
+        true
+    }
+
+    fn transfer_refused(&mut self, peer: u64, why: &str) {
+        self.snap_refused.push(format!("from {peer}: {why}"));
     }
 
     fn apply(&mut self, work: Apply) -> bool {
@@ -313,48 +330,127 @@ fn a_snapshot_taken_here_compacts_the_log_behind_it() {
         p.turn(0, &mut io).unwrap();
     }
     let last = p.view().last_index;
-    let mut snap = raft::prelude::Snapshot::default();
-    let members = p.membership().clone();
-    snap.data = psmr_core::state::encode(last, p.view().term, &members.encode(), &[], &[]).into();
-    snap.mut_metadata().index = last;
-    snap.mut_metadata().term = p.view().term;
-    snap.mut_metadata().set_conf_state(members.conf_state());
-    assert!(p.store().persist(&snap).unwrap());
-    p.snapshot_persisted(snap);
+    take_snapshot(&mut p, last, &[]);
     use raft::Storage;
     assert_eq!(p.store().first_index().unwrap(), last - 2, "the slack (snapshot_every entries) stays");
     assert_eq!(p.store().kept().unwrap().get_metadata().index, last);
 }
 
+/// Takes a snapshot at `index` of `p` (a state of `service` bytes), as
+/// the apply loop and the snapshot pool do, and compacts the log.
+fn take_snapshot(p: &mut Protocol<MemStore>, index: u64, service: &[u8]) -> raft::prelude::Snapshot {
+    let term = raft::Storage::term(p.store(), index).unwrap();
+    let members = p.membership().encode();
+    let mut w = FileWriter::new(p.store().snapshot_writer().unwrap(), index, term).unwrap();
+    put_bytes(&mut w, &members).unwrap();
+    put_bytes(&mut w, &[]).unwrap();
+    w.write_all(service).unwrap();
+    let (sink, id) = w.finish().unwrap();
+    sink.finish().unwrap();
+    let snap = psmr_core::state::raft_snapshot(id, members, p.membership().conf_state());
+    assert!(p.store().persist(&snap).unwrap());
+    p.snapshot_persisted(snap.clone());
+    snap
+}
+
+/// A message on its way between replicas stepped by hand.
+enum Packet {
+    Raft(Message),
+    Snap { from: u64, to: u64, msg: SnapMsg },
+}
+
+/// What the network does to a snapshot message on its way: passes it
+/// (true), perhaps changed, or drops it.
+type SnapFault = Box<dyn FnMut(u64, u64, &mut SnapMsg) -> bool>;
+
 /// Three replicas stepped by hand, messages delivered in order.
 struct Three {
+    config: Config,
     replicas: Vec<(Protocol<MemStore>, Effects)>,
-    net: VecDeque<Message>,
+    net: VecDeque<Packet>,
+    /// A replica cut off from the others.
+    isolated: Option<u64>,
+    snap_fault: Option<SnapFault>,
+    now_ns: u64,
 }
 
 impl Three {
     fn new() -> Self {
-        let config = config(3);
-        Self { replicas: (1..=3).map(|id| replica(&config, id)).collect(), net: VecDeque::new() }
+        Self::with(config(3))
     }
 
-    /// Delivers what is in flight and ticks, `rounds` times.
+    fn with(config: Config) -> Self {
+        let replicas = (1..=3).map(|id| replica(&config, id)).collect();
+        Self { config, replicas, net: VecDeque::new(), isolated: None, snap_fault: None, now_ns: 0 }
+    }
+
+    /// Delivers what is in flight and ticks, `rounds` times; a round is
+    /// 100 ms on the protocols' clock.
     fn run(&mut self, rounds: usize) {
         for round in 0..rounds {
-            for (p, io) in &mut self.replicas {
+            self.now_ns += 100_000_000;
+            for i in 0..self.replicas.len() {
+                let (p, io) = &mut self.replicas[i];
                 if round % 3 == 0 {
                     p.tick().unwrap();
                 }
-                p.turn(round as u64 * 1_000_000, io).unwrap();
-                self.net.extend(io.sent.drain(..));
+                p.turn(self.now_ns, io).unwrap();
+                self.collect(i);
             }
-            while let Some(m) = self.net.pop_front() {
-                let (p, io) = &mut self.replicas[(m.to - 1) as usize];
-                p.step(m, io).unwrap();
-                p.turn(round as u64 * 1_000_000, io).unwrap();
-                self.net.extend(io.sent.drain(..));
+            while let Some(packet) = self.net.pop_front() {
+                self.deliver(packet);
             }
         }
+    }
+
+    fn collect(&mut self, i: usize) {
+        let io = &mut self.replicas[i].1;
+        let from = i as u64 + 1;
+        self.net.extend(io.sent.drain(..).map(Packet::Raft));
+        self.net.extend(io.snap_sent.drain(..).map(|(to, msg)| Packet::Snap { from, to, msg }));
+    }
+
+    fn deliver(&mut self, packet: Packet) {
+        let (from, to) = match &packet {
+            Packet::Raft(m) => (m.from, m.to),
+            Packet::Snap { from, to, .. } => (*from, *to),
+        };
+        if self.isolated.is_some_and(|x| x == from || x == to) {
+            return;
+        }
+        let i = (to - 1) as usize;
+        match packet {
+            Packet::Raft(m) => {
+                let (p, io) = &mut self.replicas[i];
+                p.step(m, io).unwrap();
+            }
+            Packet::Snap { from, mut msg, .. } => {
+                if let Some(fault) = self.snap_fault.as_mut() {
+                    if !fault(from, to, &mut msg) {
+                        return;
+                    }
+                }
+                let (p, io) = &mut self.replicas[i];
+                p.snapshot_msg(from, msg, self.now_ns, io).unwrap();
+            }
+        }
+        let (p, io) = &mut self.replicas[i];
+        p.turn(self.now_ns, io).unwrap();
+        self.collect(i);
+    }
+
+    /// Restarts replica `i` over what its store holds.
+    fn restart(&mut self, i: usize) {
+        let id = i as u64 + 1;
+        let store = self.replicas[i].0.store().clone();
+        let mut p = Protocol::new(&self.config, id, store, Options::new(id + 100).quiet()).unwrap();
+        let mut io = Effects::default();
+        p.start(&mut io);
+        self.replicas[i] = (p, io);
+    }
+
+    fn leader(&self) -> usize {
+        self.replicas.iter().position(|(p, _)| p.view().is_leader()).expect("a leader")
     }
 }
 
@@ -378,61 +474,6 @@ fn three_replicas_agree_on_the_entries_they_apply() {
     }
 }
 
-/// A memory log repaired after it lost entries: a vote floor.
-#[derive(Clone)]
-struct Repaired(MemStore, (u64, u64));
-
-impl Store for Repaired {
-    fn append(&self, entries: &[Entry], hs: Option<&raft::prelude::HardState>) -> raft::Result<()> {
-        self.0.append(entries, hs)
-    }
-    fn set_commit(&self, commit: u64) -> raft::Result<()> {
-        self.0.set_commit(commit)
-    }
-    fn persist(&self, snapshot: &raft::prelude::Snapshot) -> raft::Result<bool> {
-        self.0.persist(snapshot)
-    }
-    fn install(&self, snapshot: raft::prelude::Snapshot, keep_from: u64) -> raft::Result<()> {
-        self.0.install(snapshot, keep_from)
-    }
-    fn apply_snapshot(&self, snapshot: raft::prelude::Snapshot) -> raft::Result<()> {
-        self.0.apply_snapshot(snapshot)
-    }
-    fn kept(&self) -> Option<raft::prelude::Snapshot> {
-        self.0.kept()
-    }
-    fn vote_floor(&self) -> Option<(u64, u64)> {
-        Some(self.1)
-    }
-}
-
-impl raft::Storage for Repaired {
-    fn initial_state(&self) -> raft::Result<raft::RaftState> {
-        self.0.initial_state()
-    }
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max: impl Into<Option<u64>>,
-        ctx: raft::GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.0.entries(low, high, max, ctx)
-    }
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.0.term(idx)
-    }
-    fn first_index(&self) -> raft::Result<u64> {
-        self.0.first_index()
-    }
-    fn last_index(&self) -> raft::Result<u64> {
-        self.0.last_index()
-    }
-    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<raft::prelude::Snapshot> {
-        self.0.snapshot(request_index, to)
-    }
-}
-
 fn pre_vote(from: u64, term: u64, log: (u64, u64)) -> Message {
     let mut m = Message { to: 2, from, term, log_term: log.0, index: log.1, ..Default::default() };
     m.set_msg_type(MessageType::MsgRequestPreVote);
@@ -449,7 +490,7 @@ fn a_repaired_replica_votes_again_once_its_leaders_lease_runs_out() {
     found(&store, &config.replicas).unwrap();
     let hs = raft::prelude::HardState { term: 2, ..Default::default() };
     store.append(&[], Some(&hs)).unwrap();
-    let mut p = Protocol::new(&config, 2, Repaired(store, (2, 10)), Options::new(2).quiet()).unwrap();
+    let mut p = Protocol::new(&config, 2, store.with_vote_floor((2, 10)), Options::new(2).quiet()).unwrap();
     let mut io = Effects::default();
     p.start(&mut io);
     assert!(p.view().repaired);
@@ -477,4 +518,246 @@ fn a_repaired_replica_votes_again_once_its_leaders_lease_runs_out() {
     p.step(pre_vote(3, 3, (2, 12)), &mut io).unwrap();
     p.turn(0, &mut io).unwrap();
     assert!(granted(&io), "{:?}", io.sent);
+}
+
+// ----- snapshot transfers -----
+
+fn transfer_config(chunk: usize) -> Config {
+    Config {
+        snapshot_chunk_bytes: chunk,
+        snapshot_window_chunks: 3,
+        snapshot_sync_bytes: 2 * chunk as u64,
+        snapshot_every: 1,
+        snapshot_stall_ms: 5_000,
+        ..config(3)
+    }
+}
+
+/// The bytes of a file a store keeps.
+fn file_bytes(file: &dyn SnapshotFile) -> Vec<u8> {
+    let mut bytes = vec![0; file.len() as usize];
+    assert_eq!(file.read_at(0, &mut bytes).unwrap(), bytes.len());
+    bytes
+}
+
+/// Three replicas, of which one (returned) was cut off while the leader
+/// committed and took a snapshot of `state` bytes, compacting its log
+/// past what the cut off one holds; the bytes of the snapshot's file.
+fn behind(config: Config, state: &[u8]) -> (Three, usize, Vec<u8>) {
+    let mut c = Three::with(config);
+    c.run(60);
+    let l = c.leader();
+    let f = (l + 1) % 3;
+    c.isolated = Some(f as u64 + 1);
+    for seq in 1..=5 {
+        c.replicas[l].0.request(request(9, seq, 0));
+        c.run(2);
+    }
+    let p = &mut c.replicas[l].0;
+    let snap = take_snapshot(p, p.view().commit, state);
+    let id = descriptor_id(&snap).unwrap();
+    let bytes = file_bytes(&*p.store().open_snapshot(&id).unwrap());
+    c.isolated = None;
+    (c, f, bytes)
+}
+
+/// The file of the snapshot replica `i` handed its apply loop, if any.
+fn restored(c: &Three, i: usize) -> Option<Vec<u8>> {
+    c.replicas[i].1.applied.iter().find_map(|a| match a {
+        Apply::Snapshot(_, file) => Some(file_bytes(&**file)),
+        _ => None,
+    })
+}
+
+/// Runs until replica `f` restored a snapshot; its file.
+fn until_restored(c: &mut Three, f: usize) -> Vec<u8> {
+    for _ in 0..400 {
+        if let Some(bytes) = restored(c, f) {
+            return bytes;
+        }
+        c.run(1);
+    }
+    let transfers: Vec<_> = c.replicas.iter().map(|(p, _)| p.transfers()).collect();
+    let io = &c.replicas[f].1;
+    panic!("replica {} never restored a snapshot: {transfers:?} {:?} {:?}", f + 1, io.refused, io.snap_refused);
+}
+
+/// Counts the chunks delivered (and their offsets); once `cut_at` of
+/// them passed, the lane is blocked (every snapshot message dropped)
+/// until the test unblocks it.
+#[derive(Clone)]
+struct Lane {
+    offsets: Rc<RefCell<Vec<u64>>>,
+    blocked: Rc<Cell<bool>>,
+    /// Cut once, then `usize::MAX`.
+    cut_at: Rc<Cell<usize>>,
+}
+
+impl Lane {
+    fn cut_at(chunks: usize) -> Self {
+        Self { offsets: Rc::default(), blocked: Rc::default(), cut_at: Rc::new(Cell::new(chunks)) }
+    }
+
+    fn open() -> Self {
+        Self::cut_at(usize::MAX)
+    }
+
+    fn fault(&self) -> SnapFault {
+        let lane = self.clone();
+        Box::new(move |_, _, msg| {
+            if lane.blocked.get() {
+                return false;
+            }
+            if let SnapMsg::Chunk { offset, .. } = msg {
+                if lane.chunks() == lane.cut_at.get() {
+                    lane.cut_at.set(usize::MAX);
+                    lane.blocked.set(true);
+                    return false;
+                }
+                lane.offsets.borrow_mut().push(*offset);
+            }
+            true
+        })
+    }
+
+    /// Runs `c` until the lane is cut.
+    fn run_to_cut(&self, c: &mut Three) {
+        for _ in 0..100 {
+            if self.blocked.get() {
+                return;
+            }
+            c.run(1);
+        }
+        panic!("the lane was never cut");
+    }
+
+    fn chunks(&self) -> usize {
+        self.offsets.borrow().len()
+    }
+}
+
+#[test]
+fn a_follower_behind_the_compacted_log_catches_up_from_a_snapshot_in_chunks() {
+    let (mut c, f, bytes) = behind(transfer_config(100), &[7; 2_000]);
+    let lane = Lane::open();
+    c.snap_fault = Some(lane.fault());
+    assert_eq!(until_restored(&mut c, f), bytes);
+    assert!(lane.chunks() >= bytes.len() / 100, "{} chunks for {} bytes", lane.chunks(), bytes.len());
+    let l = c.leader();
+    assert_eq!(c.replicas[f].0.store().kept(), c.replicas[l].0.store().kept(), "kept as the leader keeps it");
+    c.run(10);
+    assert!(c.replicas[l].0.transfers().is_empty() && c.replicas[f].0.transfers().is_empty());
+    assert_eq!(c.replicas[f].0.view().commit, c.replicas[l].0.view().commit);
+    for (p, io) in &c.replicas {
+        assert!(
+            io.refused.is_empty() && io.snap_refused.is_empty(),
+            "replica {}: {:?} {:?}",
+            p.view().leader,
+            io.refused,
+            io.snap_refused
+        );
+    }
+}
+
+#[test]
+fn a_transfer_cut_at_any_chunk_resumes_where_the_follower_is() {
+    let chunks = behind(transfer_config(100), &[7; 1_000]).2.len().div_ceil(100);
+    for cut in 0..chunks {
+        let (mut c, f, bytes) = behind(transfer_config(100), &[7; 1_000]);
+        let lane = Lane::cut_at(cut);
+        c.snap_fault = Some(lane.fault());
+        lane.run_to_cut(&mut c);
+        c.run(20);
+        lane.blocked.set(false);
+        assert_eq!(until_restored(&mut c, f), bytes, "cut after {cut} chunks");
+        let resumed = lane.offsets.borrow()[cut];
+        assert_eq!(resumed, cut as u64 * 100, "cut after {cut} chunks");
+    }
+}
+
+#[test]
+fn a_follower_restarted_mid_transfer_resumes_from_the_whole_pieces_it_kept() {
+    let piece = psmr_core::snapfile::PIECE_BYTES;
+    let (mut c, f, bytes) = behind(transfer_config(64 << 10), &vec![3; 2 * piece + 1000]);
+    let lane = Lane::cut_at(6);
+    c.snap_fault = Some(lane.fault());
+    lane.run_to_cut(&mut c);
+    c.restart(f);
+    c.run(3);
+    lane.blocked.set(false);
+    assert_eq!(until_restored(&mut c, f), bytes);
+    let resumed = lane.offsets.borrow()[6];
+    let whole = psmr_core::snapfile::HEADER_BYTES + 8 + piece as u64;
+    assert_eq!(resumed, whole, "from the end of the first whole piece");
+}
+
+#[test]
+fn damaged_and_misplaced_chunks_are_refused_and_the_transfer_goes_on() {
+    let (mut c, f, bytes) = behind(transfer_config(100), &[7; 2_000]);
+    let seen = Rc::new(Cell::new(0));
+    let held: Rc<RefCell<Option<Packet>>> = Rc::default();
+    let (s, h) = (seen.clone(), held.clone());
+    c.snap_fault = Some(Box::new(move |from, to, msg| {
+        let SnapMsg::Chunk { data, .. } = msg else { return true };
+        s.set(s.get() + 1);
+        match s.get() {
+            3 => data[5] ^= 1,
+            6 => {
+                *h.borrow_mut() = Some(Packet::Snap { from, to, msg: msg.clone() });
+                return false;
+            }
+            _ => {}
+        }
+        true
+    }));
+    while held.borrow().is_none() {
+        c.run(1);
+    }
+    c.run(2);
+    let late = held.borrow_mut().take().unwrap();
+    c.net.push_back(late);
+    assert_eq!(until_restored(&mut c, f), bytes);
+    let refused = &c.replicas[f].1.snap_refused;
+    assert!(refused.iter().any(|r| r.contains("damaged")), "{refused:?}");
+}
+
+#[test]
+fn chunks_nobody_offered_and_snapshots_on_the_raft_lane_are_refused() {
+    let config = transfer_config(100);
+    let (mut p, mut io) = replica(&config, 2);
+    let (_, id) = FileWriter::new(Vec::new(), 50, 3).unwrap().finish().unwrap();
+    p.snapshot_msg(1, SnapMsg::chunk(id, 0, vec![1; 10]), 0, &mut io).unwrap();
+    assert_eq!(io.snap_refused.len(), 1, "{:?}", io.snap_refused);
+    assert!(matches!(&io.snap_sent[..], [(1, SnapMsg::Refuse { .. })]), "{:?}", io.snap_sent);
+    let mut m = Message { to: 2, from: 1, term: 5, ..Default::default() };
+    m.set_msg_type(MessageType::MsgSnapshot);
+    p.step(m, &mut io).unwrap();
+    assert!(io.refused.iter().any(|r| r.contains("snapshot lane")), "{:?}", io.refused);
+    assert!(p.store().receiving().is_none() && p.store().kept().is_none(), "nothing stored");
+}
+
+#[test]
+fn a_leader_change_mid_transfer_leaves_the_follower_whole() {
+    let (mut c, f, _) = behind(transfer_config(100), &[7; 2_000]);
+    let lane = Lane::cut_at(4);
+    c.snap_fault = Some(lane.fault());
+    lane.run_to_cut(&mut c);
+    lane.blocked.set(false);
+    let old = c.leader();
+    c.isolated = Some(old as u64 + 1);
+    let mut new = old;
+    for _ in 0..300 {
+        c.run(1);
+        new = c.replicas.iter().position(|(p, _)| p.view().is_leader()).filter(|&i| i != old).unwrap_or(old);
+        if new != old {
+            break;
+        }
+    }
+    assert_ne!(new, old, "a new leader");
+    c.replicas[new].0.request(request(9, 100, 0));
+    c.run(20);
+    assert_eq!(c.replicas[f].0.view().commit, c.replicas[new].0.view().commit, "caught up under the new leader");
+    c.isolated = None;
+    c.run(40);
+    assert!(c.replicas[old].0.transfers().iter().all(|t| !t.sending), "the old leader dropped its transfer");
 }

@@ -17,7 +17,8 @@
 //! * [`Mapping`]: the class-to-threads mapping of the early scheduler
 //!   (Def. 4), with a validator for rules R.1-R.5 that names the rule broken.
 //! * [`Service`]: a deterministic state machine whose independent commands
-//!   may execute at the same time, plus snapshots and a state [`Digest`].
+//!   may execute at the same time, plus snapshots ([`snapshot`]: streamed,
+//!   whatever the state's size) and a state [`Digest`].
 //! * [`App`]: what a replica needs from a service besides executing: its
 //!   class model, the [`Access`] (class, keys) of each operation, and the
 //!   codec of its operations ([`SerdeCodec`] for serde types).
@@ -37,6 +38,7 @@ mod command;
 mod digest;
 mod mapping;
 mod service;
+pub mod snapshot;
 pub mod wire;
 
 pub use app::{decode_snapshot, encode_snapshot, Access, App, Refused, SerdeCodec};
@@ -46,4 +48,5 @@ pub use class::{ClassModel, ClassModelBuilder, ClassModelError, CommandRef, Miss
 pub use command::{ClassId, ClientId, Command, Key, KeySet, KEY_ALL};
 pub use digest::{Digest, StableHasher, UnorderedDigest};
 pub use mapping::{ClassMapping, Mapping, MappingError, Mode, WORKERS_MAX};
-pub use service::{Frozen, Service, SnapshotError};
+pub use service::Service;
+pub use snapshot::{Frozen, SnapshotError};

@@ -2,25 +2,10 @@
 
 use crate::command::Command;
 use crate::digest::Digest;
+use crate::snapshot::{read_all, Frozen, SnapshotError};
 use std::fmt::Debug;
 use std::hash::Hash;
-use thiserror::Error;
-
-/// A snapshot could not be restored.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum SnapshotError {
-    /// The bytes end before the snapshot does.
-    #[error("snapshot truncated at byte {0}")]
-    Truncated(usize),
-    /// The bytes are not a snapshot of this service.
-    #[error("malformed snapshot: {0}")]
-    Malformed(String),
-}
-
-/// A copy of a service's state, taken by [`Service::freeze`] while nothing
-/// executes, that encodes into its snapshot when called: later, on another
-/// thread, while execution goes on.
-pub type Frozen = Box<dyn FnOnce() -> Vec<u8> + Send>;
+use std::io::Read;
 
 /// A deterministic state machine whose independent commands may run at once.
 ///
@@ -44,24 +29,39 @@ pub trait Service: Send + Sync + 'static {
     /// Executes one command and returns its reply.
     fn execute(&self, command: &Command<Self::Op>) -> Self::Reply;
 
-    /// Serializes the whole state. Must not run concurrently with `execute`.
+    /// Serializes the whole state into one byte vector: the small-service
+    /// path (see [`crate::snapshot`]). Must not run concurrently with
+    /// `execute`. A service with a large state overrides
+    /// [`Service::freeze`] and [`Service::restore_from`] to stream instead,
+    /// and may make this `freeze` into a vector (tests and digests use it).
     fn snapshot(&self) -> Vec<u8>;
 
-    /// Copies the state for a snapshot encoded later: what execution must
-    /// pause for is only the copy, and the returned [`Frozen`] makes the
-    /// bytes [`Service::snapshot`] would have made, on whichever thread
-    /// calls it. Must not run concurrently with `execute`. The default
-    /// encodes at once; a service with a large state overrides it with a
-    /// cheaper copy (the replica takes its snapshots this way, and encodes
-    /// them on a side pool).
+    /// Copies the state for a snapshot written later: what execution must
+    /// pause for is only the copy, and the returned [`Frozen`] writes the
+    /// bytes [`Service::snapshot`] would have made to a sink, on whichever
+    /// thread calls it. Must not run concurrently with `execute`. The
+    /// default encodes at once; a service with a large state overrides it
+    /// with a cheaper copy that it writes out piece by piece (the replica
+    /// takes its snapshots this way, and writes them on a side pool).
     fn freeze(&self) -> Frozen {
         let bytes = self.snapshot();
-        Box::new(move || bytes)
+        Box::new(move |sink| sink.write_all(&bytes))
     }
 
     /// Replaces the state with a snapshot taken by [`Service::snapshot`].
     /// On error the state is unchanged.
     fn restore(&self, snapshot: &[u8]) -> Result<(), SnapshotError>;
+
+    /// Replaces the state with the snapshot `source` yields, the bytes a
+    /// [`Frozen`] of this service wrote (psmr has checked them). The
+    /// default reads them whole and calls [`Service::restore`]; a service
+    /// with a large state overrides it to decode as it reads, so that no
+    /// encoded copy of the state is ever held. A streaming restore may
+    /// leave the state partly replaced when it fails after its header;
+    /// the replica then stops rather than run on such a state.
+    fn restore_from(&self, source: &mut dyn Read) -> Result<(), SnapshotError> {
+        self.restore(&read_all(source)?)
+    }
 
     /// A digest of the state: equal states give equal digests. The default
     /// digests [`Service::snapshot`], so it needs a snapshot that is a

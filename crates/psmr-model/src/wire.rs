@@ -543,6 +543,9 @@ pub struct ReplicaStatus {
     pub scheduler: String,
     /// `auto`'s last decision and its reason; empty otherwise.
     pub decision: String,
+    /// Snapshot transfers in progress, to or from this replica (bytes
+    /// done of the total, rate); empty if none.
+    pub transfers: String,
 }
 
 /// Messages from a replica to a client.
@@ -713,7 +716,7 @@ impl ServerMsg {
             }
             ServerMsg::Status(s) => {
                 e.u64(s.id).str(&s.addr).u32(s.pid).u64(s.leader).u64(s.term).u64(s.applied).str(&s.digest);
-                e.str(&s.scheduler).str(&s.decision);
+                e.str(&s.scheduler).str(&s.decision).str(&s.transfers);
                 K_STATUS_REPLY
             }
             ServerMsg::Stats { at_ns, threads, workers, scheduler, decision } => {
@@ -800,6 +803,7 @@ impl ServerMsg {
             digest: d.str()?,
             scheduler: d.str()?,
             decision: d.str()?,
+            transfers: d.str()?,
         }))
     }
 
@@ -940,6 +944,7 @@ mod tests {
                 digest: "ff".into(),
                 scheduler: "auto: early with 2 workers".into(),
                 decision: "fastest for this workload".into(),
+                transfers: "receiving the snapshot at 7 from replica 1: 0.5 of 1.0 MiB, 2.0 MiB/s".into(),
             }),
         ] {
             assert_eq!(roundtrip_server(&m), m);

@@ -53,6 +53,7 @@ impl Control for ReplicaControl {
                 digest: digest.to_string(),
                 scheduler,
                 decision,
+                transfers: self.view.transfers_text(),
             })
         })
     }

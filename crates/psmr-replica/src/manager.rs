@@ -55,7 +55,10 @@ impl<A: App> Manager<A> {
                 fail::fail_point!("manager-apply");
                 self.applier.entries(entries, &mut self.io)
             }
-            Decision::Apply(Apply::Snapshot(snap)) => self.applier.restore(&snap, &mut self.io),
+            Decision::Apply(Apply::Snapshot(snap, file)) => {
+                let opened = psmr_core::state::open(&snap, file)?;
+                self.applier.restore(opened, &mut self.io)
+            }
             Decision::Apply(Apply::Reads(reads)) => self.applier.reads(reads, &mut self.io),
             Decision::Reconfigure(config, reply) => {
                 let answer = self.applier.reconfigure(config, &mut self.io)?;
@@ -92,8 +95,8 @@ impl ApplyIo for ManagerIo {
         match event {
             ApplyEvent::Switched(stall) => metrics.scheduler_switched(stall),
             ApplyEvent::Decided(stall) => metrics.scheduler_decided(stall),
-            ApplyEvent::SnapshotPaused(paused) => metrics.snapshot_pause.observe_duration(paused),
-            ApplyEvent::Restored => metrics.snapshot_restored(),
+            ApplyEvent::SnapshotPaused(paused) => metrics.snapshots.pause.observe_duration(paused),
+            ApplyEvent::Restored => metrics.snapshots.restored(),
             ApplyEvent::CacheHit => {}
             ApplyEvent::Scheduler { describe, decision, metrics } => self.scheduling.set(describe, decision, metrics),
         }

@@ -51,6 +51,8 @@
 //! | `psmr_snapshot_pause_seconds` | histogram | service manager: execution paused for a snapshot, waiting for what was submitted and copying the state |
 //! | `psmr_snapshot_last_bytes` | gauge | size of the last snapshot taken |
 //! | `psmr_snapshots_restored_total` | counter | snapshots restored (at start from disk, or from the leader) |
+//! | `psmr_snapshot_transfer_bytes_total{direction}` | counter | protocol thread: bytes of snapshot files sent to followers (`sent`, chunks queued on the snapshot lane) and received from the leader (`received`, chunks taken) |
+//! | `psmr_snapshot_transfer_refused_total` | counter | protocol thread: snapshot transfer messages refused (a chunk damaged, out of place, or of a snapshot not offered; `psmr_core::transfer`) |
 //! | `psmr_scheduler_switch_stall_seconds` | histogram | each change of execution scheduler (`psmr client reconfigure`, or a decision of `auto`): how long execution stalled while the old one drained |
 //! | `psmr_scheduler_decisions_total` | counter | decisions of the `auto` scheduler (each one logged with its reason; the last one in `psmr client status`) |
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
@@ -131,12 +133,8 @@ pub struct Metrics {
     pub entry_bytes: Histogram,
     /// `psmr_log_sync_seconds`.
     pub log_sync: Histogram,
-    /// `psmr_snapshot_seconds`.
-    pub snapshot_time: Histogram,
-    /// `psmr_snapshot_pause_seconds`.
-    pub snapshot_pause: Histogram,
-    snapshot_bytes: Gauge,
-    snapshots_restored: Counter,
+    /// Snapshots taken, restored and transferred.
+    pub snapshots: SnapshotMetrics,
     /// `psmr_read_round_requests`.
     pub read_round_requests: Histogram,
     /// `psmr_scheduler_switch_stall_seconds`.
@@ -163,10 +161,6 @@ impl Metrics {
         let entry_commands = Histogram::powers(1, 2, 1 << 16);
         let entry_bytes = Histogram::powers(64, 4, 64 << 20);
         let log_sync = Histogram::seconds(10_000, 10_000_000_000);
-        let snapshot_time = Histogram::seconds(1_000_000, 100_000_000_000);
-        let snapshot_pause = Histogram::seconds(10_000, 100_000_000_000);
-        let snapshot_bytes = Gauge::default();
-        let snapshots_restored = Counter::default();
         let read_round_requests = Histogram::powers(1, 2, 1 << 16);
         let scheduler_switch = Histogram::seconds(10_000, 10_000_000_000);
         let scheduler_decisions = Counter::default();
@@ -184,15 +178,7 @@ impl Metrics {
         r.register("psmr_entry_commands", "Commands per log entry proposed here", entry_commands.clone());
         r.register_with_unit("psmr_entry", "Size of the log entries proposed here", Unit::Bytes, entry_bytes.clone());
         r.register_with_unit("psmr_log_sync", "Synced writes of the raft log", seconds(), log_sync.clone());
-        r.register_with_unit("psmr_snapshot", "Snapshots taken", seconds(), snapshot_time.clone());
-        r.register_with_unit(
-            "psmr_snapshot_pause",
-            "Execution paused for a snapshot (to finish and copy the state)",
-            seconds(),
-            snapshot_pause.clone(),
-        );
-        r.register_with_unit("psmr_snapshot_last", "Size of the last snapshot", Unit::Bytes, snapshot_bytes.clone());
-        r.register("psmr_snapshots_restored", "Snapshots restored", snapshots_restored.clone());
+        let snapshots = SnapshotMetrics::registered(&mut r);
         r.register(
             "psmr_read_round_requests",
             "Read requests per ReadIndex round (served without a log entry)",
@@ -226,11 +212,8 @@ impl Metrics {
             entry_commands,
             entry_bytes,
             log_sync,
-            snapshot_time,
-            snapshot_pause,
-            snapshot_bytes,
+            snapshots,
             scheduler_decisions,
-            snapshots_restored,
             read_round_requests,
             scheduler_switch,
             peer_refused,
@@ -266,16 +249,64 @@ impl Metrics {
         self.entry_commands.observe(commands);
         self.entry_bytes.observe(bytes as u64);
     }
+}
 
-    /// Records a snapshot taken since `start`, of `bytes` bytes.
-    pub(crate) fn snapshot_taken(&self, took: Duration, bytes: usize) {
-        self.snapshot_time.observe_duration(took);
-        self.snapshot_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+/// The metrics of snapshots: taken, restored, transferred.
+#[derive(Clone)]
+pub struct SnapshotMetrics {
+    /// `psmr_snapshot_seconds`.
+    pub time: Histogram,
+    /// `psmr_snapshot_pause_seconds`.
+    pub pause: Histogram,
+    bytes: Gauge,
+    restored: Counter,
+    /// `psmr_snapshot_transfer_bytes_total`: sent, received.
+    transfer_bytes: CounterSet,
+    transfer_refused: Counter,
+}
+
+impl SnapshotMetrics {
+    /// The metrics, registered in `r`.
+    fn registered(r: &mut Registry) -> Self {
+        let m = Self {
+            time: Histogram::seconds(1_000_000, 100_000_000_000),
+            pause: Histogram::seconds(10_000, 100_000_000_000),
+            bytes: Gauge::default(),
+            restored: Counter::default(),
+            transfer_bytes: CounterSet::new("direction", vec!["sent", "received"]),
+            transfer_refused: Counter::default(),
+        };
+        r.register_with_unit("psmr_snapshot", "Snapshots taken", Unit::Seconds, m.time.clone());
+        let pause = "Execution paused for a snapshot (to finish and copy the state)";
+        r.register_with_unit("psmr_snapshot_pause", pause, Unit::Seconds, m.pause.clone());
+        r.register_with_unit("psmr_snapshot_last", "Size of the last snapshot", Unit::Bytes, m.bytes.clone());
+        r.register("psmr_snapshots_restored", "Snapshots restored", m.restored.clone());
+        let transfer = "Bytes of snapshot files sent to followers and received from the leader";
+        r.register_with_unit("psmr_snapshot_transfer", transfer, Unit::Bytes, m.transfer_bytes.clone());
+        let refused = "Snapshot transfer messages refused (damaged, out of place, not offered)";
+        r.register("psmr_snapshot_transfer_refused", refused, m.transfer_refused.clone());
+        m
+    }
+
+    /// Records a snapshot taken in `took`, of `bytes` bytes.
+    pub(crate) fn taken(&self, took: Duration, bytes: u64) {
+        self.time.observe_duration(took);
+        self.bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Records a snapshot restored.
-    pub(crate) fn snapshot_restored(&self) {
-        self.snapshots_restored.inc();
+    pub(crate) fn restored(&self) {
+        self.restored.inc();
+    }
+
+    /// Counts `bytes` of a snapshot file sent (`true`) or received.
+    pub(crate) fn transfer_bytes(&self, sent: bool, bytes: usize) {
+        self.transfer_bytes.add(usize::from(!sent), bytes as u64);
+    }
+
+    /// Counts a snapshot transfer message refused.
+    pub(crate) fn transfer_refused(&self) {
+        self.transfer_refused.inc();
     }
 }
 

@@ -18,6 +18,7 @@ use crossbeam::channel::Select;
 use psmr_core::guard::Refusal;
 use psmr_core::membership::Membership;
 use psmr_core::protocol::{Apply, Protocol, ProtocolIo, Stop};
+use psmr_core::transfer::SnapMsg;
 use psmr_model::wire::ServerMsg;
 use psmr_storage::Log;
 use psmr_transport::life::Life;
@@ -146,6 +147,7 @@ impl ProtocolThread {
         self.protocol.set_applied(self.applied.get());
         self.protocol.turn(psmr_transport::clock::now_ns(), &mut self.links)?;
         self.links.view.publish(&self.protocol.view());
+        self.links.view.set_transfers(self.protocol.transfers());
         Ok(())
     }
 
@@ -178,6 +180,11 @@ impl ProtocolThread {
     fn inbound_msg(&mut self, m: Inbound) -> Result<(), Stop> {
         match m {
             Inbound::Raft(msg) => self.protocol.step(*msg, &mut self.links),
+            Inbound::Snap { peer, msg } => {
+                self.links.metrics.snapshots.transfer_bytes(false, msg.weight());
+                let now = psmr_transport::clock::now_ns();
+                self.protocol.snapshot_msg(peer, *msg, now, &mut self.links)
+            }
             Inbound::Snapshot(snap) => {
                 self.protocol.snapshot_persisted(*snap);
                 Ok(())
@@ -202,6 +209,20 @@ impl ProtocolThread {
 impl ProtocolIo for Links {
     fn send(&mut self, msg: Message) -> bool {
         self.senders.get(&msg.to).is_some_and(|p| p.send(msg))
+    }
+
+    fn send_snapshot(&mut self, to: u64, msg: SnapMsg) -> bool {
+        let bytes = msg.weight();
+        let sent = self.senders.get(&to).is_some_and(|p| p.send_snapshot(msg));
+        if sent && bytes > 0 {
+            self.metrics.snapshots.transfer_bytes(true, bytes);
+        }
+        sent
+    }
+
+    fn transfer_refused(&mut self, peer: u64, why: &str) {
+        self.metrics.snapshots.transfer_refused();
+        psmr_transport::warn_limited!(REFUSED, peer, "refused a snapshot transfer message: {why}");
     }
 
     fn apply(&mut self, work: Apply) -> bool {

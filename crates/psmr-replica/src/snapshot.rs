@@ -101,7 +101,7 @@ impl Job {
             }
         }
         let took = paused + start.elapsed();
-        self.metrics.snapshot_taken(took, bytes);
+        self.metrics.snapshots.taken(took, bytes);
         info!(index, bytes, ?paused, ?drained, ?took, "snapshot taken");
     }
 }

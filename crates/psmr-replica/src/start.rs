@@ -465,7 +465,8 @@ fn manager<A: App>(
     psmr_core::apply::ApplyIo::event(&mut io, applier.scheduler_event());
     let mut manager = manager::Manager { applier, decisions, io };
     if let Some(snapshot) = psmr_core::store::Store::kept(log) {
-        manager.applier.restore(&snapshot, &mut manager.io).map_err(ReplicaError::Failed)?;
+        let opened = psmr_core::state::open_kept(log, &snapshot).map_err(ReplicaError::Failed)?;
+        manager.applier.restore(opened, &mut manager.io).map_err(ReplicaError::Failed)?;
     }
     Ok(manager)
 }

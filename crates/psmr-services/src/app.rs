@@ -103,6 +103,10 @@ macro_rules! delegate_service {
                 self.service.restore(snapshot)
             }
 
+            fn restore_from(&self, source: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+                self.service.restore_from(source)
+            }
+
             fn digest(&self) -> Digest {
                 self.service.digest()
             }

@@ -51,7 +51,7 @@ pub use app::{BuiltIn, KvApp, ListApp, ServiceConfig, START_KEYS_MAX};
 pub use sanitizer::Occupancy;
 pub use workload::{Cost, Mix, Spread, WorkloadConfig, WorkloadError, KEYS_MAX, SHARDS_MAX};
 
-use psmr_model::{ClassMapping, ClassModelBuilder, Mode, SnapshotError};
+use psmr_model::{ClassMapping, ClassModelBuilder, Mode};
 
 /// Clamps a shard count into `1..=SHARDS_MAX`, so that class models and
 /// mappings can be built for any input without failing.
@@ -108,87 +108,6 @@ fn local_mappings(groups: &[Vec<usize>]) -> Vec<ClassMapping> {
 /// on every thread.
 fn readers_writers_mappings(workers: usize) -> Vec<ClassMapping> {
     vec![ClassMapping::new(Mode::Concurrent, 0..workers), ClassMapping::new(Mode::Sequential, 0..workers)]
-}
-
-/// Reads the little-endian snapshot encodings of both services, reporting
-/// where the bytes ran out.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    /// Checks the 4-byte magic and the 16-bit version that start every
-    /// snapshot.
-    fn open(bytes: &'a [u8], magic: &[u8; 4], version: u16, what: &str) -> Result<Self, SnapshotError> {
-        let mut r = Reader { bytes, pos: 0 };
-        if r.take(4)? != magic {
-            return Err(SnapshotError::Malformed(format!("not a {what} snapshot (bad magic)")));
-        }
-        let v = r.u16()?;
-        if v != version {
-            return Err(SnapshotError::Malformed(format!(
-                "{what} snapshot version {v} is not supported (only {version})"
-            )));
-        }
-        Ok(r)
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
-        if self.remaining() < n {
-            return Err(SnapshotError::Truncated(self.bytes.len()));
-        }
-        let out = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u16(&mut self) -> Result<u16, SnapshotError> {
-        self.array().map(u16::from_le_bytes)
-    }
-
-    fn u32(&mut self) -> Result<u32, SnapshotError> {
-        self.array().map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self) -> Result<u64, SnapshotError> {
-        self.array().map(u64::from_le_bytes)
-    }
-
-    /// A byte string: its length (u32), then its bytes.
-    fn take_len_prefixed(&mut self) -> Result<&'a [u8], SnapshotError> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
-
-    /// A count of items of `item_bytes` each that must still fit in the
-    /// input: checked before anything is allocated for them, so garbage
-    /// cannot make a restore allocate more than its input's size.
-    fn count(&mut self, item_bytes: usize) -> Result<usize, SnapshotError> {
-        let n = self.u64()?;
-        match usize::try_from(n).ok().and_then(|n| n.checked_mul(item_bytes).map(|b| (n, b))) {
-            Some((n, bytes)) if bytes <= self.remaining() => Ok(n),
-            _ => Err(SnapshotError::Truncated(self.bytes.len())),
-        }
-    }
-
-    /// Succeeds when every byte was consumed.
-    fn finish(self) -> Result<(), SnapshotError> {
-        match self.remaining() {
-            0 => Ok(()),
-            n => Err(SnapshotError::Malformed(format!("{n} bytes after the end of the snapshot"))),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -13,10 +13,11 @@
 
 use crate::workload::{Draws, Kind};
 use crate::{
-    clamp_shards, group_heads, local_classes, local_mappings, readers_writers_mappings, shard_groups, Reader,
-    WorkloadConfig, WorkloadError,
+    clamp_shards, group_heads, local_classes, local_mappings, readers_writers_mappings, shard_groups, WorkloadConfig,
+    WorkloadError,
 };
 use parking_lot::RwLock;
+use psmr_model::snapshot::{put_header, put_u32, put_u64, SnapshotReader};
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 use psmr_model::{
     Access, ClassId, ClassMapping, ClassModel, ClientId, Command, Digest, Mapping, Mode, Service, SnapshotError,
@@ -151,6 +152,45 @@ fn add(list: &mut LinkedList<i64>, value: i64) -> bool {
     absent
 }
 
+impl ListService {
+    /// Writes the snapshot (see [`Service::snapshot`]) to `w`.
+    fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        put_header(w, SNAPSHOT_MAGIC, SNAPSHOT_VERSION)?;
+        put_u32(w, self.shards.len() as u32)?;
+        for shard in self.shards.iter() {
+            let list = shard.read();
+            put_u64(w, list.len() as u64)?;
+            for v in list.iter() {
+                w.write_all(&v.to_le_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a snapshot of as many shards as this service has.
+    fn read_from(&self, src: &mut dyn std::io::Read) -> Result<Vec<LinkedList<i64>>, SnapshotError> {
+        let mut r = SnapshotReader::open(src, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, "linked-list")?;
+        let shards = r.u32()? as usize;
+        if shards != self.shards.len() {
+            return Err(SnapshotError::Malformed(format!(
+                "snapshot has {shards} shards, this service has {}",
+                self.shards.len()
+            )));
+        }
+        let mut lists = Vec::with_capacity(shards);
+        for _ in 0..shards {
+            let len = r.u64()?;
+            let mut list = LinkedList::new();
+            for _ in 0..len {
+                list.push_back(i64::from_le_bytes(r.array()?));
+            }
+            lists.push(list);
+        }
+        r.finish()?;
+        Ok(lists)
+    }
+}
+
 impl Service for ListService {
     type Op = ListOp;
     type Reply = ListReply;
@@ -186,16 +226,7 @@ impl Service for ListService {
     /// (u64) and its values (i64) in list order; all little-endian.
     fn snapshot(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        out.extend_from_slice(SNAPSHOT_MAGIC);
-        out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
-        out.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
-        for shard in self.shards.iter() {
-            let list = shard.read();
-            out.extend_from_slice(&(list.len() as u64).to_le_bytes());
-            for v in list.iter() {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
+        self.write_to(&mut out).expect("a vector takes every write");
         out
     }
 
@@ -203,25 +234,19 @@ impl Service for ListService {
     /// different count is an error rather than a silent change of layout,
     /// because the class model and mapping in use were built for this
     /// count. The whole snapshot is decoded before anything is replaced.
-    fn restore(&self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let mut r = Reader::open(snapshot, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, "linked-list")?;
-        let shards = r.u32()? as usize;
-        if shards != self.shards.len() {
-            return Err(SnapshotError::Malformed(format!(
-                "snapshot has {shards} shards, this service has {}",
-                self.shards.len()
-            )));
+    fn restore(&self, mut snapshot: &[u8]) -> Result<(), SnapshotError> {
+        let lists = self.read_from(&mut snapshot)?;
+        for (shard, list) in self.shards.iter().zip(lists) {
+            *shard.write() = list;
         }
-        let mut lists = Vec::with_capacity(shards);
-        for _ in 0..shards {
-            let len = r.count(8)?;
-            let mut list = LinkedList::new();
-            for _ in 0..len {
-                list.push_back(i64::from_le_bytes(r.array()?));
-            }
-            lists.push(list);
-        }
-        r.finish()?;
+        Ok(())
+    }
+
+    /// Decodes as it reads; the lists replace the state once all of them
+    /// decoded (a list holds at most a few thousand values, so the copy
+    /// is small).
+    fn restore_from(&self, source: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+        let lists = self.read_from(source)?;
         for (shard, list) in self.shards.iter().zip(lists) {
             *shard.write() = list;
         }

@@ -43,6 +43,12 @@ pub(crate) struct Checks {
     pub(crate) cache_answers: u64,
     /// Reads a leader served without the log.
     pub(crate) reads_without_log: u64,
+    /// Snapshot chunks delivered.
+    pub(crate) snapshot_chunks: u64,
+    /// Snapshots from a leader restored.
+    pub(crate) snapshots_installed: u64,
+    /// Snapshot transfer messages refused.
+    pub(crate) transfer_refusals: u64,
 }
 
 /// A digest of an entry's data.

@@ -131,6 +131,12 @@ pub struct DstReport {
     pub cache_answers: u64,
     /// Reads leaders served without the log (ReadIndex).
     pub reads_without_log: u64,
+    /// Snapshots from a leader restored, over all seeds.
+    pub snapshots_installed: u64,
+    /// Their chunks delivered.
+    pub snapshot_chunks: u64,
+    /// Snapshot transfer messages refused.
+    pub transfer_refusals: u64,
     /// Log entries applied (highest index per seed, summed).
     pub entries: u64,
     /// Simulated time, s, over all seeds.
@@ -158,6 +164,7 @@ impl DstReport {
              passed {}, failed {}, too hard to check {}\n\
              operations: {} answered, {} writes unknown, {} reads abandoned; {} answered from a reply cache, \
              {} reads without the log; {} log entries applied\n\
+             snapshots: {} restored from a leader, sent in {} chunks; {} transfer messages refused\n\
              faults: {} packets lost, {} duplicated, {} delayed, {} cut by {} partitions and {} one-way ones; \
              {} crashes ({} torn), {} restarts, {} pauses; {} stops on a full disk, {} damaged logs repaired; {} \
              membership changes\n",
@@ -176,6 +183,9 @@ impl DstReport {
             self.cache_answers,
             self.reads_without_log,
             self.entries,
+            self.snapshots_installed,
+            self.snapshot_chunks,
+            self.transfer_refusals,
             f.lost,
             f.duplicated,
             f.delayed,
@@ -356,6 +366,9 @@ pub fn run(config: &DstConfig, progress: impl Fn(u64, &SeedResult) + Sync) -> Re
                         r.ops_fail += o.stats.ops_fail;
                         r.cache_answers += o.stats.cache_answers;
                         r.reads_without_log += o.stats.reads_without_log;
+                        r.snapshots_installed += o.stats.snapshots_installed;
+                        r.snapshot_chunks += o.stats.snapshot_chunks;
+                        r.transfer_refusals += o.stats.transfer_refusals;
                         r.entries += o.stats.applied;
                         r.sim_s += o.stats.sim_ms as f64 / 1_000.0;
                     }

@@ -2,6 +2,7 @@
 //! on the way (loss, delay, duplication, reordering, cut links).
 
 use crate::outcome::FaultCounts;
+use psmr_core::transfer::SnapMsg;
 use raft::prelude::Message;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -37,6 +38,8 @@ pub(crate) enum Answer {
 pub(crate) enum Payload {
     /// A raft message between replicas.
     Raft(Box<Message>),
+    /// A message of a snapshot transfer between replicas.
+    Snap(Box<SnapMsg>),
     /// A client's request: the sequence number of its first command, and
     /// its commands' encoded operations (numbered on from the first).
     Request { seq: u64, ops: Vec<Vec<u8>> },

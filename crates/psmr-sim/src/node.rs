@@ -17,6 +17,7 @@ use psmr_core::membership::Membership;
 use psmr_core::protocol::{Apply, Options, Protocol, ProtocolIo, Stop, View};
 use psmr_core::request::Request;
 use psmr_core::state::{self, Persisted, Taken};
+use psmr_core::transfer::SnapMsg;
 use psmr_core::{CacheLimits, Config, Member};
 use psmr_model::wire::{MemberChange, OpCodec, Outcome, ServerMsg};
 use psmr_model::{App, Service};
@@ -128,6 +129,18 @@ impl ProtocolIo for NodeIo<'_, '_> {
         let to = Addr::Replica(msg.to);
         self.env.out.push(Packet { from: Addr::Replica(self.id), to, payload: Payload::Raft(Box::new(msg)) });
         true
+    }
+
+    fn send_snapshot(&mut self, to: u64, msg: SnapMsg) -> bool {
+        let (from, to) = (Addr::Replica(self.id), Addr::Replica(to));
+        self.env.out.push(Packet { from, to, payload: Payload::Snap(Box::new(msg)) });
+        true
+    }
+
+    fn transfer_refused(&mut self, peer: u64, why: &str) {
+        let id = self.id;
+        self.env.checks.transfer_refusals += 1;
+        self.env.trace.event(self.env.now, &[0x5AF, id, peer], || format!("r{id} refuses from r{peer}: {why}"));
     }
 
     fn apply(&mut self, work: Apply) -> bool {
@@ -287,7 +300,8 @@ impl Node {
         if let Some(snapshot) = psmr_core::store::Store::kept(&self.store) {
             let mut taken = Vec::new();
             let mut io = ApplierIo { id: self.id, applied: 0, app: &app, env, taken: &mut taken };
-            applier.restore(&snapshot, &mut io).map_err(bad)?;
+            let opened = state::open_kept(&self.store, &snapshot).map_err(bad)?;
+            applier.restore(opened, &mut io).map_err(bad)?;
         }
         let (work, pending, clients) = (VecDeque::new(), VecDeque::new(), BTreeSet::new());
         Ok(Live { protocol, applier, app, replies, clients, work, pending, failed })
@@ -319,6 +333,21 @@ impl Node {
         }
         let mut io = NodeIo { id: self.id, env, work: &mut live.work, clients: &live.clients };
         let stepped = live.protocol.step(msg, &mut io);
+        self.after(stepped, settings, env);
+    }
+
+    /// A message of a snapshot transfer from peer `from`.
+    pub(crate) fn receive_snap(&mut self, from: u64, msg: SnapMsg, settings: &NodeSettings, env: &mut Env<'_>) {
+        let Some(live) = &mut self.live else { return };
+        if live.protocol.membership().is_removed(from) {
+            return;
+        }
+        if matches!(msg, SnapMsg::Chunk { .. }) {
+            env.checks.snapshot_chunks += 1;
+        }
+        let now_ns = env.now * 1_000;
+        let mut io = NodeIo { id: self.id, env, work: &mut live.work, clients: &live.clients };
+        let stepped = live.protocol.snapshot_msg(from, msg, now_ns, &mut io);
         self.after(stepped, settings, env);
     }
 
@@ -442,12 +471,13 @@ impl Node {
                     }
                     live.applier.entries(entries, &mut io)?;
                 }
-                Apply::Snapshot(snap) => {
+                Apply::Snapshot(snap, file) => {
                     let (id, index) = (self.id, snap.get_metadata().index);
                     io.env.trace.event(io.env.now, &[0x5A9, id, index], || {
                         format!("r{id} restores a snapshot from the leader at index {index}")
                     });
-                    live.applier.restore(&snap, &mut io)?;
+                    io.env.checks.snapshots_installed += 1;
+                    live.applier.restore(state::open(&snap, file)?, &mut io)?;
                 }
                 Apply::Reads(reads) => live.applier.reads(reads, &mut io)?,
             }

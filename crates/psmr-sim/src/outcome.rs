@@ -216,6 +216,13 @@ pub struct SimStats {
     pub cache_answers: u64,
     /// Reads a leader served without the log (ReadIndex).
     pub reads_without_log: u64,
+    /// Snapshot chunks delivered.
+    pub snapshot_chunks: u64,
+    /// Snapshots from a leader restored (received in chunks, checked).
+    pub snapshots_installed: u64,
+    /// Snapshot transfer messages refused (damaged, out of place, not
+    /// offered).
+    pub transfer_refusals: u64,
 }
 
 /// The result of one run.

@@ -15,6 +15,10 @@
 //! * **A full disk** refuses synced writes until space frees up; the replica
 //!   stops with the store's reason, and restarts later with nothing lost.
 //! * **Damage**: the log loses synced entries while the replica is down.
+//! * **Snapshot files** as the disk store keeps them: one taken here is
+//!   written and synced before it is kept (a full disk or a crash leaves
+//!   the kept one); one being received loses, in a crash, what was written
+//!   since its last sync, and resumes from the rest.
 //!
 //! Every synced write updates a sync record (psmr-storage's
 //! [`SyncState`]), and every restart recovers by the disk store's own rule
@@ -24,10 +28,12 @@
 //! vote floor at the last entry it had synced.
 
 use parking_lot::Mutex;
-use psmr_core::store::{MemStore, Store};
+use psmr_core::snapfile::{SnapshotFile, SnapshotId};
+use psmr_core::store::{MemStore, SnapshotSink, Store};
 use psmr_storage::synced::{covers, SyncState};
 use raft::prelude::{Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
+use std::io::{self, Write};
 use std::sync::Arc;
 
 /// What a crash does to the synced write it strikes.
@@ -54,6 +60,8 @@ struct Disk {
     record: SyncState,
     /// A snapshot made durable and not yet kept.
     persisted: Option<Snapshot>,
+    /// The bytes of the snapshot file being received that were synced.
+    recv_synced: u64,
     /// A crash strikes the next synced write.
     armed: Option<Tear>,
     /// A crash struck: the replica is dead, and writes fail until it
@@ -105,6 +113,40 @@ impl Disk {
             false => Ok(()),
         }
     }
+
+    /// Whether a file may be written now: not after a crash, nor on a full
+    /// disk.
+    fn writable(&self) -> io::Result<()> {
+        match (self.struck, self.full) {
+            (true, _) => Err(io::Error::other("the machine crashed")),
+            (_, true) => Err(io::Error::other("No space left on device (os error 28)")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A snapshot being taken, written to the simulated disk.
+struct SimSink {
+    store: SimStore,
+    inner: Box<dyn SnapshotSink>,
+}
+
+impl Write for SimSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.store.0.lock().writable()?;
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl SnapshotSink for SimSink {
+    fn finish(self: Box<Self>) -> io::Result<()> {
+        self.store.0.lock().writable()?;
+        self.inner.finish()
+    }
 }
 
 impl SimStore {
@@ -112,7 +154,16 @@ impl SimStore {
     pub(crate) fn new(incarnation: u64) -> Self {
         let record = SyncState { incarnation, ..SyncState::default() };
         let mem = MemStore::default();
-        let disk = Disk { mem, durable_commit: 0, record, persisted: None, armed: None, struck: false, full: false };
+        let disk = Disk {
+            mem,
+            durable_commit: 0,
+            record,
+            persisted: None,
+            recv_synced: 0,
+            armed: None,
+            struck: false,
+            full: false,
+        };
         Self(Arc::new(Mutex::new(disk)))
     }
 
@@ -173,6 +224,11 @@ impl SimStore {
         if let Some(snap) = disk.persisted.take() {
             let _ = disk.mem.install(snap, 0);
         }
+        let synced = disk.recv_synced as usize;
+        let mut files = disk.mem.files().lock();
+        if let Some((_, file)) = files.receiving.as_mut() {
+            Arc::make_mut(file).truncate(synced);
+        }
     }
 
     /// The log loses every synced entry after `keep` (damage while the
@@ -190,9 +246,11 @@ impl SimStore {
         let kept = disk.mem.entries(from, keep + 1, None, GetEntriesContext::empty(false)).unwrap_or_default();
         let mut hs = disk.mem.initial_state().map(|s| s.hard_state).unwrap_or_default();
         hs.commit = hs.commit.min(keep);
+        // The snapshot files are not the log's: they stay.
         let rebuilt = MemStore::default();
-        if let Some(snap) = disk.mem.kept() {
-            let _ = rebuilt.apply_snapshot(snap);
+        *rebuilt.files().lock() = std::mem::take(&mut *disk.mem.files().lock());
+        if let Some(snap) = rebuilt.kept() {
+            let _ = rebuilt.mem.wl().apply_snapshot(snap);
         }
         let _ = rebuilt.append(&kept, Some(&hs));
         disk.mem = rebuilt;
@@ -225,6 +283,7 @@ impl SimStore {
         disk.record.floor = (floor != (0, 0)).then_some(floor);
         disk.durable_commit = 0;
         disk.persisted = None;
+        disk.recv_synced = 0;
         disk.mem = rebuilt;
     }
 }
@@ -257,6 +316,9 @@ impl Store for SimStore {
             core.mut_hard_state().commit = commit;
             Ok(())
         })?;
+        if !disk.mem.persist(snapshot)? {
+            return Ok(false);
+        }
         disk.persisted = Some(snapshot.clone());
         Ok(true)
     }
@@ -272,11 +334,49 @@ impl Store for SimStore {
     }
 
     fn apply_snapshot(&self, snapshot: Snapshot) -> raft::Result<()> {
-        self.0.lock().synced(|mem| mem.apply_snapshot(snapshot))
+        let mut disk = self.0.lock();
+        disk.synced(|mem| mem.apply_snapshot(snapshot))?;
+        disk.recv_synced = 0;
+        Ok(())
     }
 
     fn kept(&self) -> Option<Snapshot> {
         self.0.lock().mem.kept()
+    }
+
+    fn snapshot_writer(&self) -> io::Result<Box<dyn SnapshotSink>> {
+        let inner = {
+            let disk = self.0.lock();
+            disk.writable()?;
+            disk.mem.snapshot_writer()?
+        };
+        Ok(Box::new(SimSink { store: self.clone(), inner }))
+    }
+
+    fn open_snapshot(&self, id: &SnapshotId) -> io::Result<Box<dyn SnapshotFile>> {
+        self.0.lock().mem.open_snapshot(id)
+    }
+
+    fn receiving(&self) -> Option<(SnapshotId, u64)> {
+        self.0.lock().mem.receiving()
+    }
+
+    fn receive(&self, id: &SnapshotId, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut disk = self.0.lock();
+        disk.writable()?;
+        if disk.mem.receiving().map_or(true, |(r, _)| r != *id) {
+            disk.recv_synced = 0;
+        }
+        disk.mem.receive(id, offset, data)?;
+        disk.recv_synced = disk.recv_synced.min(offset);
+        Ok(())
+    }
+
+    fn sync_received(&self) -> io::Result<()> {
+        let mut disk = self.0.lock();
+        disk.writable()?;
+        disk.recv_synced = disk.mem.receiving().map_or(0, |(_, len)| len);
+        Ok(())
     }
 
     fn vote_floor(&self) -> Option<(u64, u64)> {

@@ -160,6 +160,12 @@ pub(crate) struct World {
 fn settings(rng: &mut ChaCha8Rng, founders: usize, config: &SimConfig) -> NodeSettings {
     let mut c = Config { replicas: (1..=founders as u64).map(sim_member).collect(), ..Config::default() };
     c.snapshot_every = rng.gen_range(4..40);
+    // Small chunks, so that the kv store's snapshots go in many.
+    c.snapshot_chunk_bytes = *[256usize, 4 << 10, 64 << 10].choose(rng).expect("three choices");
+    c.snapshot_window_chunks = rng.gen_range(1..=4);
+    c.snapshot_sync_bytes = c.snapshot_chunk_bytes as u64 * rng.gen_range(1..=4);
+    c.snapshot_transfers_max = rng.gen_range(1..=2);
+    c.snapshot_stall_ms = rng.gen_range(1_000..10_000);
     c.batch_delay_us = rng.gen_range(0..3_000);
     c.reads_through_log = config.reads_through_log.unwrap_or_else(|| rng.gen_bool(0.5));
     let window = *[2u64, 8, 1_024].choose(rng).expect("three choices");
@@ -386,6 +392,9 @@ impl World {
                 }
                 match (p.from, payload) {
                     (_, Payload::Raft(m)) => self.with_node(i, |n, s, env| n.receive_raft(*m, s, env)),
+                    (Addr::Replica(from), Payload::Snap(m)) => {
+                        self.with_node(i, |n, s, env| n.receive_snap(from, *m, s, env))
+                    }
                     (Addr::Client(c), Payload::Request { seq, ops }) => {
                         self.with_node(i, |n, s, env| n.receive_request(c, seq, ops, s, env))
                     }
@@ -616,6 +625,9 @@ impl World {
         stats.sim_ms = self.now / 1_000;
         stats.cache_answers = self.checks.cache_answers;
         stats.reads_without_log = self.checks.reads_without_log;
+        stats.snapshot_chunks = self.checks.snapshot_chunks;
+        stats.snapshots_installed = self.checks.snapshots_installed;
+        stats.transfer_refusals = self.checks.transfer_refusals;
         stats.applied = self.checks.highest_applied();
         for op in &self.history {
             match op.status {

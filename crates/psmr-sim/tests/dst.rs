@@ -57,6 +57,10 @@ fn four_hundred_seeds_with_every_fault_pass_every_check() {
     assert!(report.cache_answers > 0, "no retry was answered by a reply cache:\n{text}");
     assert!(report.reads_without_log > 400, "leaders served (almost) no read with ReadIndex:\n{text}");
     assert!(report.ops_ok > 400 * 50, "too little load:\n{text}");
+    // Followers behind the compacted log catch up from snapshots sent in
+    // chunks, through the lost, duplicated and delayed packets.
+    assert!(report.snapshots_installed > 40, "few snapshots restored from a leader:\n{text}");
+    assert!(report.snapshot_chunks > 2 * report.snapshots_installed, "snapshots in few chunks:\n{text}");
 }
 
 /// A one-replica cluster commits through light readies only, whose commit

@@ -12,13 +12,16 @@
 //! * After each synced write (and after a snapshot from the leader
 //!   replaced the log), the sync record gets the new last entry and hard
 //!   state: one positioned write of a few dozen bytes, no extra sync.
-//! * A snapshot is written to a temporary file, synced, renamed over
-//!   `snapshot.bin` and the directory synced; only then is the log
-//!   compacted behind it. A crash at any point leaves either the old
-//!   snapshot with the longer log or the new one. Membership at a restart
-//!   is the snapshot file's conf state, since the log is replayed from it;
-//!   the key beside the log that also holds it may lag or, written by
-//!   older builds, lead the file after a crash.
+//! * A snapshot is written a piece at a time as the service produces it
+//!   (`snapshot.next`), synced, renamed over `snapshot.bin` and the
+//!   directory synced; only then is the log compacted behind it. A crash
+//!   at any point leaves either the old snapshot with the longer log or
+//!   the new one. One from the leader arrives in chunks (`snapshot.recv`)
+//!   and takes the same rename once whole and checked. See
+//!   `snapfiles.rs` for the files. Membership at a restart
+//!   is the snapshot file's, since the log is replayed from it; the key
+//!   beside the log that also holds it may lag or, written by older
+//!   builds, lead the file after a crash.
 //!
 //! # Recovery
 //!
@@ -71,18 +74,21 @@
 //!
 //! The replica directory and `log/` are created 0700 (an existing one that
 //! group or others can reach is tightened, with a warning); every file
-//! psmr writes is created 0600. raft-engine creates its files with the
-//! process umask: they are chmod-ed to 0600 at every open, and the 0700
-//! directory is what protects the files it creates while running.
+//! psmr writes is created 0600, and raft-engine writes through a file
+//! system that does the same (`private.rs`), so the log files it
+//! adds as the log rotates are private from the start. Files a build
+//! before that left looser are tightened at every open.
 
 use crate::log::SyncTimer;
+use crate::private::Engine;
+use crate::snapfiles::SnapFiles;
 use crate::synced::{covers, sync_dir, SyncRecord, SyncState, RECORD_FILE};
-use crc32fast::Hasher as Crc;
 use parking_lot::Mutex;
-use protobuf::Message as _;
-use raft::prelude::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use psmr_core::snapfile::{SnapshotFile, SnapshotId};
+use psmr_core::store::{descriptor_id, SnapshotSink};
+use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage, StorageError};
-use raft_engine::{Config as EngineConfig, Engine, LogBatch, MessageExt, ReadableSize, RecoveryMode};
+use raft_engine::{Config as EngineConfig, LogBatch, MessageExt, ReadableSize, RecoveryMode};
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -98,8 +104,6 @@ const CONF_STATE: &[u8] = b"conf_state";
 /// Where the incarnation was kept before the sync record existed: read once
 /// to migrate such a directory, then deleted.
 const LEGACY_INCARNATION: &[u8] = b"incarnation";
-const SNAPSHOT_FILE: &str = "snapshot.bin";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"PSMRSNP1";
 const LOG_DIR: &str = "log";
 /// Copies of the newest log files while raft-engine cuts a torn tail.
 const RECOVERY_DIR: &str = "recovery";
@@ -293,7 +297,6 @@ struct State {
 #[derive(Clone)]
 pub struct DiskStore {
     engine: Arc<Engine>,
-    dir: PathBuf,
     state: Arc<Mutex<State>>,
     /// Also serializes the writers, so that records follow the engine's
     /// writes in order. Locked before `state`.
@@ -302,6 +305,8 @@ pub struct DiskStore {
     /// after `record` when both are; held alone while a snapshot taken
     /// here is written, off the protocol thread.
     snapshot_file: Arc<Mutex<u64>>,
+    /// The snapshot files: kept, being taken, being received.
+    files: Arc<SnapFiles>,
     incarnation: u64,
     /// Where the time of each synced write goes, once the replica runs.
     sync_time: Arc<std::sync::OnceLock<SyncTimer>>,
@@ -355,7 +360,7 @@ impl Layout {
             dir: dir.to_path_buf(),
             log: dir.join(LOG_DIR),
             record: dir.join(RECORD_FILE),
-            snapshot: dir.join(SNAPSHOT_FILE),
+            snapshot: dir.join(crate::snapfiles::CURRENT),
             recovery: dir.join(RECOVERY_DIR),
         }
     }
@@ -733,7 +738,7 @@ fn recover(
             why: format!("the log directory holds no log file, but the sync record says {expect}"),
         });
     }
-    let strict = match Engine::open(engine_config(&layout.log, RecoveryMode::AbsoluteConsistency, options)) {
+    let strict = match crate::private::open(engine_config(&layout.log, RecoveryMode::AbsoluteConsistency, options)) {
         Ok(engine) => {
             return match verify(&engine, layout, expect, snapshot) {
                 Ok(checked) => Ok(Recovered { engine, checked }),
@@ -761,7 +766,7 @@ fn recover_tail(
     // raft-engine tolerates a broken tail in the newest file of each queue.
     let newest: Vec<&LogFile> = [false, true].iter().filter_map(|&q| files.iter().rfind(|f| f.rewrite == q)).collect();
     let backup = Backup::take(layout, &newest)?;
-    let engine = match Engine::open(engine_config(&layout.log, RecoveryMode::TolerateTailCorruption, options)) {
+    let engine = match crate::private::open(engine_config(&layout.log, RecoveryMode::TolerateTailCorruption, options)) {
         Ok(engine) => engine,
         // Refused before touching any file (the directory lock).
         Err(e @ raft_engine::Error::Other(_)) => {
@@ -812,7 +817,7 @@ fn recover_legacy(
     options: &DiskOptions,
 ) -> Result<(Recovered, u64), DiskError> {
     let missing = |why: String| DiskError::Record { path: layout.record.display().to_string(), why };
-    let engine = match Engine::open(engine_config(&layout.log, RecoveryMode::AbsoluteConsistency, options)) {
+    let engine = match crate::private::open(engine_config(&layout.log, RecoveryMode::AbsoluteConsistency, options)) {
         Ok(engine) => engine,
         Err(e) if tolerable(&e) => {
             return Err(missing(format!(
@@ -894,6 +899,8 @@ impl DiskStore {
     pub fn open_with(dir: &Path, voters: Vec<u64>, options: &DiskOptions) -> Result<Self, DiskError> {
         let layout = prepare(dir)?;
         let snapshot = read_snapshot(&layout.snapshot)?;
+        let current = snapshot.as_ref().map(descriptor_id).transpose().map_err(|e| snapshot_err(&layout, e))?;
+        let files = SnapFiles::open(dir, current).map_err(io_err(dir))?;
         let (recovered, mut record) = recover_with_record(&layout, snapshot.as_ref(), options)?;
         let Recovered { engine, checked: Checked { hs, cs, last } } = recovered;
         let log_err = |e| engine_err(&layout.log, e);
@@ -936,10 +943,10 @@ impl DiskStore {
         let on_disk = snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
         Ok(Self {
             engine: Arc::new(engine),
-            dir: dir.to_path_buf(),
             state: Arc::new(Mutex::new(State { hs, cs, snapshot, last, floor })),
             record: Arc::new(Mutex::new(record)),
             snapshot_file: Arc::new(Mutex::new(on_disk)),
+            files: Arc::new(files),
             incarnation,
             sync_time: Arc::default(),
         })
@@ -1081,7 +1088,7 @@ impl DiskStore {
         if *on_disk >= index {
             return Ok(false);
         }
-        write_snapshot(&self.dir, snapshot).map_err(raft_err)?;
+        self.files.keep_taken(&descriptor_id(snapshot)?).map_err(raft_err)?;
         *on_disk = index;
         // Only now, so that the key never runs ahead of the file. Unsynced:
         // a restart takes the conf state from the file anyway.
@@ -1126,7 +1133,7 @@ impl DiskStore {
         }
         {
             let mut on_disk = self.snapshot_file.lock();
-            write_snapshot(&self.dir, &snapshot).map_err(raft_err)?;
+            self.files.keep_received(&descriptor_id(&snapshot)?).map_err(raft_err)?;
             *on_disk = meta.index;
         }
         let mut st = self.state.lock();
@@ -1281,7 +1288,7 @@ fn build_repaired(repairing: &Path, fresh: &SyncState) -> Result<(), DiskError> 
     {
         let log_err = |e| engine_err(&layout.log, e);
         let config = engine_config(&layout.log, RecoveryMode::AbsoluteConsistency, &DiskOptions::default());
-        let engine = Engine::open(config).map_err(log_err)?;
+        let engine = crate::private::open(config).map_err(log_err)?;
         let hs = HardState { term: fresh.term, vote: fresh.vote, commit: 0, ..Default::default() };
         let mut batch = LogBatch::default();
         batch.put_message(GROUP, HARD_STATE.to_vec(), &hs).map_err(log_err)?;
@@ -1319,6 +1326,26 @@ impl psmr_core::store::Store for DiskStore {
 
     fn kept(&self) -> Option<Snapshot> {
         self.snapshot_kept()
+    }
+
+    fn snapshot_writer(&self) -> io::Result<Box<dyn SnapshotSink>> {
+        self.files.writer()
+    }
+
+    fn open_snapshot(&self, id: &SnapshotId) -> io::Result<Box<dyn SnapshotFile>> {
+        self.files.open_file(id)
+    }
+
+    fn receiving(&self) -> Option<(SnapshotId, u64)> {
+        self.files.receiving()
+    }
+
+    fn receive(&self, id: &SnapshotId, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.files.receive(id, offset, data)
+    }
+
+    fn sync_received(&self) -> io::Result<()> {
+        self.files.sync_received()
     }
 
     fn vote_floor(&self) -> Option<(u64, u64)> {
@@ -1388,57 +1415,12 @@ impl Storage for DiskStore {
 }
 
 /// `magic | u32 meta length | meta (protobuf) | u64 data length | data | u32 crc32 of all before`.
-fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> io::Result<()> {
-    let meta = snapshot.get_metadata().write_to_bytes().map_err(io::Error::other)?;
-    let mut bytes = Vec::with_capacity(snapshot.data.len() + meta.len() + 32);
-    bytes.extend_from_slice(SNAPSHOT_MAGIC);
-    bytes.extend_from_slice(&(meta.len() as u32).to_be_bytes());
-    bytes.extend_from_slice(&meta);
-    bytes.extend_from_slice(&(snapshot.data.len() as u64).to_be_bytes());
-    bytes.extend_from_slice(&snapshot.data);
-    let mut crc = Crc::new();
-    crc.update(&bytes);
-    bytes.extend_from_slice(&crc.finalize().to_be_bytes());
-    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    {
-        let mut f = create_private(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
-    sync_dir(dir)
+fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, DiskError> {
+    crate::snapfiles::read_current(path).map_err(|why| DiskError::Snapshot { path: path.display().to_string(), why })
 }
 
-fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, DiskError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(DiskError::Snapshot { path: path.display().to_string(), why: e.to_string() }),
-    };
-    let bad = |why: &str| DiskError::Snapshot { path: path.display().to_string(), why: why.into() };
-    if bytes.len() < 8 + 4 + 8 + 4 || &bytes[..8] != SNAPSHOT_MAGIC {
-        return Err(bad("not a psmr snapshot (bad header)"));
-    }
-    let (body, tail) = bytes.split_at(bytes.len() - 4);
-    let mut crc = Crc::new();
-    crc.update(body);
-    if crc.finalize().to_be_bytes() != tail {
-        return Err(bad("checksum mismatch (damaged or truncated)"));
-    }
-    let meta_len = u32::from_be_bytes(body[8..12].try_into().expect("4 bytes")) as usize;
-    let rest = body.get(12..).ok_or_else(|| bad("truncated"))?;
-    if rest.len() < meta_len + 8 {
-        return Err(bad("truncated metadata"));
-    }
-    let meta = SnapshotMetadata::parse_from_bytes(&rest[..meta_len]).map_err(|e| bad(&e.to_string()))?;
-    let data_len = u64::from_be_bytes(rest[meta_len..meta_len + 8].try_into().expect("8 bytes")) as usize;
-    let data = &rest[meta_len + 8..];
-    if data.len() != data_len {
-        return Err(bad("data length does not match"));
-    }
-    let mut snap = Snapshot { data: data.to_vec().into(), ..Default::default() };
-    snap.set_metadata(meta);
-    Ok(Some(snap))
+fn snapshot_err(layout: &Layout, e: raft::Error) -> DiskError {
+    DiskError::Snapshot { path: layout.snapshot.display().to_string(), why: e.to_string() }
 }
 
 /// raft-engine's file header: magic, then the format version (u64), then
@@ -1511,6 +1493,44 @@ fn first_bad_record(file: &LogFile) -> io::Result<Option<(u64, &'static str)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use psmr_core::membership::{Change, Membership};
+    use psmr_core::snapfile::FileWriter;
+    use psmr_core::store::Store as _;
+    use psmr_core::Member;
+    use psmr_model::snapshot::put_bytes;
+
+    /// The file of a snapshot of `data` at `index` and `term` of a
+    /// cluster of `voters`, as a replica writes one, and raft's view of it.
+    fn snapshot_file(index: u64, term: u64, voters: &[u64], data: &[u8]) -> (Vec<u8>, Snapshot) {
+        let mut members = Membership::default();
+        for &id in voters {
+            let member =
+                Member::new(id, ([127, 0, 0, 1], 7000 + id as u16).into(), ([127, 0, 0, 1], 8000 + id as u16).into());
+            members.apply(&Change::Add { member, voter: true }).unwrap();
+        }
+        let mut w = FileWriter::new(Vec::new(), index, term).unwrap();
+        put_bytes(&mut w, &members.encode()).unwrap();
+        put_bytes(&mut w, &[]).unwrap();
+        w.write_all(data).unwrap();
+        let (bytes, id) = w.finish().unwrap();
+        (bytes, psmr_core::state::raft_snapshot(id, members.encode(), members.conf_state()))
+    }
+
+    /// A snapshot taken in `s`: its file written, not yet kept.
+    fn taken(s: &DiskStore, index: u64, voters: &[u64], data: &[u8]) -> Snapshot {
+        let (bytes, snap) = snapshot_file(index, 1, voters, data);
+        let mut sink = s.snapshot_writer().unwrap();
+        sink.write_all(&bytes).unwrap();
+        sink.finish().unwrap();
+        snap
+    }
+
+    /// A snapshot received whole by `s`, not yet kept.
+    fn received(s: &DiskStore, index: u64, data: &[u8]) -> Snapshot {
+        let (bytes, snap) = snapshot_file(index, 1, &[1], data);
+        s.receive(&descriptor_id(&snap).unwrap(), 0, &bytes).unwrap();
+        snap
+    }
 
     fn entry(index: u64, term: u64) -> Entry {
         Entry { index, term, data: vec![index as u8].into(), ..Default::default() }
@@ -1544,13 +1564,11 @@ mod tests {
         let got = s.entries(1, 4, None, GetEntriesContext::empty(false)).unwrap();
         assert_eq!(got.iter().map(|e| e.index).collect::<Vec<_>>(), vec![1, 2, 3]);
         // A snapshot at 2 compacts the log before 2 and survives a reopen.
-        let mut snap = Snapshot { data: vec![9; 100].into(), ..Default::default() };
-        snap.mut_metadata().index = 2;
-        snap.mut_metadata().term = 1;
-        s.install(snap, 2).unwrap();
+        let snap = taken(&s, 2, &[1, 2, 3], &[9; 100]);
+        s.install(snap.clone(), 2).unwrap();
         drop(s);
         let s = DiskStore::open(&dir, vec![1, 2, 3]).unwrap();
-        assert_eq!(s.snapshot(0, 2).unwrap().data.to_vec(), vec![9; 100]);
+        assert_eq!(s.snapshot(0, 2).unwrap(), snap);
         assert_eq!(s.first_index().unwrap(), 2);
         assert_eq!(s.term(2).unwrap(), 1);
         assert_eq!(s.vote_floor(), None, "never repaired");
@@ -1575,10 +1593,7 @@ mod tests {
         assert_eq!(syncs(), 1);
         s.set_commit(3).unwrap();
         assert_eq!(syncs(), 1, "a commit alone is not synced");
-        let mut snap = Snapshot { data: vec![5].into(), ..Default::default() };
-        snap.mut_metadata().index = 3;
-        snap.mut_metadata().term = 1;
-        s.install(snap, 2).unwrap();
+        s.install(taken(&s, 3, &[1], &[5]), 2).unwrap();
         assert_eq!(syncs(), 2, "the commit is synced before the snapshot is kept");
         drop(s);
         let s = DiskStore::open(&dir, vec![1]).unwrap();
@@ -1596,22 +1611,18 @@ mod tests {
         let s = DiskStore::open(&dir, vec![1]).unwrap();
         let hs = HardState { term: 1, vote: 1, commit: 4, ..Default::default() };
         s.append(&(1..=4).map(|i| entry(i, 1)).collect::<Vec<_>>(), Some(&hs)).unwrap();
-        let snap = |index: u64, data: u8| {
-            let mut snap = Snapshot { data: vec![data].into(), ..Default::default() };
-            snap.mut_metadata().index = index;
-            snap.mut_metadata().term = 1;
-            snap
-        };
-        assert!(s.persist(&snap(3, 3)).unwrap(), "a new snapshot is written");
-        s.apply_snapshot(snap(9, 9)).unwrap();
-        s.install(snap(3, 3), 2).unwrap();
-        assert!(!s.persist(&snap(5, 5)).unwrap(), "older than the leader's");
-        s.install(snap(5, 5), 4).unwrap();
-        assert_eq!(s.snapshot(0, 1).unwrap().get_metadata().index, 9);
+        let three = taken(&s, 3, &[1], &[3]);
+        assert!(s.persist(&three).unwrap(), "a new snapshot is written");
+        let nine = received(&s, 9, &[9]);
+        s.apply_snapshot(nine.clone()).unwrap();
+        s.install(three, 2).unwrap();
+        let five = taken(&s, 5, &[1], &[5]);
+        assert!(!s.persist(&five).unwrap(), "older than the leader's");
+        s.install(five, 4).unwrap();
+        assert_eq!(s.snapshot(0, 1).unwrap(), nine);
         drop(s);
         let s = DiskStore::open(&dir, vec![1]).unwrap();
-        let kept = s.snapshot(0, 1).unwrap();
-        assert_eq!((kept.get_metadata().index, kept.data.to_vec()), (9, vec![9]));
+        assert_eq!(s.snapshot(0, 1).unwrap(), nine);
     }
 
     /// A crash between the snapshot file and the conf state key beside it
@@ -1622,16 +1633,9 @@ mod tests {
     fn a_restart_takes_the_membership_of_the_snapshot_it_replays_from() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("r");
-        let snap = |index: u64, voters: Vec<u64>| {
-            let mut snap = Snapshot { data: vec![index as u8].into(), ..Default::default() };
-            snap.mut_metadata().index = index;
-            snap.mut_metadata().term = 1;
-            snap.mut_metadata().set_conf_state(ConfState::from((voters, vec![])));
-            snap
-        };
         let key = |dir: &Path, voters: Vec<u64>| {
             let config = engine_config(&dir.join(LOG_DIR), RecoveryMode::AbsoluteConsistency, &DiskOptions::default());
-            let engine = Engine::open(config).unwrap();
+            let engine = crate::private::open(config).unwrap();
             let mut batch = LogBatch::default();
             batch.put_message(GROUP, CONF_STATE.to_vec(), &ConfState::from((voters, vec![]))).unwrap();
             engine.write(&mut batch, true).unwrap();
@@ -1642,7 +1646,7 @@ mod tests {
             let s = DiskStore::open(&dir, vec![1, 2, 3]).unwrap();
             let hs = HardState { term: 1, vote: 1, commit: 4, ..Default::default() };
             s.append(&(1..=4).map(|i| entry(i, 1)).collect::<Vec<_>>(), Some(&hs)).unwrap();
-            s.install(snap(2, vec![1, 2, 3]), 2).unwrap();
+            s.install(taken(&s, 2, &[1, 2, 3], &[2]), 2).unwrap();
         }
         assert_eq!(voters(&dir), [1, 2, 3]);
         // The key of a later snapshot, whose file never landed.
@@ -1650,28 +1654,49 @@ mod tests {
         assert_eq!(voters(&dir), [1, 2, 3], "the key ran ahead of the file");
         assert_eq!(voters(&dir), [1, 2, 3], "and was mended");
         // A later file, whose key never landed.
-        write_snapshot(&dir, &snap(3, vec![2, 3, 4])).unwrap();
+        std::fs::write(dir.join(crate::snapfiles::CURRENT), snapshot_file(3, 1, &[2, 3, 4], &[3]).0).unwrap();
         assert_eq!(voters(&dir), [2, 3, 4], "the file ran ahead of the key");
     }
 
     #[test]
-    fn a_damaged_snapshot_is_refused() {
+    fn a_damaged_or_old_snapshot_is_refused_with_its_reason() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let mut snap = Snapshot { data: vec![1, 2, 3].into(), ..Default::default() };
-        snap.mut_metadata().index = 5;
-        write_snapshot(dir, &snap).unwrap();
-        let path = dir.join(SNAPSHOT_FILE);
+        let dir = tmp.path().join("r");
+        let path = dir.join(crate::snapfiles::CURRENT);
+        {
+            let s = DiskStore::open(&dir, vec![1]).unwrap();
+            s.append(&[entry(1, 1), entry(2, 1)], Some(&HardState { term: 1, commit: 2, ..Default::default() }))
+                .unwrap();
+            s.install(taken(&s, 2, &[1], &[1, 2, 3]), 1).unwrap();
+        }
         assert_eq!(mode(&path), 0o600);
         assert!(read_snapshot(&path).unwrap().is_some());
-        let mut bytes = std::fs::read(&path).unwrap();
-        let mid = bytes.len() / 2;
-        bytes[mid] ^= 1;
+        let good = std::fs::read(&path).unwrap();
+        let refused = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            match DiskStore::open(&dir, vec![1]) {
+                Ok(_) => panic!("{} bytes of {} accepted", bytes.len(), good.len()),
+                Err(e) => e.to_string(),
+            }
+        };
+        let mut bytes = good.clone();
+        bytes[30] ^= 1;
+        assert!(refused(&bytes).contains("damaged"), "a damaged membership");
+        // The whole file's checksum is checked as it is restored.
+        let mut bytes = good.clone();
+        let end = bytes.len() - 12;
+        bytes[end] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let e = DiskStore::open(dir, vec![1]).err().unwrap().to_string();
-        assert!(e.contains("checksum mismatch"), "{e}");
-        std::fs::write(&path, &bytes[..10]).unwrap();
-        assert!(read_snapshot(&path).unwrap_err().to_string().contains("bad header"));
+        let s = DiskStore::open(&dir, vec![1]).unwrap();
+        let mut opened = psmr_core::state::open_kept(&s, &s.snapshot_kept().unwrap()).unwrap();
+        let e = io::Read::read_to_end(&mut opened.service, &mut Vec::new()).unwrap_err().to_string();
+        assert!(e.contains("checksum"), "a damaged end mark: {e}");
+        drop((opened, s));
+        assert!(refused(&good[..10]).contains("too short"));
+        let mut old = b"PSMRSNP1".to_vec();
+        old.extend_from_slice(&good[8..]);
+        let e = refused(&old);
+        assert!(e.contains("format 1") && e.contains("--repair"), "{e}");
     }
 
     #[test]
@@ -1713,9 +1738,8 @@ mod tests {
         s.append(&[entry(3, 2)], None).unwrap();
         assert_eq!((record().last_index, record().commit), (3, 2), "the next synced write carries it");
         // A snapshot from the leader replaces the log.
-        let mut snap = Snapshot { data: vec![1].into(), ..Default::default() };
-        snap.mut_metadata().index = 10;
-        snap.mut_metadata().term = 4;
+        let (bytes, snap) = snapshot_file(10, 4, &[1], &[1]);
+        s.receive(&descriptor_id(&snap).unwrap(), 0, &bytes).unwrap();
         s.apply_snapshot(snap).unwrap();
         let r = record();
         assert_eq!((r.last_term, r.last_index, r.term, r.commit), (4, 10, 4, 10));
@@ -1739,7 +1763,7 @@ mod tests {
         // log. Migrated once, the key then gone from the log.
         {
             let config = engine_config(&dir.join(LOG_DIR), RecoveryMode::AbsoluteConsistency, &DiskOptions::default());
-            let engine = Engine::open(config).unwrap();
+            let engine = crate::private::open(config).unwrap();
             let mut batch = LogBatch::default();
             batch.put(GROUP, LEGACY_INCARNATION.to_vec(), 42u64.to_be_bytes().to_vec()).unwrap();
             engine.write(&mut batch, true).unwrap();
@@ -1753,16 +1777,29 @@ mod tests {
     }
 
     #[test]
+    fn log_files_made_as_the_log_rotates_are_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("r");
+        let s = DiskStore::open_with(&dir, vec![1], &DiskOptions { log_file_bytes: 4096 }).unwrap();
+        for i in 1..=200 {
+            let e = Entry { index: i, term: 1, data: vec![7; 200].into(), ..Default::default() };
+            s.append(&[e], None).unwrap();
+        }
+        let files = log_files(&dir.join(LOG_DIR)).unwrap();
+        assert!(files.len() > 3, "{} log files", files.len());
+        for f in files {
+            assert_eq!(mode(&f.path), 0o600, "{}", f.path.display());
+        }
+    }
+
+    #[test]
     fn directories_and_files_are_private() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("r");
         {
             let s = DiskStore::open(&dir, vec![1]).unwrap();
             s.append(&[entry(1, 1)], None).unwrap();
-            let mut snap = Snapshot { data: vec![1].into(), ..Default::default() };
-            snap.mut_metadata().index = 1;
-            snap.mut_metadata().term = 1;
-            s.install(snap, 0).unwrap();
+            s.install(taken(&s, 1, &[1], &[1]), 0).unwrap();
         }
         let check = |dir: &Path| {
             assert_eq!(mode(dir), 0o700);
@@ -1774,14 +1811,14 @@ mod tests {
             }
         };
         check(&dir);
-        assert!(dir.join(SNAPSHOT_FILE).exists() && dir.join(RECORD_FILE).exists());
+        assert!(dir.join(crate::snapfiles::CURRENT).exists() && dir.join(RECORD_FILE).exists());
         // Loosened by someone: tightened at the next open.
         std::fs::set_permissions(&dir, Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(dir.join(LOG_DIR), Permissions::from_mode(0o755)).unwrap();
         for f in std::fs::read_dir(dir.join(LOG_DIR)).unwrap().flatten() {
             std::fs::set_permissions(f.path(), Permissions::from_mode(0o644)).unwrap();
         }
-        std::fs::set_permissions(dir.join(SNAPSHOT_FILE), Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(dir.join(crate::snapfiles::CURRENT), Permissions::from_mode(0o644)).unwrap();
         drop(DiskStore::open(&dir, vec![1]).unwrap());
         check(&dir);
     }

@@ -9,6 +9,8 @@
 
 pub mod disk;
 mod log;
+pub(crate) mod private;
+pub(crate) mod snapfiles;
 pub mod synced;
 
 pub use disk::{DiskError, DiskOptions, DiskStore, RepairReport};

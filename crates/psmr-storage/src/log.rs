@@ -1,9 +1,11 @@
 //! The log a replica keeps, in memory or on disk, behind one [`Store`].
 
 use crate::disk::DiskStore;
-use psmr_core::store::{MemStore, Store};
+use psmr_core::snapfile::{SnapshotFile, SnapshotId};
+use psmr_core::store::{MemStore, SnapshotSink, Store};
 use raft::prelude::{Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage};
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +64,26 @@ impl Store for Log {
 
     fn kept(&self) -> Option<Snapshot> {
         either!(self, s => Store::kept(s))
+    }
+
+    fn snapshot_writer(&self) -> io::Result<Box<dyn SnapshotSink>> {
+        either!(self, s => s.snapshot_writer())
+    }
+
+    fn open_snapshot(&self, id: &SnapshotId) -> io::Result<Box<dyn SnapshotFile>> {
+        either!(self, s => s.open_snapshot(id))
+    }
+
+    fn receiving(&self) -> Option<(SnapshotId, u64)> {
+        either!(self, s => s.receiving())
+    }
+
+    fn receive(&self, id: &SnapshotId, offset: u64, data: &[u8]) -> io::Result<()> {
+        either!(self, s => s.receive(id, offset, data))
+    }
+
+    fn sync_received(&self) -> io::Result<()> {
+        either!(self, s => s.sync_received())
     }
 
     fn vote_floor(&self) -> Option<(u64, u64)> {

@@ -4,9 +4,11 @@
 //! sets the data aside and keeps the replica's identity, term, vote and
 //! vote floor.
 
+use psmr_core::snapfile::FileWriter;
+use psmr_core::store::Store as _;
 use psmr_storage::disk::{DiskError, DiskOptions, DiskStore};
 use psmr_storage::synced::{RECORD_FILE, SLOT_STRIDE};
-use raft::prelude::{Entry, HardState, Snapshot};
+use raft::prelude::{Entry, HardState};
 use raft::{GetEntriesContext, Storage};
 use std::path::{Path, PathBuf};
 
@@ -343,11 +345,11 @@ fn a_snapshot_from_the_leader_clears_the_floor_it_passes() {
     DiskStore::repair(&dir).unwrap();
     let store = open(&dir).unwrap();
     assert_eq!(store.vote_floor(), Some((2, 10)));
-    let mut snap = Snapshot { data: vec![1].into(), ..Default::default() };
-    snap.mut_metadata().index = 20;
-    snap.mut_metadata().term = 3;
-    snap.mut_metadata().mut_conf_state().voters = VOTERS.to_vec();
-    store.apply_snapshot(snap).unwrap();
+    // The file as the transfer leaves it: received whole.
+    let (bytes, id) = FileWriter::new(Vec::new(), 20, 3).unwrap().finish().unwrap();
+    store.receive(&id, 0, &bytes).unwrap();
+    let conf = raft::prelude::ConfState::from((VOTERS.to_vec(), vec![]));
+    store.apply_snapshot(psmr_core::state::raft_snapshot(id, Vec::new(), conf)).unwrap();
     assert_eq!(store.vote_floor(), None);
 }
 

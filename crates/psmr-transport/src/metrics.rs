@@ -145,8 +145,13 @@ impl CounterSet {
 
     /// Counts one more of value `i`.
     pub fn inc(&self, i: usize) {
+        self.add(i, 1);
+    }
+
+    /// Counts `n` more of value `i`.
+    pub fn add(&self, i: usize, n: u64) {
         if let Some(c) = self.0.counts.get(i) {
-            c.fetch_add(1, Ordering::Relaxed);
+            c.fetch_add(n, Ordering::Relaxed);
         }
     }
 

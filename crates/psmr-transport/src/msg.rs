@@ -7,6 +7,7 @@ use crate::queue::{Weigh, ITEM_OVERHEAD};
 use crossbeam::channel::{Receiver, Sender};
 use psmr_core::protocol::Apply;
 use psmr_core::request::{Lease, Request};
+use psmr_core::transfer::SnapMsg;
 use psmr_model::wire::{MemberChange, ServerMsg};
 use psmr_model::Digest;
 use psmr_sched::SchedConfig;
@@ -20,6 +21,13 @@ use tokio::sync::{oneshot, Semaphore};
 pub enum Inbound {
     /// A raft message from a peer.
     Raft(Box<Message>),
+    /// A message of a snapshot transfer from peer `peer`, on its lane.
+    Snap {
+        /// The peer (authenticated).
+        peer: u64,
+        /// The message.
+        msg: Box<SnapMsg>,
+    },
     /// A snapshot of the state taken here, made durable on the snapshot
     /// side pool: keep it and compact the log.
     Snapshot(Box<Snapshot>),
@@ -52,6 +60,7 @@ impl Weigh for Inbound {
     fn weight(&self) -> usize {
         match self {
             Inbound::Raft(msg) => raft_weight(msg),
+            Inbound::Snap { msg, .. } => ITEM_OVERHEAD + msg.weight(),
             _ => ITEM_OVERHEAD,
         }
     }
@@ -87,7 +96,7 @@ impl Weigh for Decision {
     fn weight(&self) -> usize {
         match self {
             Decision::Apply(Apply::Entries(entries)) => entries.iter().map(entry_weight).sum::<usize>() + ITEM_OVERHEAD,
-            Decision::Apply(Apply::Snapshot(snap)) => snap.data.len() + ITEM_OVERHEAD,
+            Decision::Apply(Apply::Snapshot(snap, _)) => snap.data.len() + ITEM_OVERHEAD,
             Decision::Apply(Apply::Reads(reads)) => reads.len() * ITEM_OVERHEAD + ITEM_OVERHEAD,
             Decision::Status(_) | Decision::Reconfigure(..) => ITEM_OVERHEAD,
         }

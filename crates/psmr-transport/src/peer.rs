@@ -95,6 +95,7 @@ use crate::tls::{PeerTlsContext, TlsError, TlsStream};
 use crate::view::ClusterView;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
+use psmr_core::transfer::SnapMsg;
 use psmr_core::Config;
 use psmr_model::wire::{frame_bytes, frame_len, parse_frame, read_frame, Decoder, Encoder, Frame, WireError};
 use raft::prelude::Message;
@@ -113,6 +114,14 @@ const K_REFUSED: u8 = 66;
 /// The peer applied this replica's removal from the cluster.
 const K_REMOVED: u8 = 68;
 const K_RAFT: u8 = 67;
+const K_SNAP: u8 = 69;
+
+/// The lane of a connection, named in its `Hello`: raft's messages, or
+/// the chunks of snapshot transfers, which never hold up appends and
+/// heartbeats behind them (`psmr_core::transfer`).
+const LANE_RAFT: u8 = 0;
+/// See [`LANE_RAFT`].
+const LANE_SNAPSHOT: u8 = 1;
 
 /// Most peer connections between accept and a verified `Hello` at once.
 /// Each holds a thread for at most [`HANDSHAKE_TIMEOUT`]; 16 is far more
@@ -191,19 +200,37 @@ impl PeerError {
     }
 }
 
-/// The `Hello`: this replica's id, its incarnation, and whether it was
+/// The `Hello`: this replica's id, its incarnation, whether it was
 /// repaired and has not caught up yet (its log is below its vote floor;
-/// see "Repaired replicas" above).
-fn hello(from: u64, incarnation: u64, repaired: bool, peer_addr: SocketAddr) -> Vec<u8> {
+/// see "Repaired replicas" above), where it listens, and the lane of the
+/// connection.
+fn hello(from: u64, incarnation: u64, repaired: bool, peer_addr: SocketAddr, lane: u8) -> Vec<u8> {
     let mut e = Encoder::new();
-    e.u64(from).u64(incarnation).u8(u8::from(repaired)).str(&peer_addr.to_string());
+    e.u64(from).u64(incarnation).u8(u8::from(repaired)).str(&peer_addr.to_string()).u8(lane);
     frame_bytes(K_HELLO, &e.finish())
 }
 
-/// Encodes a raft message for the wire.
-fn raft_frame(msg: &Message) -> Vec<u8> {
-    use protobuf::Message as _;
-    frame_bytes(K_RAFT, &msg.write_to_bytes().expect("raft messages always encode"))
+/// What a lane carries.
+trait Outbound: Send + 'static {
+    /// The lane.
+    const LANE: u8;
+    /// The message as a frame.
+    fn frame(&self) -> Vec<u8>;
+}
+
+impl Outbound for Message {
+    const LANE: u8 = LANE_RAFT;
+    fn frame(&self) -> Vec<u8> {
+        use protobuf::Message as _;
+        frame_bytes(K_RAFT, &self.write_to_bytes().expect("raft messages always encode"))
+    }
+}
+
+impl Outbound for SnapMsg {
+    const LANE: u8 = LANE_SNAPSHOT;
+    fn frame(&self) -> Vec<u8> {
+        frame_bytes(K_SNAP, &self.encode())
+    }
 }
 
 /// Decodes the body of a peer's raft frame: hostile bytes, refused with
@@ -405,41 +432,68 @@ impl Peers {
     }
 }
 
-/// The send side of one peer: a bounded queue, drained by its thread.
+/// The send side of one peer: a bounded queue per lane, each drained by
+/// its thread over a connection of its own.
 pub struct PeerSender {
     queue: Sender<Message>,
+    snapshots: Sender<SnapMsg>,
 }
 
 impl PeerSender {
-    /// Queues a message; drops it if the queue is full.
+    /// Queues a raft message; drops it if the queue is full.
     pub fn send(&self, msg: Message) -> bool {
         match self.queue.try_send(msg) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
         }
     }
+
+    /// Queues a message of a snapshot transfer on its lane; false if the
+    /// lane is full (a window of chunks is on its way).
+    pub fn send_snapshot(&self, msg: SnapMsg) -> bool {
+        match self.snapshots.try_send(msg) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        }
+    }
 }
 
-/// Starts the sender thread for peer `to` at `addr`; with `tls`, it
-/// authenticates both ends before it sends anything.
+/// Starts the sender threads for peer `to` at `addr`, one per lane; with
+/// `tls`, they authenticate both ends before they send anything. The
+/// snapshot lane holds a window of chunks and a few more messages: its
+/// bytes are bounded by `snapshot_window_chunks` chunks.
 pub fn spawn_sender(
     peers: &Arc<Peers>,
     to: u64,
     addr: SocketAddr,
     tls: Option<Arc<PeerTlsContext>>,
 ) -> io::Result<PeerSender> {
-    let (tx, rx) = crossbeam::channel::bounded(peers.config.queue_depth);
-    let peers = peers.clone();
-    std::thread::Builder::new()
-        .name(format!("psmr-peer-snd-{to}"))
-        .spawn(move || sender(&peers, to, addr, tls.as_deref(), &rx))?;
-    Ok(PeerSender { queue: tx })
+    let queue = spawn_lane::<Message>(peers, to, addr, tls.clone(), peers.config.queue_depth)?;
+    let snapshots = spawn_lane::<SnapMsg>(peers, to, addr, tls, peers.config.snapshot_window_chunks + 4)?;
+    Ok(PeerSender { queue, snapshots })
 }
 
-fn sender(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>, rx: &Receiver<Message>) {
+fn spawn_lane<T: Outbound>(
+    peers: &Arc<Peers>,
+    to: u64,
+    addr: SocketAddr,
+    tls: Option<Arc<PeerTlsContext>>,
+    depth: usize,
+) -> io::Result<Sender<T>> {
+    let (tx, rx) = crossbeam::channel::bounded(depth);
+    let peers = peers.clone();
+    let name = match T::LANE {
+        LANE_RAFT => format!("psmr-peer-snd-{to}"),
+        _ => format!("psmr-peer-snap-{to}"),
+    };
+    std::thread::Builder::new().name(name).spawn(move || sender(&peers, to, addr, tls.as_deref(), &rx))?;
+    Ok(tx)
+}
+
+fn sender<T: Outbound>(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>, rx: &Receiver<T>) {
     let mut backoff = Duration::from_millis(20);
     while !peers.life.stopping() {
-        let stream = match connect(peers, to, addr, tls) {
+        let stream = match connect(peers, to, addr, tls, T::LANE) {
             Ok(s) => s,
             Err(e) => {
                 match e {
@@ -474,12 +528,12 @@ fn sender(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>
                 Err(crossbeam::channel::RecvTimeoutError::Timeout) if !peers.life.stopping() => continue,
                 Err(_) => return,
             };
-            let mut result = w.write_all(&raft_frame(&msg));
+            let mut result = w.write_all(&msg.frame());
             // Write whatever else is queued before flushing: one record
             // and one system call for a burst of messages.
             while result.is_ok() {
                 match rx.try_recv() {
-                    Ok(m) => result = w.write_all(&raft_frame(&m)),
+                    Ok(m) => result = w.write_all(&m.frame()),
                     Err(_) => break,
                 }
             }
@@ -496,7 +550,13 @@ fn sender(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>
 
 /// Connects to a peer, authenticates both ends (with TLS) and introduces
 /// this replica.
-fn connect(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>) -> Result<PeerStream, PeerError> {
+fn connect(
+    peers: &Peers,
+    to: u64,
+    addr: SocketAddr,
+    tls: Option<&PeerTlsContext>,
+    lane: u8,
+) -> Result<PeerStream, PeerError> {
     let tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
     tcp.set_nodelay(true)?;
     tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
@@ -506,7 +566,7 @@ fn connect(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext
         None => PeerStream::Plain(sock),
     };
     let me = peers.config.member(peers.id).map_err(|e| io::Error::other(e.to_string()))?.peer;
-    stream.write_all(&hello(peers.id, peers.incarnation, peers.view.repaired(), me))?;
+    stream.write_all(&hello(peers.id, peers.incarnation, peers.view.repaired(), me, lane))?;
     stream.flush()?;
     let answer = read_frame(&mut stream, HELLO_MAX).map_err(|e| match e {
         // The server refused our certificate: its alert arrives here.
@@ -540,13 +600,13 @@ fn connect(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext
 #[derive(Default)]
 struct Pool {
     handshakes: AtomicUsize,
-    /// Per peer id: the current receiver's number and a handle on its
-    /// socket, to shut it down when a newer connection replaces it.
-    receivers: Mutex<HashMap<u64, (u64, TcpStream)>>,
-    /// Per peer id, the number of its current receiver, under a lock of
-    /// its own that a receiver holds while it passes a message on (see
-    /// [`Registration::pass`]).
-    gates: Mutex<HashMap<u64, Arc<Mutex<u64>>>>,
+    /// Per peer id and lane: the current receiver's number and a handle
+    /// on its socket, to shut it down when a newer connection replaces it.
+    receivers: Mutex<HashMap<Link, (u64, TcpStream)>>,
+    /// Per peer id and lane, the number of its current receiver, under a
+    /// lock of its own that a receiver holds while it passes a message on
+    /// (see [`Registration::pass`]).
+    gates: Mutex<HashMap<Link, Arc<Mutex<u64>>>>,
     next: AtomicU64,
 }
 
@@ -559,10 +619,13 @@ impl Drop for Slot {
     }
 }
 
-/// A peer's current receiver, unregistered when dropped.
+/// A peer and a lane.
+type Link = (u64, u8);
+
+/// A peer's current receiver on one lane, unregistered when dropped.
 struct Registration {
     pool: Arc<Pool>,
-    peer: u64,
+    link: Link,
     number: u64,
     gate: Arc<Mutex<u64>>,
 }
@@ -585,15 +648,15 @@ impl Registration {
 
     /// False once a newer connection of the same peer replaced this one.
     fn current(&self) -> bool {
-        self.pool.receivers.lock().get(&self.peer).is_some_and(|(n, _)| *n == self.number)
+        self.pool.receivers.lock().get(&self.link).is_some_and(|(n, _)| *n == self.number)
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut receivers = self.pool.receivers.lock();
-        if receivers.get(&self.peer).is_some_and(|(n, _)| *n == self.number) {
-            receivers.remove(&self.peer);
+        if receivers.get(&self.link).is_some_and(|(n, _)| *n == self.number) {
+            receivers.remove(&self.link);
         }
     }
 }
@@ -606,15 +669,15 @@ impl Pool {
         (taken < HANDSHAKES_MAX).then_some(slot)
     }
 
-    /// Makes `socket` the receiver of `peer`, shutting down the one before.
-    fn register(self: &Arc<Self>, peer: u64, socket: TcpStream) -> Registration {
+    /// Makes `socket` the receiver of `link`, shutting down the one before.
+    fn register(self: &Arc<Self>, link: Link, socket: TcpStream) -> Registration {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let gate = self.gates.lock().entry(peer).or_default().clone();
+        let gate = self.gates.lock().entry(link).or_default().clone();
         *gate.lock() = number;
-        if let Some((_, old)) = self.receivers.lock().insert(peer, (number, socket)) {
+        if let Some((_, old)) = self.receivers.lock().insert(link, (number, socket)) {
             let _ = old.shutdown(Shutdown::Both);
         }
-        Registration { pool: self.clone(), peer, number, gate }
+        Registration { pool: self.clone(), link, number, gate }
     }
 
     fn close_all(&self) {
@@ -684,10 +747,13 @@ fn receiver(
     let mut registration = None;
     let result = receive(peers, pool, slot, stream, tls, inbound, &mut registration);
     let replaced = registration.as_ref().is_some_and(|r| !r.current());
+    let snapshots = registration.as_ref().is_some_and(|r| r.link.1 == LANE_SNAPSHOT);
     match result {
         Ok(()) => {}
         Err(_) if replaced || peers.life.stopping() => debug!(%from, "peer connection replaced or closed"),
         Err(e) if e.is_close() => debug!(%from, "peer connection closed"),
+        // The snapshot lane is silent between transfers.
+        Err(e @ PeerError::Idle(_)) if snapshots => debug!(%from, "closing a snapshot lane: {e}"),
         // Only an authenticated peer gets this far: no flood to fear.
         Err(e @ PeerError::Idle(_)) => info!(%from, "closing peer connection: {e}"),
         Err(e) => crate::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
@@ -702,6 +768,8 @@ struct Hello {
     repaired: bool,
     /// Where it listens, if it says.
     listens: Option<SocketAddr>,
+    /// The connection's lane (raft's, from a replica built before lanes).
+    lane: u8,
 }
 
 /// Reads a `Hello` (hostile bytes: refused with an error).
@@ -726,12 +794,16 @@ fn read_hello(stream: &mut PeerStream) -> Result<Hello, PeerError> {
     // replica that does not know it yet, because it has not seen the
     // entry that added it, answers it there.
     let listens = if d.end().is_ok() { None } else { Some(d.str()?) };
+    let lane = if d.end().is_ok() { LANE_RAFT } else { d.u8()? };
     d.end()?;
+    if lane > LANE_SNAPSHOT {
+        return Err(WireError::Malformed { what: "peer hello", why: format!("lane {lane}") }.into());
+    }
     let listens = listens
         .map(|a| a.parse::<SocketAddr>())
         .transpose()
         .map_err(|_| WireError::Malformed { what: "peer hello", why: "a peer address that is not host:port".into() })?;
-    Ok(Hello { peer, incarnation, repaired, listens })
+    Ok(Hello { peer, incarnation, repaired, listens, lane })
 }
 
 /// Authenticates an accepted connection and reads its `Hello`; answers it
@@ -772,10 +844,14 @@ fn receive(
 ) -> Result<(), PeerError> {
     let control = tcp.try_clone()?;
     let (mut stream, hello) = handshake(peers, tcp, tls)?;
-    let peer = hello.peer;
-    let current = registration.insert(pool.register(peer, control));
+    let (peer, lane) = (hello.peer, hello.lane);
+    let current = registration.insert(pool.register((peer, lane), control));
     // From here on this thread is `peer`'s receiver, not a handshake.
     drop(slot);
+    if lane == LANE_SNAPSHOT {
+        debug!(peer, "snapshot lane connected");
+        return relay_snapshots(peers, peer, &mut stream, current, inbound);
+    }
     info!(peer, repaired = hello.repaired, "peer connected");
     // Before any raft message of this connection: the protocol thread
     // forgets what the peer acknowledged before it was repaired.
@@ -788,6 +864,33 @@ fn receive(
         }
     }
     relay(peers, peer, &mut stream, current, inbound)
+}
+
+/// Passes the snapshot transfer messages of an established snapshot lane
+/// from `peer` on to the protocol thread, until the connection ends or a
+/// newer one replaces it. The protocol checks what they say.
+fn relay_snapshots(
+    peers: &Peers,
+    peer: u64,
+    stream: &mut PeerStream,
+    current: &Registration,
+    inbound: &crate::queue::Sender<Inbound>,
+) -> Result<(), PeerError> {
+    let config = &peers.config;
+    let (idle, whole) = (idle_timeout(config), Duration::from_millis(config.frame_timeout_ms));
+    loop {
+        let frame = read_frame_timed(stream, config.peer_frame_max, idle, whole)?;
+        if peers.view.is_removed(peer) {
+            return Ok(());
+        }
+        if frame.kind != K_SNAP {
+            return Err(WireError::UnknownKind(frame.kind).into());
+        }
+        let msg = Box::new(SnapMsg::decode(&frame.body)?);
+        if current.pass(inbound, Inbound::Snap { peer, msg }) != Ok(true) {
+            return Ok(());
+        }
+    }
 }
 
 /// Passes the raft messages of an established connection from `peer` on

@@ -7,8 +7,24 @@ use parking_lot::RwLock;
 use psmr_core::config::Member;
 use psmr_core::membership::Membership;
 use psmr_core::protocol::View;
+use psmr_core::transfer::Progress;
 use psmr_model::wire::{MemberInfo, ServerMsg};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// One transfer, for `status`.
+fn describe_transfer(t: &Progress, now_ns: u64) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let secs = now_ns.saturating_sub(t.started_ns) as f64 / 1e9;
+    let rate = if secs > 0.0 { mib(t.done) / secs } else { 0.0 };
+    let (verb, dir) = if t.sending { ("sending", "to") } else { ("receiving", "from") };
+    format!(
+        "{verb} the snapshot at {} {dir} replica {}: {:.1} of {:.1} MiB, {rate:.1} MiB/s",
+        t.id.index,
+        t.peer,
+        mib(t.done),
+        mib(t.id.bytes)
+    )
+}
 
 /// See the module documentation.
 pub struct ClusterView {
@@ -24,6 +40,10 @@ pub struct ClusterView {
     membership: RwLock<Membership>,
     /// Bumped at every membership change (peer links check it cheaply).
     epoch: AtomicU64,
+    /// Snapshot transfers in progress.
+    transfers: RwLock<Vec<Progress>>,
+    /// Whether `transfers` is non-empty (read without the lock).
+    transferring: AtomicBool,
 }
 
 impl ClusterView {
@@ -40,7 +60,28 @@ impl ClusterView {
             repaired: AtomicBool::new(repaired),
             membership: RwLock::new(Membership::default()),
             epoch: AtomicU64::new(0),
+            transfers: RwLock::default(),
+            transferring: AtomicBool::new(false),
         }
+    }
+
+    /// Publishes the snapshot transfers in progress (cheap while there
+    /// are none, as almost always).
+    pub fn set_transfers(&self, transfers: Vec<Progress>) {
+        if transfers.is_empty() && !self.transferring.load(Ordering::Acquire) {
+            return;
+        }
+        self.transferring.store(!transfers.is_empty(), Ordering::Release);
+        *self.transfers.write() = transfers;
+    }
+
+    /// The snapshot transfers in progress, as people read them: the peer,
+    /// bytes done of the file's size, and the rate since it started (the
+    /// protocol's clock, [`crate::clock::now_ns`]).
+    pub fn transfers_text(&self) -> String {
+        let now = crate::clock::now_ns();
+        let lines: Vec<String> = self.transfers.read().iter().map(|t| describe_transfer(t, now)).collect();
+        lines.join("; ")
     }
 
     /// This replica's id.

@@ -36,7 +36,9 @@ use crate::guard::{self, Guard, Refusal};
 use crate::membership::{self, Committed, Membership};
 use crate::reads::Reads;
 use crate::request::Request;
+use crate::snapfile::SnapshotFile;
 use crate::store::{RaftLog, Store};
+use crate::transfer::{self, Link, Progress, Report, SnapMsg, Transfers};
 use psmr_model::wire::ServerMsg;
 use raft::prelude::{Entry, Message, MessageType, Snapshot};
 use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
@@ -64,8 +66,10 @@ const STEPPED_REPORTED: usize = 8;
 pub enum Apply {
     /// Committed entries, in log order.
     Entries(Vec<Entry>),
-    /// A snapshot from the leader replaces the state.
-    Snapshot(Box<Snapshot>),
+    /// A snapshot from the leader replaces the state: raft's snapshot, and
+    /// a handle on its file, which stays readable whatever the store
+    /// keeps next ([`crate::state::open`]).
+    Snapshot(Box<Snapshot>, Box<dyn SnapshotFile>),
     /// Reads the leader serves without the log: every entry they must
     /// see is applied; they execute after it.
     Reads(Vec<Request>),
@@ -88,7 +92,18 @@ pub enum Stop {
 pub trait ProtocolIo {
     /// Sends a raft message to its peer (`msg.to`); false if it cannot be
     /// sent now (raft then treats the peer as unreachable for a while).
+    /// Never a `MsgSnapshot`: those go with their files
+    /// ([`ProtocolIo::send_snapshot`]).
     fn send(&mut self, msg: Message) -> bool;
+    /// Sends a message of a snapshot transfer to peer `to`, on the lane
+    /// that carries nothing else ([`crate::transfer`]); false if the lane
+    /// cannot take it now (the transfer tries again in a later turn).
+    fn send_snapshot(&mut self, to: u64, msg: SnapMsg) -> bool;
+    /// A message of a snapshot transfer from `peer` was refused: `why`
+    /// (count it, log it within limits).
+    fn transfer_refused(&mut self, peer: u64, why: &str) {
+        debug!(peer, "snapshot transfer: {why}");
+    }
     /// Hands work to the apply loop, in order; false if it is gone.
     fn apply(&mut self, work: Apply) -> bool;
     /// Sends `msg` to client `client`: a redirect to the leader.
@@ -203,6 +218,8 @@ pub struct Protocol<S: Store> {
     rng: ChaCha8Rng,
     stepped: Stepped,
     planted: Planted,
+    /// Snapshot files on their way to followers, or from the leader.
+    transfers: Transfers,
 }
 
 /// The raft-rs configuration of replica `id`, from its configuration.
@@ -278,6 +295,7 @@ impl<S: Store> Protocol<S> {
             rng: ChaCha8Rng::seed_from_u64(options.seed),
             stepped: Stepped::default(),
             planted: options.planted,
+            transfers: Transfers::new(transfer::Limits::of(config)),
         };
         protocol.reseed();
         Ok(protocol)
@@ -330,8 +348,18 @@ impl<S: Store> Protocol<S> {
     }
 
     /// A raft message from peer `msg.from` (authenticated by the driver):
-    /// through the guard, then stepped.
+    /// through the guard, then stepped. A `MsgSnapshot` is refused here: it
+    /// comes with its file ([`Protocol::snapshot_msg`]).
     pub fn step(&mut self, msg: Message, io: &mut impl ProtocolIo) -> Result<(), Stop> {
+        if msg.get_msg_type() == MessageType::MsgSnapshot {
+            let detail = "a snapshot comes with its file, on the snapshot lane".into();
+            io.refused(&msg, &Refusal { rule: guard::Rule::Snapshot, detail });
+            return Ok(());
+        }
+        self.step_checked(msg, io)
+    }
+
+    fn step_checked(&mut self, msg: Message, io: &mut impl ProtocolIo) -> Result<(), Stop> {
         let (kind, from) = (msg.get_msg_type(), msg.from);
         let floor = self.rules_floor();
         let what = || format!("checking {kind:?} from replica {from}");
@@ -403,6 +431,85 @@ impl<S: Store> Protocol<S> {
         Ok(())
     }
 
+    /// A message of a snapshot transfer from peer `from` (authenticated by
+    /// the driver), at `now_ns` on the driver's clock. A snapshot received
+    /// whole and checked is stepped, and its ready handled at once: the
+    /// store keeps its file before anything else can replace it.
+    pub fn snapshot_msg(&mut self, from: u64, msg: SnapMsg, now_ns: u64, io: &mut impl ProtocolIo) -> Result<(), Stop> {
+        self.transfers.now_ns = self.transfers.now_ns.max(now_ns);
+        let report = match msg {
+            SnapMsg::Offer(m) => return self.offered(from, *m, io),
+            SnapMsg::Chunk { id, offset, crc, data } => {
+                let whole = self.transfers.on_chunk(from, (id, offset, crc), &data, &self.store, &mut LinkIo(io));
+                return whole.map_or(Ok(()), |offer| self.install(offer, io));
+            }
+            SnapMsg::Ack { id, next, resume } => self.transfers.on_ack(from, id, next, resume),
+            SnapMsg::Refuse { id, why } => self.transfers.on_refuse(from, id, &why),
+        };
+        self.report(report.into_iter());
+        Ok(())
+    }
+
+    /// The transfers in progress, sending and receiving.
+    pub fn transfers(&self) -> Vec<Progress> {
+        self.transfers.progress()
+    }
+
+    /// An offer from `from`: checked as the raft message it carries; a
+    /// snapshot raft would not restore (the log holds what it covers) is
+    /// stepped at once, so that the leader learns where this log is,
+    /// and its file is not asked for.
+    fn offered(&mut self, from: u64, m: Message, io: &mut impl ProtocolIo) -> Result<(), Stop> {
+        if !Transfers::is_offer_between(&m, from, self.id) {
+            io.transfer_refused(from, "an offer that is not a snapshot from its sender to this replica");
+            return Ok(());
+        }
+        let floor = self.rules_floor();
+        let what = || format!("checking a snapshot offer from replica {from}");
+        if let Err(why) = contained(what, || self.guard.check(&m, from, &self.node.raft, floor))? {
+            io.refused(&m, &why);
+            return Ok(());
+        }
+        let meta = m.get_snapshot().get_metadata();
+        let log = &self.node.raft.raft_log;
+        if meta.index < log.committed || log.match_term(meta.index, meta.term) {
+            if let Ok(id) = transfer::offered_id(&m) {
+                io.send_snapshot(from, SnapMsg::Refuse { id, why: "this replica's log holds it".into() });
+            }
+            return self.step_checked(m, io);
+        }
+        self.transfers.on_offer(from, m, &self.store, &mut LinkIo(io));
+        Ok(())
+    }
+
+    /// Steps the offer of a snapshot received whole (through the guard
+    /// again: the term may have moved on) and handles the ready.
+    fn install(&mut self, offer: Message, io: &mut impl ProtocolIo) -> Result<(), Stop> {
+        self.step_checked(offer, io)?;
+        self.handle_readies(io)
+    }
+
+    fn report(&mut self, reports: impl Iterator<Item = Report>) {
+        for (peer, status) in reports {
+            self.node.report_snapshot(peer, status);
+        }
+    }
+
+    /// Sends what transfers have due, and goes on with one resumed after a
+    /// restart.
+    fn pump_transfers(&mut self, now_ns: u64, io: &mut impl ProtocolIo) -> Result<(), Stop> {
+        self.transfers.now_ns = self.transfers.now_ns.max(now_ns);
+        let leading = self.node.raft.state == StateRole::Leader;
+        let ended = self.transfers.pump_out(leading, &mut LinkIo(io));
+        if leading {
+            self.report(ended.into_iter());
+        }
+        match self.transfers.pump_in(&self.store, &mut LinkIo(io)) {
+            Some(offer) => self.install(offer, io),
+            None => Ok(()),
+        }
+    }
+
     /// The apply loop applied everything up to `applied`.
     pub fn set_applied(&mut self, applied: u64) {
         self.applied = self.applied.max(applied);
@@ -464,6 +571,16 @@ impl<S: Store> Protocol<S> {
         self.take_released();
         self.propose_due(now_ns, io)?;
         self.start_reads(io)?;
+        self.handle_readies(io)?;
+        self.pump_transfers(now_ns, io)?;
+        self.serve_reads(io)?;
+        self.drive_admin(io)?;
+        self.stepped = Stepped::default();
+        Ok(())
+    }
+
+    /// Handles raft's readies, a bounded number of them.
+    fn handle_readies(&mut self, io: &mut impl ProtocolIo) -> Result<(), Stop> {
         for _ in 0..READIES_PER_TURN {
             if !self.node.has_ready() {
                 break;
@@ -475,9 +592,6 @@ impl<S: Store> Protocol<S> {
                 }
             }
         }
-        self.serve_reads(io)?;
-        self.drive_admin(io)?;
-        self.stepped = Stepped::default();
         Ok(())
     }
 
@@ -640,10 +754,11 @@ impl<S: Store> Protocol<S> {
 
     /// Handles the ready; returns its read states.
     fn on_ready(&mut self, io: &mut impl ProtocolIo) -> Result<Vec<ReadState>, Stop> {
-        let membership = &mut self.membership;
-        let mut out = Wire { io, membership, read_states: Vec::new(), changed: false, removed_at: None };
+        let (membership, transfers, store) = (&mut self.membership, &mut self.transfers, &self.store);
+        let mut out =
+            Wire { io, membership, transfers, store, read_states: Vec::new(), changed: false, removed_at: None };
         let what = || format!("handling a ready after {}", self.stepped.describe());
-        let (node, store, planted) = (&mut self.node, &self.store, self.planted);
+        let (node, planted) = (&mut self.node, self.planted);
         let handle = || {
             fail::fail_point!("protocol-ready");
             handle_ready(node, store, &mut out, planted)
@@ -691,11 +806,14 @@ impl<S: Store> Protocol<S> {
     }
 }
 
-/// The protocol's [`ReadyOut`]: the driver's io, and the membership the
-/// ready's conf changes and snapshots change.
-struct Wire<'a, I> {
+/// The protocol's [`ReadyOut`]: the driver's io, the membership the
+/// ready's conf changes and snapshots change, and the transfers its
+/// snapshot messages start.
+struct Wire<'a, I, S> {
     io: &'a mut I,
     membership: &'a mut Membership,
+    transfers: &'a mut Transfers,
+    store: &'a S,
     read_states: Vec<ReadState>,
     /// A conf change or a snapshot changed the membership.
     changed: bool,
@@ -703,16 +821,20 @@ struct Wire<'a, I> {
     removed_at: Option<u64>,
 }
 
-impl<S: Store, I: ProtocolIo> ReadyOut<S> for Wire<'_, I> {
+impl<S: Store, I: ProtocolIo> ReadyOut<S> for Wire<'_, I, S> {
     fn send(&mut self, node: &mut RawNode<RaftLog<S>>, msgs: Vec<Message>) {
         for msg in msgs {
-            let (to, snapshot) = (msg.to, msg.get_msg_type() == MessageType::MsgSnapshot);
-            let sent = self.io.send(msg);
-            if snapshot {
-                let status = if sent { SnapshotStatus::Finish } else { SnapshotStatus::Failure };
-                node.report_snapshot(to, status);
+            let to = msg.to;
+            if msg.get_msg_type() == MessageType::MsgSnapshot {
+                // Raft waits for the transfer's report; it offers again
+                // after a failure.
+                if let Err(why) = self.transfers.offer(msg, self.store) {
+                    debug!(peer = to, "cannot send a snapshot now: {why}");
+                    node.report_snapshot(to, SnapshotStatus::Failure);
+                }
+                continue;
             }
-            if !sent {
+            if !self.io.send(msg) {
                 node.report_unreachable(to);
             }
         }
@@ -728,7 +850,9 @@ impl<S: Store, I: ProtocolIo> ReadyOut<S> for Wire<'_, I> {
     fn restore(&mut self, snapshot: Snapshot) -> Result<(), String> {
         *self.membership = crate::state::membership(&snapshot)?;
         self.changed = true;
-        match self.io.apply(Apply::Snapshot(Box::new(snapshot))) {
+        let id = crate::store::descriptor_id(&snapshot).map_err(|e| e.to_string())?;
+        let file = self.store.open_snapshot(&id).map_err(|e| format!("cannot open the snapshot just kept: {e}"))?;
+        match self.io.apply(Apply::Snapshot(Box::new(snapshot), file)) {
             true => Ok(()),
             false => Err("the apply loop stopped".into()),
         }
@@ -811,5 +935,18 @@ impl slog::Drain for RaftLogDrain {
             _ => tracing::debug!(target: "raft", "{}", record.msg()),
         }
         Ok(())
+    }
+}
+
+/// The driver's io as transfers use it.
+struct LinkIo<'a, I>(&'a mut I);
+
+impl<I: ProtocolIo> Link for LinkIo<'_, I> {
+    fn send(&mut self, to: u64, msg: SnapMsg) -> bool {
+        self.0.send_snapshot(to, msg)
+    }
+
+    fn refused(&mut self, peer: u64, why: &str) {
+        self.0.transfer_refused(peer, why)
     }
 }

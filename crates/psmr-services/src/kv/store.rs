@@ -1,12 +1,16 @@
 //! [`KvService`]: the store, its execution of every [`KvOp`], and its
 //! snapshots and digest.
 
-use super::{key_bytes, key_hash, parse_integer, KvError, KvOp, KvReply, SetWhen, REPLY_VALUES_MAX, VALUE_MAX};
-use crate::{Cost, Reader};
+use super::{
+    key_bytes, key_hash, parse_integer, KvError, KvOp, KvReply, SetWhen, KEY_MAX, REPLY_VALUES_MAX, VALUE_MAX,
+};
+use crate::Cost;
 use parking_lot::RwLock;
+use psmr_model::snapshot::{put_bytes, put_header, put_u64, SnapshotReader};
 use psmr_model::{Command, Digest, Frozen, Key, Service, SnapshotError, StableHasher, UnorderedDigest};
 use std::collections::HashMap;
 use std::hash::Hasher;
+use std::io::{Read, Write};
 use std::sync::Arc;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"PSKV";
@@ -330,22 +334,57 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// The snapshot of the entries of `maps`, by increasing key.
-fn encode_sorted(maps: &[Arc<Map>]) -> Vec<u8> {
+/// Writes the snapshot of the entries of `maps`, by increasing key. Only
+/// references are sorted: the bytes go to `w` as they are written.
+fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
     let mut entries: Vec<(&Vec<u8>, &Vec<u8>)> = maps.iter().flat_map(|m| m.iter()).collect();
     entries.sort_unstable_by_key(|&(k, _)| k);
-    let size = entries.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>();
-    let mut out = Vec::with_capacity(14 + size);
-    out.extend_from_slice(SNAPSHOT_MAGIC);
-    out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    put_header(w, SNAPSHOT_MAGIC, SNAPSHOT_VERSION)?;
+    put_u64(w, entries.len() as u64)?;
     for (k, v) in entries {
-        for bytes in [k, v] {
-            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            out.extend_from_slice(bytes);
-        }
+        put_bytes(w, k)?;
+        put_bytes(w, v)?;
     }
-    out
+    Ok(())
+}
+
+/// Opens a key-value snapshot; a version 1 snapshot, from builds with
+/// `u64` keys, gets an error that says why rather than the generic
+/// version mismatch.
+fn open(src: &mut dyn Read) -> Result<SnapshotReader<'_>, SnapshotError> {
+    let mut r = SnapshotReader::new(src);
+    if &r.array::<4>()? != SNAPSHOT_MAGIC {
+        return Err(SnapshotError::Malformed("not a key-value snapshot (bad magic)".into()));
+    }
+    match r.u16()? {
+        SNAPSHOT_VERSION => Ok(r),
+        1 => Err(SnapshotError::Malformed(
+            "key-value snapshot version 1 has numeric (u64) keys, which this build no longer reads: its store has \
+             byte-string keys (snapshot version 2); restore from a replica running this build"
+                .into(),
+        )),
+        v => Err(SnapshotError::Malformed(format!(
+            "key-value snapshot version {v} is not supported (only {SNAPSHOT_VERSION})"
+        ))),
+    }
+}
+
+/// Reads the entries after the header, each handed to `insert`; keys must
+/// be strictly increasing, and the source must end with the last.
+fn read_entries(mut r: SnapshotReader<'_>, mut insert: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<(), SnapshotError> {
+    let count = r.u64()?;
+    let mut last: Option<Vec<u8>> = None;
+    for _ in 0..count {
+        let key = r.bytes(KEY_MAX, "a key")?;
+        if last.as_ref().is_some_and(|l| *l >= key) {
+            let shown = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
+            return Err(SnapshotError::Malformed(format!("key {shown:?} out of order or repeated")));
+        }
+        let value = r.bytes(VALUE_MAX, "a value")?;
+        last = Some(key.clone());
+        insert(key, value);
+    }
+    r.finish()
 }
 
 impl Service for KvService {
@@ -368,40 +407,44 @@ impl Service for KvService {
     /// (class-model shards are a view of the key space, stripes an internal
     /// detail), so the encoding has none and equal states give equal bytes.
     fn snapshot(&self) -> Vec<u8> {
-        self.freeze()()
+        let mut out = Vec::new();
+        self.freeze()(&mut out).expect("a vector takes every write");
+        out
     }
 
     /// The copy is every stripe's map shared, not copied: execution pauses
     /// for no more than 64 reference counts, and a stripe is copied when a
-    /// command first writes to it while the snapshot is being encoded.
+    /// command first writes to it while the snapshot is being written.
     fn freeze(&self) -> Frozen {
         let maps: Vec<Arc<Map>> = self.stripes.iter().map(|s| s.read().clone()).collect();
-        Box::new(move || encode_sorted(&maps))
+        Box::new(move |w| write_sorted(&maps, w))
     }
 
     /// Decodes the whole snapshot (keys must be strictly increasing) before
     /// replacing anything, so a bad snapshot leaves the state unchanged.
-    fn restore(&self, snapshot: &[u8]) -> Result<(), SnapshotError> {
-        refuse_version_1(snapshot)?;
-        let mut r = Reader::open(snapshot, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, "key-value")?;
-        let count = r.count(8)?;
+    fn restore(&self, mut snapshot: &[u8]) -> Result<(), SnapshotError> {
         let mut maps: Vec<Map> = vec![Map::default(); STRIPES];
-        let mut last: Option<&[u8]> = None;
-        for _ in 0..count {
-            let key = r.take_len_prefixed()?;
-            if last.is_some_and(|l| l >= key) {
-                let shown = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
-                return Err(SnapshotError::Malformed(format!("key {shown:?} out of order or repeated")));
-            }
-            last = Some(key);
-            let value = r.take_len_prefixed()?.to_vec();
-            maps[stripe_index(key_hash(key))].insert(key.to_vec(), value);
-        }
-        r.finish()?;
+        read_entries(open(&mut snapshot)?, |k, v| {
+            maps[stripe_index(key_hash(&k))].insert(k, v);
+        })?;
         for (stripe, map) in self.stripes.iter().zip(maps) {
             *stripe.write() = Arc::new(map);
         }
         Ok(())
+    }
+
+    /// Decodes as it reads, into the emptied store: the old state goes
+    /// before the new one comes, so memory never holds both. A snapshot of
+    /// another service or version is refused before anything is dropped.
+    fn restore_from(&self, source: &mut dyn Read) -> Result<(), SnapshotError> {
+        let r = open(source)?;
+        for stripe in self.stripes.iter() {
+            *stripe.write() = Arc::default();
+        }
+        read_entries(r, |k, v| {
+            let stripe = self.stripe(&k);
+            Arc::make_mut(&mut stripe.write()).insert(k, v);
+        })
     }
 
     /// Entries hashed one by one (key length, key, value length, value) and
@@ -421,19 +464,6 @@ impl Service for KvService {
         }
         digest.finish()
     }
-}
-
-/// Version 1 snapshots, from builds with `u64` keys, get an error that
-/// says why rather than the generic version mismatch.
-fn refuse_version_1(snapshot: &[u8]) -> Result<(), SnapshotError> {
-    if snapshot.get(..4) == Some(SNAPSHOT_MAGIC) && snapshot.get(4..6) == Some(&1u16.to_le_bytes()[..]) {
-        return Err(SnapshotError::Malformed(
-            "key-value snapshot version 1 has numeric (u64) keys, which this build no longer reads: its store has \
-             byte-string keys (snapshot version 2); restore from a replica running this build"
-                .into(),
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

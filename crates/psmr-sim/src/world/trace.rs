@@ -3,7 +3,18 @@
 
 use super::World;
 use crate::net::{Addr, Answer, Packet, Payload};
+use psmr_core::transfer::SnapMsg;
 use raft::StateRole;
+
+/// A snapshot transfer message in a trace line (a chunk without its data).
+fn describe(m: &SnapMsg) -> String {
+    match m {
+        SnapMsg::Offer(_) => "offer".into(),
+        SnapMsg::Chunk { offset, data, .. } => format!("chunk of {} bytes at {offset}", data.len()),
+        SnapMsg::Ack { next, resume, .. } => format!("ack {next}{}", if *resume { ", resume" } else { "" }),
+        SnapMsg::Refuse { why, .. } => format!("refused: {why}"),
+    }
+}
 
 fn addr_word(a: Addr) -> u64 {
     match a {
@@ -95,6 +106,17 @@ impl World {
                         line += &format!(" snapshot at {}", m.get_snapshot().get_metadata().index);
                     }
                     line
+                });
+            }
+            Payload::Snap(m) => {
+                let (kind, at, index) = match &**m {
+                    SnapMsg::Offer(o) => (0, 0, o.get_snapshot().get_metadata().index),
+                    SnapMsg::Chunk { id, offset, .. } => (1, *offset, id.index),
+                    SnapMsg::Ack { id, next, .. } => (2, *next, id.index),
+                    SnapMsg::Refuse { id, .. } => (3, 0, id.index),
+                };
+                self.trace.event(self.now, &[7, addr_word(from), addr_word(to), kind, at, index], || {
+                    format!("{to} <- {from} snapshot transfer at {index}: {}", describe(m))
                 });
             }
             Payload::Request { seq, ops } => {

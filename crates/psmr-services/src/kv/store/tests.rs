@@ -212,7 +212,9 @@ proptest! {
         for op in after {
             run(&s, op);
         }
-        prop_assert_eq!(frozen(), expected);
+        let mut written = Vec::new();
+        frozen(&mut written).unwrap();
+        prop_assert_eq!(written, expected);
     }
 
     /// Random bytes never panic and, when refused, change nothing.
@@ -261,6 +263,61 @@ fn restore_refuses_unordered_keys_old_versions_and_other_services() {
     v1.extend_from_slice(&le(0));
     let e = s.restore(&v1).unwrap_err().to_string();
     assert!(e.contains("version 1 has numeric (u64) keys") && e.contains("version 2"), "{e}");
+    assert_eq!(s.digest(), before);
+}
+
+/// A source that yields at most `step` bytes a read, so that a decoder
+/// sees fields cut at every boundary.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    step: usize,
+}
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+proptest! {
+    /// A streamed restore, however the source cuts the bytes, reaches the
+    /// state a restore from the whole vector reaches; a cut stream is
+    /// refused.
+    #[test]
+    fn a_streamed_restore_equals_a_whole_one(
+        ops in proptest::collection::vec(arb_op(), 0..40),
+        step in 1usize..9,
+    ) {
+        let s = KvService::new(6, Cost::Light);
+        for op in ops {
+            run(&s, op);
+        }
+        let snap = s.snapshot();
+        let streamed = KvService::new(2, Cost::Light);
+        streamed.restore_from(&mut Trickle { bytes: &snap, step }).unwrap();
+        prop_assert_eq!(streamed.digest(), s.digest());
+        prop_assert_eq!(streamed.snapshot(), snap.clone());
+        let cut = KvService::new(2, Cost::Light);
+        let short = &snap[..snap.len() - 1];
+        let refused = cut.restore_from(&mut Trickle { bytes: short, step });
+        prop_assert!(matches!(refused, Err(SnapshotError::Truncated(_))), "{:?}", refused);
+    }
+}
+
+#[test]
+fn a_streamed_restore_of_another_service_keeps_the_state() {
+    let s = KvService::new(4, Cost::Light);
+    let before = s.digest();
+    let list = crate::list::ListService::new(1, 1).snapshot();
+    let e = s.restore_from(&mut Trickle { bytes: &list, step: 3 }).unwrap_err();
+    assert!(e.to_string().contains("not a key-value snapshot"), "{e}");
+    let mut v3 = b"PSKV\x03\0".to_vec();
+    v3.extend_from_slice(&0u64.to_le_bytes());
+    let e = s.restore_from(&mut Trickle { bytes: &v3, step: 3 }).unwrap_err();
+    assert!(e.to_string().contains("version 3 is not supported"), "{e}");
     assert_eq!(s.digest(), before);
 }
 
