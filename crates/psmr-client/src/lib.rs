@@ -264,7 +264,8 @@ impl AsyncClient {
                 | ServerMsg::Stats { .. }
                 | ServerMsg::Metrics(_)
                 | ServerMsg::Members(_)
-                | ServerMsg::Reconfigured { .. } => {}
+                | ServerMsg::Reconfigured { .. }
+                | ServerMsg::SnapshotChunk { .. } => {}
                 ServerMsg::Redirect { leader, addr } => {
                     self.leader = addr.parse().ok();
                     return Err(Attempt::Retry(if leader == 0 {
@@ -322,6 +323,46 @@ impl AsyncClient {
         match Self::ask(addr, ClientMsg::Metrics, timeout).await? {
             ServerMsg::Metrics(text) => Ok(text),
             other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    /// Saves the newest snapshot the replica at `addr` keeps into `out`,
+    /// chunk by chunk over one connection, each chunk within `timeout`;
+    /// the bytes saved. The replica sends its snapshot file as it is (a
+    /// stream of checksummed pieces, `psmr_core::snapfile`): check what
+    /// was saved by reading it back. A newer snapshot that replaced the
+    /// file meanwhile is an error: save again.
+    pub async fn save_snapshot_of(
+        addr: SocketAddr,
+        out: &mut (dyn std::io::Write + Send),
+        timeout: Duration,
+    ) -> Result<u64, String> {
+        let within = |what: &'static str| move |_| format!("{what}: no answer within {timeout:?}");
+        let connect = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(within("connect"))?;
+        let mut s = connect.map_err(|e| format!("cannot connect: {e}"))?;
+        let (mut id, mut offset) = (Vec::new(), 0u64);
+        loop {
+            let msg = ClientMsg::Snapshot { id: id.clone(), offset };
+            let step = async {
+                s.write_all(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
+                let f =
+                    read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| format!("receive failed: {e}"))?;
+                ServerMsg::from_frame(&f).map_err(|e| format!("bad answer: {e}"))
+            };
+            let (got, at, total, data) =
+                match tokio::time::timeout(timeout, step).await.map_err(within("a chunk"))?? {
+                    ServerMsg::SnapshotChunk { id, offset, total, data } => (id, offset, total, data),
+                    ServerMsg::Error(e) => return Err(e),
+                    other => return Err(format!("unexpected answer {other:?}")),
+                };
+            if at != offset || (!id.is_empty() && got != id) || (data.is_empty() && offset < total) {
+                return Err(format!("a chunk of {} bytes at {at} of {total}, asked for {offset}", data.len()));
+            }
+            out.write_all(&data).map_err(|e| format!("cannot write the snapshot: {e}"))?;
+            (id, offset) = (got, offset + data.len() as u64);
+            if offset >= total {
+                return Ok(offset);
+            }
         }
     }
 
@@ -553,6 +594,16 @@ impl Client {
         timeout: Duration,
     ) -> Result<Reconfigured, String> {
         self.rt.block_on(AsyncClient::reconfigure_of(addr, change, timeout))
+    }
+
+    /// See [`AsyncClient::save_snapshot_of`].
+    pub fn save_snapshot_of(
+        &self,
+        addr: SocketAddr,
+        out: &mut (dyn std::io::Write + Send),
+        timeout: Duration,
+    ) -> Result<u64, String> {
+        self.rt.block_on(AsyncClient::save_snapshot_of(addr, out, timeout))
     }
 
     /// See [`AsyncClient::members_of`].

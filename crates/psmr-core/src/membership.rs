@@ -255,6 +255,16 @@ impl Membership {
         self.members.get(&id)
     }
 
+    /// A membership of `voters`, all of them voters: a cluster's first
+    /// (the founding entries make the same), or a restored one's.
+    pub fn of_voters(voters: &[Member]) -> Result<Membership, String> {
+        let mut m = Membership::default();
+        for member in voters {
+            m.apply(&Change::Add { member: member.clone(), voter: true })?;
+        }
+        Ok(m)
+    }
+
     /// Every member, by id.
     pub fn members(&self) -> impl Iterator<Item = &Member> {
         self.members.values()

@@ -145,6 +145,34 @@ pub fn open(snap: &Snapshot, file: Box<dyn SnapshotFile>) -> Result<Opened, Stri
     Ok(Opened { index, members, cache, service })
 }
 
+/// Writes the snapshot `saved` holds (a file saved from a cluster, `psmr
+/// client snapshot save`) into a new file of `store`, with `members` as
+/// its membership, so that a new cluster starts from its state (`psmr
+/// replica --restore-from`); raft's view of the new file, to persist and
+/// install. Every piece of `saved` is checked as it is copied, and its
+/// whole checksum at the end: a damaged file writes nothing kept.
+pub fn rebase(saved: Box<dyn SnapshotFile>, members: &Membership, store: &impl Store) -> Result<Snapshot, String> {
+    let mut reader = FileReader::open(Cursor::new(saved)).map_err(|e| e.to_string())?;
+    let (index, term) = (reader.index, reader.term);
+    let cache = {
+        let mut r = SnapshotReader::new(&mut reader);
+        r.bytes(MEMBERS_BYTES_MAX, "the membership").map_err(|e| e.to_string())?;
+        r.bytes(CACHE_BYTES_MAX, "the reply cache").map_err(|e| e.to_string())?
+    };
+    let encoded = members.encode();
+    let mut copy = || -> io::Result<SnapshotId> {
+        let mut w = FileWriter::new(store.snapshot_writer()?, index, term)?;
+        put_bytes(&mut w, &encoded)?;
+        put_bytes(&mut w, &cache)?;
+        io::copy(&mut reader, &mut w)?;
+        let (sink, id) = w.finish()?;
+        sink.finish()?;
+        Ok(id)
+    };
+    let id = copy().map_err(|e| e.to_string())?;
+    Ok(raft_snapshot(id, encoded, members.conf_state()))
+}
+
 /// Raft's view of the snapshot in `file` (as a store reads the file it
 /// kept when it opens): its index and term from the header, its
 /// membership from the first piece, its id from the end mark. Only those

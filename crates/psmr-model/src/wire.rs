@@ -416,7 +416,23 @@ pub enum ClientMsg {
         /// optimizer's.
         mapping: String,
     },
+    /// Send [`SNAPSHOT_CHUNK_MAX`] bytes at most of the snapshot file this
+    /// replica keeps, from `offset`: of the snapshot `id` names (as a
+    /// [`ServerMsg::SnapshotChunk`] said), or, `id` empty, of the newest
+    /// one (`psmr client snapshot save`).
+    Snapshot {
+        /// The snapshot's id, as the first chunk gave it; empty: the newest.
+        id: Vec<u8>,
+        /// Where in its file.
+        offset: u64,
+    },
 }
+
+/// The most bytes of a snapshot file one [`ServerMsg::SnapshotChunk`]
+/// carries.
+pub const SNAPSHOT_CHUNK_MAX: usize = 1 << 20;
+/// The longest snapshot id on the wire.
+const SNAPSHOT_ID_MAX: usize = 64;
 
 /// Most members a cluster has, voters and learners together: raft's
 /// quorum traffic grows with every voter, and clusters of more than a
@@ -571,6 +587,18 @@ pub enum ServerMsg {
     Error(String),
     /// Answer to [`ClientMsg::Status`].
     Status(ReplicaStatus),
+    /// Answer to [`ClientMsg::Snapshot`]: bytes of the snapshot file `id`
+    /// names, at `offset`, of its `total`.
+    SnapshotChunk {
+        /// The snapshot's id (opaque to the client: it sends it back).
+        id: Vec<u8>,
+        /// Where the bytes are in the file.
+        offset: u64,
+        /// The file's size.
+        total: u64,
+        /// The bytes (empty at the end).
+        data: Vec<u8>,
+    },
     /// Answer to [`ClientMsg::Stats`]: a monotonic clock reading in ns,
     /// every thread's counters and every execution worker's at that time.
     Stats {
@@ -611,6 +639,7 @@ const K_METRICS: u8 = 4;
 const K_CHANGE_MEMBERSHIP: u8 = 5;
 const K_MEMBERS: u8 = 6;
 const K_RECONFIGURE: u8 = 7;
+const K_SNAPSHOT: u8 = 8;
 const K_REPLIES: u8 = 16;
 const K_REDIRECT: u8 = 17;
 const K_ERROR: u8 = 18;
@@ -619,6 +648,16 @@ const K_STATS_REPLY: u8 = 20;
 const K_METRICS_REPLY: u8 = 21;
 const K_MEMBERS_REPLY: u8 = 22;
 const K_RECONFIGURED: u8 = 23;
+const K_SNAPSHOT_CHUNK: u8 = 24;
+
+/// Reads a snapshot id, at most [`SNAPSHOT_ID_MAX`] bytes.
+fn snapshot_id(d: &mut Decoder) -> Result<Vec<u8>, WireError> {
+    let id = d.bytes()?;
+    if id.len() > SNAPSHOT_ID_MAX {
+        return Err(d.error(format!("a snapshot id of {} bytes", id.len())));
+    }
+    Ok(id.to_vec())
+}
 
 /// [`MemberChange`]'s tags.
 const CHANGE_ADD: u8 = 1;
@@ -651,6 +690,10 @@ impl ClientMsg {
             ClientMsg::Reconfigure { scheduler, workers, mapping } => {
                 e.str(scheduler).u32(*workers).str(mapping);
                 frame_bytes(K_RECONFIGURE, &e.finish())
+            }
+            ClientMsg::Snapshot { id, offset } => {
+                e.bytes(id).u64(*offset);
+                frame_bytes(K_SNAPSHOT, &e.finish())
             }
         }
     }
@@ -689,6 +732,10 @@ impl ClientMsg {
                 d.end()?;
                 Ok(msg)
             }
+            K_SNAPSHOT => Decoder::whole(&f.body, "snapshot request", |d| {
+                let id = snapshot_id(d)?;
+                Ok(ClientMsg::Snapshot { id, offset: d.u64()? })
+            }),
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -752,6 +799,10 @@ impl ServerMsg {
                 e.str(scheduler).u32(*workers).u64(*stall_ns);
                 K_RECONFIGURED
             }
+            ServerMsg::SnapshotChunk { id, offset, total, data } => {
+                e.bytes(id).u64(*offset).u64(*total).bytes(data);
+                K_SNAPSHOT_CHUNK
+            }
         };
         frame_bytes(kind, &e.finish())
     }
@@ -777,6 +828,14 @@ impl ServerMsg {
             K_MEMBERS_REPLY => Decoder::whole(body, "members", Self::members),
             K_RECONFIGURED => Decoder::whole(body, "reconfigured", |d| {
                 Ok(ServerMsg::Reconfigured { scheduler: d.str()?, workers: d.u32()?, stall_ns: d.u64()? })
+            }),
+            K_SNAPSHOT_CHUNK => Decoder::whole(body, "snapshot chunk", |d| {
+                let (id, offset, total) = (snapshot_id(d)?, d.u64()?, d.u64()?);
+                let data = d.bytes()?;
+                if data.len() > SNAPSHOT_CHUNK_MAX {
+                    return Err(d.error(format!("{} bytes, more than {SNAPSHOT_CHUNK_MAX}", data.len())));
+                }
+                Ok(ServerMsg::SnapshotChunk { id, offset, total, data: data.to_vec() })
             }),
             k => Err(WireError::UnknownKind(k)),
         }
@@ -889,6 +948,10 @@ mod tests {
         };
         assert_eq!(roundtrip_client(&req), req);
         assert_eq!(roundtrip_client(&ClientMsg::Status), ClientMsg::Status);
+        let save = ClientMsg::Snapshot { id: vec![1; 28], offset: 9 };
+        assert_eq!(roundtrip_client(&save), save);
+        let chunk = ServerMsg::SnapshotChunk { id: vec![2; 28], offset: 3, total: 10, data: vec![7; 5] };
+        assert_eq!(roundtrip_server(&chunk), chunk);
         assert_eq!(roundtrip_client(&ClientMsg::Stats), ClientMsg::Stats);
         assert_eq!(roundtrip_client(&ClientMsg::Metrics), ClientMsg::Metrics);
         assert_eq!(roundtrip_client(&ClientMsg::Members), ClientMsg::Members);

@@ -5,14 +5,18 @@
 
 use crate::handles::Scheduling;
 use crate::metrics::{exposition, Observed};
-use psmr_model::wire::{MemberChange, ReplicaStatus, ServerMsg, RETRY_LATER};
+use psmr_core::snapfile::SnapshotId;
+use psmr_core::store::{descriptor_id, Store};
+use psmr_model::wire::{MemberChange, ReplicaStatus, ServerMsg, RETRY_LATER, SNAPSHOT_CHUNK_MAX};
 use psmr_sched::SchedConfig;
+use psmr_storage::Log;
 use psmr_transport::client::{BoxFuture, Control};
 use psmr_transport::msg::{Decision, Inbound};
 use psmr_transport::queue::Sender;
 use psmr_transport::view::ClusterView;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 /// The scheduler configuration for a scheduler name, a worker count and a
 /// mapping spec (empty: the default), or why there is none.
@@ -34,6 +38,38 @@ pub(crate) struct ReplicaControl {
     pub(crate) protocol: Sender<Inbound>,
     pub(crate) planner: Planner,
     pub(crate) reads_only: ReadsOnly,
+    /// The log and snapshot files, for clients that save a snapshot.
+    pub(crate) log: Log,
+    /// Snapshot chunks read at once, at most [`SNAPSHOT_READS_MAX`]: each
+    /// holds a chunk in memory.
+    pub(crate) snapshot_reads: Arc<Semaphore>,
+}
+
+/// Snapshot chunks (of [`SNAPSHOT_CHUNK_MAX`] bytes) read for clients at
+/// once.
+pub(crate) const SNAPSHOT_READS_MAX: usize = 4;
+
+/// Bytes of the snapshot file `log` keeps, for a client that saves it:
+/// the newest one (`id` empty) or the one `id` names, from `offset`.
+fn read_snapshot_chunk(log: &Log, id: &[u8], offset: u64) -> Result<ServerMsg, String> {
+    let id = match id.is_empty() {
+        true => {
+            let kept = log.kept().ok_or("this replica keeps no snapshot yet")?;
+            descriptor_id(&kept).map_err(|e| e.to_string())?
+        }
+        false => SnapshotId::decode(id)?,
+    };
+    let file = log
+        .open_snapshot(&id)
+        .map_err(|e| format!("the snapshot at {} is no longer kept here ({e}): save again", id.index))?;
+    let total = file.len();
+    if offset > total {
+        return Err(format!("offset {offset} beyond the {total} bytes of the snapshot"));
+    }
+    let mut data = vec![0; (total - offset).min(SNAPSHOT_CHUNK_MAX as u64) as usize];
+    let got = file.read_at(offset, &mut data).map_err(|e| e.to_string())?;
+    data.truncate(got);
+    Ok(ServerMsg::SnapshotChunk { id: id.encode().to_vec(), offset, total, data })
 }
 
 impl Control for ReplicaControl {
@@ -113,5 +149,24 @@ impl Control for ReplicaControl {
 
     fn reads_only(&self, op: &[u8]) -> bool {
         (self.reads_only)(op)
+    }
+
+    /// Read off the async threads, a bounded number at once.
+    fn snapshot_chunk(&self, id: Vec<u8>, offset: u64) -> BoxFuture<'_, ServerMsg> {
+        Box::pin(async move {
+            let Ok(permit) = self.snapshot_reads.clone().try_acquire_owned() else {
+                return ServerMsg::Error(format!("{RETRY_LATER}{SNAPSHOT_READS_MAX} snapshot reads are running"));
+            };
+            let log = self.log.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                read_snapshot_chunk(&log, &id, offset)
+            });
+            match read.await {
+                Ok(Ok(chunk)) => chunk,
+                Ok(Err(why)) => ServerMsg::Error(why),
+                Err(e) => ServerMsg::Error(format!("reading the snapshot failed: {e}")),
+            }
+        })
     }
 }

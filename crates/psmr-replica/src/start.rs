@@ -116,8 +116,8 @@ impl<A: App> ReplicaBuilder<A> {
         let tls = start_peers(&h, peer_listener, &q, &mut replica)?;
         let app = Arc::new(app);
         let (request_tx, decision_tx, inbound_tx) = (q.requests.clone(), q.decisions.clone(), q.inbound.clone());
-        start_stages(&h, app.clone(), sched, log, q, tls, &mut replica)?;
-        let control = control(&h, &app, &me, decision_tx, inbound_tx);
+        start_stages(&h, app.clone(), sched, log.clone(), q, tls, &mut replica)?;
+        let control = control(&h, &app, &me, (decision_tx, inbound_tx), log);
         let runtime = start_io(&h, request_tx, control, client_listener, metrics_listener)?;
         if let (Some(addr), Some((make, listener))) = (me.redis, redis) {
             let listener = match listener {
@@ -277,8 +277,8 @@ fn control<A: App>(
     h: &Handles,
     app: &Arc<A>,
     me: &Member,
-    decisions: queue::Sender<Decision>,
-    protocol: queue::Sender<Inbound>,
+    (decisions, protocol): (queue::Sender<Decision>, queue::Sender<Inbound>),
+    log: Log,
 ) -> Arc<ReplicaControl> {
     Arc::new(ReplicaControl {
         id: h.id,
@@ -290,6 +290,8 @@ fn control<A: App>(
         protocol,
         planner: planner(app, &h.config),
         reads_only: reads_only(app),
+        log,
+        snapshot_reads: Arc::new(tokio::sync::Semaphore::new(crate::control::SNAPSHOT_READS_MAX)),
     })
 }
 

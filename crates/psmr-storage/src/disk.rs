@@ -438,6 +438,11 @@ fn fresh_incarnation() -> u64 {
     h.finish() | 1
 }
 
+/// Whether `dir` holds raft-engine log files.
+pub(crate) fn holds_log(dir: &Path) -> bool {
+    log_files(&dir.join(LOG_DIR)).is_ok_and(|files| !files.is_empty())
+}
+
 /// One raft-engine log file.
 #[derive(Clone, Debug)]
 struct LogFile {

@@ -10,6 +10,7 @@
 pub mod disk;
 mod log;
 pub(crate) mod private;
+mod restore;
 pub(crate) mod snapfiles;
 pub mod synced;
 

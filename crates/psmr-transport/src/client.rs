@@ -85,6 +85,9 @@ pub trait Control: Send + Sync + 'static {
     /// Whether an operation only reads (the application decides): a request
     /// of reads only may be served without the log.
     fn reads_only(&self, op: &[u8]) -> bool;
+    /// Bytes of the snapshot file this replica keeps, for a client that
+    /// saves it ([`ClientMsg::Snapshot`]); the answer to send.
+    fn snapshot_chunk(&self, id: Vec<u8>, offset: u64) -> BoxFuture<'_, ServerMsg>;
 }
 
 /// The client port's metrics.
@@ -348,6 +351,7 @@ impl ClientIo {
                 }
             }
             ClientMsg::Stats => control.stats(),
+            ClientMsg::Snapshot { id, offset } => control.snapshot_chunk(id, offset).await,
             ClientMsg::Request { .. } => unreachable!("requests are queued, not answered here"),
         }
     }

@@ -46,6 +46,13 @@ pub struct ReplicaArgs {
     /// a log.
     #[arg(long)]
     join: bool,
+    /// Disk storage: before starting, make this replica's empty data
+    /// directory start from FILE, a snapshot saved with `psmr client
+    /// snapshot save` (from this cluster or another), with the members of
+    /// --config as its membership. Restore every replica of the new
+    /// cluster from the same file; they start where the snapshot ends.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["join", "repair"])]
+    restore_from: Option<PathBuf>,
 }
 
 /// Set while this process runs a replica: a panic in any thread then ends
@@ -70,6 +77,9 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
             .with_context(|| format!("replica {}: repair", args.id))?;
         println!("{report}");
     }
+    if let Some(file) = &args.restore_from {
+        restore(&config, args.id, file)?;
+    }
     let replica = launch::start_replica(&config, args.id)?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
     if let Err(e) = replica.wait() {
@@ -79,6 +89,48 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// Starts replica `id`'s data directory from the saved snapshot `file`.
+fn restore(config: &Config, id: u64, file: &Path) -> Result<()> {
+    if config.storage != Storage::Disk {
+        bail!("--restore-from applies to disk storage only: a replica in memory starts empty");
+    }
+    let saved = std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+    let members = psmr_core::membership::Membership::of_voters(&config.replicas).map_err(|e| anyhow!(e))?;
+    let dir = config.replica_dir(id);
+    let snap = psmr_storage::DiskStore::restore_from(&dir, Box::new(SavedFile(saved)), &members)
+        .with_context(|| format!("replica {id}: restore from {}", file.display()))?;
+    let meta = snap.get_metadata();
+    println!(
+        "replica {id} restored from {} (index {}, term {}) into {}",
+        file.display(),
+        meta.index,
+        meta.term,
+        dir.display()
+    );
+    Ok(())
+}
+
+/// A saved snapshot file, as the store reads one.
+struct SavedFile(std::fs::File);
+
+impl psmr_core::snapfile::SnapshotFile for SavedFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut done = 0;
+        while done < buf.len() {
+            match self.0.read_at(&mut buf[done..], offset + done as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(done)
+    }
+
+    fn len(&self) -> u64 {
+        self.0.metadata().map_or(0, |m| m.len())
+    }
 }
 
 /// `psmr cluster`.
@@ -379,6 +431,13 @@ enum ClientOp {
         #[arg(long)]
         mapping: Option<String>,
     },
+    /// Snapshots: `save FILE` writes the newest snapshot a replica keeps
+    /// to FILE (restore a new cluster from it with `psmr replica
+    /// --restore-from FILE`).
+    Snapshot {
+        #[command(subcommand)]
+        op: SnapshotOp,
+    },
     /// The cluster's members (id, client and peer address, voter or
     /// learner), as the first replica of --cluster that answers knows them.
     Members {
@@ -386,6 +445,22 @@ enum ClientOp {
         /// table.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotOp {
+    /// Write the newest snapshot the first replica of --cluster that
+    /// answers keeps (or replica --replica) to FILE, streamed chunk by
+    /// chunk, then check every piece and the whole file's checksum before
+    /// it takes the name FILE (FILE.partial until then).
+    Save {
+        /// Where to write it.
+        file: PathBuf,
+        /// The replica to save it from (its id; its address comes from the
+        /// members list).
+        #[arg(long, value_parser = replica_id)]
+        replica: Option<u64>,
     },
 }
 
@@ -506,6 +581,9 @@ pub fn client(args: ClientArgs) -> Result<()> {
                 done.scheduler, done.workers, done.stall
             );
         }
+        ClientOp::Snapshot { op: SnapshotOp::Save { file, replica } } => {
+            save_snapshot(&addrs, replica, &file, timeout)?
+        }
         ClientOp::Members { json } => {
             let members = members(&addrs, timeout)?;
             if json {
@@ -516,6 +594,52 @@ pub fn client(args: ClientArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Saves the newest snapshot of replica `replica` (or of the first of
+/// `addrs` that answers) to `file`, checked.
+fn save_snapshot(addrs: &[SocketAddr], replica: Option<u64>, file: &Path, timeout: Duration) -> Result<()> {
+    let from: Vec<SocketAddr> = match replica {
+        Some(id) => {
+            let member = members(addrs, timeout)?.into_iter().find(|m| m.id == id);
+            let member = member.ok_or_else(|| anyhow!("replica {id} is not a member of the cluster"))?;
+            vec![member.client.parse().map_err(|_| anyhow!("replica {id}'s client address {:?}", member.client))?]
+        }
+        None => addrs.to_vec(),
+    };
+    let partial = file.with_extension("partial");
+    let client = Client::new(ClientConfig::new(from.clone()))?;
+    let mut why = Vec::new();
+    for addr in from {
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?,
+        );
+        match client.save_snapshot_of(addr, &mut out, timeout) {
+            Ok(bytes) => {
+                drop(out);
+                let (index, term) = check_saved(&partial)?;
+                std::fs::rename(&partial, file).with_context(|| format!("cannot rename to {}", file.display()))?;
+                println!(
+                    "saved the snapshot at index {index} (term {term}) of {addr}: {bytes} bytes, checked, in {}",
+                    file.display()
+                );
+                return Ok(());
+            }
+            Err(e) => why.push(format!("{addr}: {e}")),
+        }
+    }
+    let _ = std::fs::remove_file(&partial);
+    bail!("no replica saved its snapshot: {}", why.join("; "))
+}
+
+/// Reads a saved snapshot file through, checking every piece and the
+/// whole; its index and term.
+fn check_saved(path: &Path) -> Result<(u64, u64)> {
+    let f = std::fs::File::open(path)?;
+    let mut r = psmr_core::snapfile::FileReader::open(std::io::BufReader::new(f))
+        .with_context(|| format!("{} is not a snapshot", path.display()))?;
+    std::io::copy(&mut r, &mut std::io::sink()).with_context(|| format!("{} is damaged", path.display()))?;
+    Ok((r.index, r.term))
 }
 
 fn change_membership(addrs: &[SocketAddr], change: MemberChange, timeout: Duration) -> Result<Vec<MemberInfo>> {

@@ -750,3 +750,66 @@ fn reconfigure_switches_one_replicas_scheduler_and_refuses_an_unknown_one() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_saved_snapshot_starts_a_new_cluster_with_the_same_state() {
+    let dir = test_dir("restore");
+    let cluster = Cluster::start(3, "disk", &dir);
+    // Snapshots every 4 entries: the 10 writes after the first 20 keys
+    // push the newest snapshot past them.
+    for k in 0..30 {
+        assert!(cluster.client(&["put", &k.to_string(), &format!("v{k}")]).status.success());
+    }
+    cluster.converged();
+    let saved = dir.join("saved.snap");
+    let o = cluster.client(&["snapshot", "save", saved.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("checked"), "{}", text(&o.stdout));
+    assert!(!dir.join("saved.partial").exists());
+    drop(cluster);
+
+    // A new cluster on other ports and directories, from the saved file.
+    let mut config: toml::Table = std::fs::read_to_string(dir.join("cluster.toml")).unwrap().parse().unwrap();
+    config.insert("data_dir".into(), dir.join("restored").to_str().unwrap().into());
+    let mut addrs = Vec::new();
+    for r in config.get_mut("replicas").unwrap().as_array_mut().unwrap() {
+        let r = r.as_table_mut().unwrap();
+        let client = free_addr();
+        r.insert("client".into(), client.clone().into());
+        r.insert("peer".into(), free_addr().into());
+        r.remove("metrics");
+        r.remove("redis");
+        addrs.push(client);
+    }
+    let new = dir.join("restored.toml");
+    std::fs::write(&new, toml::to_string(&config).unwrap()).unwrap();
+    let start = |id: &str| {
+        Command::new(env!("CARGO_BIN_EXE_psmr"))
+            .args(["replica", "--config", new.to_str().unwrap(), "--id", id, "--restore-from"])
+            .arg(&saved)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut replicas: Vec<Child> = ["1", "2", "3"].iter().map(|id| start(id)).collect();
+    addrs.iter().for_each(|a| serving(a));
+    let cluster_flag = addrs.join(",");
+    let get = |k: u64| psmr(&["client", "--cluster", &cluster_flag, "get", &k.to_string()]);
+    for k in 0..20 {
+        let o = get(k);
+        assert!(o.status.success(), "key {k}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout).trim(), format!("v{k}"));
+    }
+    assert!(psmr(&["client", "--cluster", &cluster_flag, "put", "new", "x"]).status.success());
+    // Restoring over a replica's data is refused.
+    for r in &mut replicas {
+        let _ = Command::new("kill").arg("-TERM").arg(r.id().to_string()).status();
+        let _ = r.wait();
+    }
+    let o =
+        psmr(&["replica", "--config", new.to_str().unwrap(), "--id", "1", "--restore-from", saved.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("already holds a replica's data"), "{}", text(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

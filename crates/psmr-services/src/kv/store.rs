@@ -30,10 +30,27 @@ const STRIPES: usize = 64;
 /// heavy read of each service side by side.
 const MODERATE_ROUNDS: u32 = 340;
 
-type Map = HashMap<Vec<u8>, Vec<u8>, KeyHashBuilder>;
-/// A stripe's map is shared with the snapshot being encoded, if any: the
-/// first write after [`Service::freeze`] copies that stripe alone.
-type Stripe = RwLock<Arc<Map>>;
+/// Buckets per stripe: [`STRIPES`] × this many maps in all.
+const BUCKETS: usize = 256;
+
+/// A value, shared between the store and the snapshot being written.
+type Value = Arc<[u8]>;
+type Map = HashMap<Vec<u8>, Value, KeyHashBuilder>;
+/// A stripe: its keys spread over [`BUCKETS`] maps, each shared with the
+/// snapshot being written, if any. The first write after
+/// [`Service::freeze`] to a bucket copies that bucket alone: its keys and
+/// pointers to its values, about 1/16 384th of the store's entries, never
+/// the values. So a snapshot costs memory and time in proportion to the
+/// buckets written while it is written, and no command waits for more
+/// than one bucket's copy (RwLock: readers of the stripe wait while it is
+/// made).
+type Stripe = RwLock<Box<[Arc<Map>]>>;
+
+/// A stripe of empty buckets, sharing one map until they are written.
+fn empty_stripe() -> Box<[Arc<Map>]> {
+    let empty = Arc::new(Map::default());
+    (0..BUCKETS).map(|_| empty.clone()).collect()
+}
 
 /// Hashes the store's keys a word at a time with one multiply and one
 /// rotation, seeded per process. std's default SipHash costs more than the
@@ -112,10 +129,11 @@ impl KvService {
     /// Every key is allocated up front (about 100 bytes each); workloads
     /// bound `keys` by [`crate::KEYS_MAX`].
     pub fn new(keys: u64, cost: Cost) -> Self {
-        let mut stripes: Box<[Stripe]> = (0..STRIPES).map(|_| RwLock::default()).collect();
+        let mut stripes: Box<[Stripe]> = (0..STRIPES).map(|_| RwLock::new(empty_stripe())).collect();
         for n in 0..keys {
             let key = key_bytes(n);
-            Arc::make_mut(stripes[stripe_index(key_hash(&key))].get_mut()).insert(key, n.to_le_bytes().to_vec());
+            let (stripe, bucket) = place(key_hash(&key));
+            Arc::make_mut(&mut stripes[stripe].get_mut()[bucket]).insert(key, n.to_le_bytes().into());
         }
         Self {
             stripes,
@@ -131,7 +149,7 @@ impl KvService {
 
     /// Number of keys stored.
     pub fn len(&self) -> usize {
-        self.stripes.iter().map(|s| s.read().len()).sum()
+        self.stripes.iter().map(|s| s.read().iter().map(|b| b.len()).sum::<usize>()).sum()
     }
 
     /// True when no key is stored.
@@ -151,16 +169,16 @@ impl KvService {
         self.regions.enter_each(command, regions)
     }
 
-    fn stripe(&self, key: &[u8]) -> &Stripe {
-        &self.stripes[stripe_index(key_hash(key))]
+    fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        let (stripe, bucket) = place(key_hash(key));
+        f(self.stripes[stripe].read()[bucket].get(key).map(|v| &v[..]))
     }
 
-    fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&Vec<u8>>) -> R) -> R {
-        f(self.stripe(key).read().get(key))
-    }
-
+    /// Runs `f` on the bucket of `key`, copied first if a snapshot shares
+    /// it.
     fn write<R>(&self, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
-        f(Arc::make_mut(&mut self.stripe(key).write()))
+        let (stripe, bucket) = place(key_hash(key));
+        f(Arc::make_mut(&mut self.stripes[stripe].write()[bucket]))
     }
 
     /// The cost of `op`: [`burn`] once per key it names (once for an
@@ -183,17 +201,17 @@ impl KvService {
     /// Executes `op`; the command's cost is paid by the caller.
     fn apply(&self, op: &KvOp) -> KvReply {
         match op {
-            KvOp::Read { key } => KvReply::Value(self.read(key, |v| v.cloned())),
+            KvOp::Read { key } => KvReply::Value(self.read(key, |v| v.map(<[u8]>::to_vec))),
             KvOp::Create { key, value } => KvReply::Done(self.write(key, |m| {
                 let absent = !m.contains_key(key.as_slice());
                 if absent {
-                    m.insert(key.clone(), value.clone());
+                    m.insert(key.clone(), value.as_slice().into());
                 }
                 absent
             })),
             KvOp::Update { key, value } => KvReply::Done(self.write(key, |m| match m.get_mut(key.as_slice()) {
                 Some(v) => {
-                    v.clone_from(value);
+                    overwrite(v, value);
                     true
                 }
                 None => false,
@@ -203,7 +221,7 @@ impl KvService {
             KvOp::Set { key, value, when, get } => self.write(key, |m| set(m, key, value, *when, *get)),
             KvOp::Incr { key, by } => self.write(key, |m| incr(m, key, *by)),
             KvOp::Append { key, value } => self.write(key, |m| append(m, key, value)),
-            KvOp::Strlen { key } => KvReply::Int(self.read(key, |v| count(v.map_or(0, Vec::len)))),
+            KvOp::Strlen { key } => KvReply::Int(self.read(key, |v| count(v.map_or(0, <[u8]>::len)))),
             KvOp::MGet { keys } => self.mget(keys),
             KvOp::MSet { pairs } => {
                 for (key, value) in pairs {
@@ -219,7 +237,7 @@ impl KvService {
             KvOp::FlushDb => {
                 for stripe in self.stripes.iter() {
                     // Replaced, not cleared, so that the memory goes too.
-                    *stripe.write() = Arc::default();
+                    *stripe.write() = empty_stripe();
                 }
                 KvReply::Done(true)
             }
@@ -232,7 +250,7 @@ impl KvService {
         let mut bytes = 0usize;
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
-            let value = self.read(key, |v| v.cloned());
+            let value = self.read(key, |v| v.map(<[u8]>::to_vec));
             bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
             if bytes > REPLY_VALUES_MAX {
                 return KvReply::Error(KvError::ReplyTooLarge);
@@ -248,14 +266,22 @@ impl KvService {
 fn put(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
     match m.get_mut(key) {
         Some(v) => {
-            v.clear();
-            v.extend_from_slice(value);
+            overwrite(v, value);
             true
         }
         None => {
-            m.insert(key.to_vec(), value.to_vec());
+            m.insert(key.to_vec(), value.into());
             false
         }
+    }
+}
+
+/// Replaces `v` with `value`: in place if no snapshot shares it and the
+/// length is the same (no allocation), else with a new value.
+fn overwrite(v: &mut Value, value: &[u8]) {
+    match Arc::get_mut(v) {
+        Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
+        _ => *v = value.into(),
     }
 }
 
@@ -266,7 +292,7 @@ fn set(m: &mut Map, key: &[u8], value: &[u8], when: SetWhen, get: bool) -> KvRep
         SetWhen::IfAbsent => old.is_none(),
         SetWhen::IfPresent => old.is_some(),
     };
-    let reply = if get { KvReply::Value(old.cloned()) } else { KvReply::Done(apply) };
+    let reply = if get { KvReply::Value(old.map(|v| v.to_vec())) } else { KvReply::Done(apply) };
     if apply {
         put(m, key, value);
     }
@@ -292,14 +318,14 @@ fn incr(m: &mut Map, key: &[u8], by: i64) -> KvReply {
 }
 
 fn append(m: &mut Map, key: &[u8], value: &[u8]) -> KvReply {
-    let current = m.get(key).map_or(0, Vec::len);
+    let current = m.get(key).map_or(0, |v| v.len());
     if current.saturating_add(value.len()) > VALUE_MAX {
         return KvReply::Error(KvError::TooLarge);
     }
     match m.get_mut(key) {
-        Some(v) => v.extend_from_slice(value),
+        Some(v) => *v = [&v[..], value].concat().into(),
         None => {
-            m.insert(key.to_vec(), value.to_vec());
+            m.insert(key.to_vec(), value.into());
         }
     }
     KvReply::Int(count(current + value.len()))
@@ -310,10 +336,12 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn stripe_index(hash: Key) -> usize {
-    // Conflict keys are well mixed. Their bottom bits pick the stripe;
-    // `shard_of` reads the top ones.
-    (hash % STRIPES as u64) as usize
+/// The stripe and the bucket of a key with conflict key `hash`.
+fn place(hash: Key) -> (usize, usize) {
+    // Conflict keys are well mixed. Their bottom bits pick the stripe and
+    // the bucket; `shard_of` reads the top ones.
+    let stripe = (hash % STRIPES as u64) as usize;
+    (stripe, ((hash / STRIPES as u64) % BUCKETS as u64) as usize)
 }
 
 /// The cost of a command: `rounds` of a mixing function that the compiler
@@ -337,7 +365,7 @@ fn mix(mut x: u64) -> u64 {
 /// Writes the snapshot of the entries of `maps`, by increasing key. Only
 /// references are sorted: the bytes go to `w` as they are written.
 fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
-    let mut entries: Vec<(&Vec<u8>, &Vec<u8>)> = maps.iter().flat_map(|m| m.iter()).collect();
+    let mut entries: Vec<(&Vec<u8>, &Value)> = maps.iter().flat_map(|m| m.iter()).collect();
     entries.sort_unstable_by_key(|&(k, _)| k);
     put_header(w, SNAPSHOT_MAGIC, SNAPSHOT_VERSION)?;
     put_u64(w, entries.len() as u64)?;
@@ -412,23 +440,25 @@ impl Service for KvService {
         out
     }
 
-    /// The copy is every stripe's map shared, not copied: execution pauses
-    /// for no more than 64 reference counts, and a stripe is copied when a
-    /// command first writes to it while the snapshot is being written.
+    /// The copy is every bucket's map shared, not copied: execution pauses
+    /// for 16 384 reference counts, and a bucket is copied (its keys and
+    /// pointers to its values) when a command first writes to it while the
+    /// snapshot is being written.
     fn freeze(&self) -> Frozen {
-        let maps: Vec<Arc<Map>> = self.stripes.iter().map(|s| s.read().clone()).collect();
+        let maps: Vec<Arc<Map>> = self.stripes.iter().flat_map(|s| s.read().to_vec()).collect();
         Box::new(move |w| write_sorted(&maps, w))
     }
 
     /// Decodes the whole snapshot (keys must be strictly increasing) before
     /// replacing anything, so a bad snapshot leaves the state unchanged.
     fn restore(&self, mut snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let mut maps: Vec<Map> = vec![Map::default(); STRIPES];
+        let mut stripes: Vec<Box<[Arc<Map>]>> = (0..STRIPES).map(|_| empty_stripe()).collect();
         read_entries(open(&mut snapshot)?, |k, v| {
-            maps[stripe_index(key_hash(&k))].insert(k, v);
+            let (stripe, bucket) = place(key_hash(&k));
+            Arc::make_mut(&mut stripes[stripe][bucket]).insert(k, v.into());
         })?;
-        for (stripe, map) in self.stripes.iter().zip(maps) {
-            *stripe.write() = Arc::new(map);
+        for (stripe, fresh) in self.stripes.iter().zip(stripes) {
+            *stripe.write() = fresh;
         }
         Ok(())
     }
@@ -439,11 +469,11 @@ impl Service for KvService {
     fn restore_from(&self, source: &mut dyn Read) -> Result<(), SnapshotError> {
         let r = open(source)?;
         for stripe in self.stripes.iter() {
-            *stripe.write() = Arc::default();
+            *stripe.write() = empty_stripe();
         }
         read_entries(r, |k, v| {
-            let stripe = self.stripe(&k);
-            Arc::make_mut(&mut stripe.write()).insert(k, v);
+            let (stripe, bucket) = place(key_hash(&k));
+            Arc::make_mut(&mut self.stripes[stripe].write()[bucket]).insert(k, v.into());
         })
     }
 
@@ -453,9 +483,9 @@ impl Service for KvService {
     fn digest(&self) -> Digest {
         let mut digest = UnorderedDigest::new();
         for stripe in self.stripes.iter() {
-            for (k, v) in stripe.read().iter() {
+            for (k, v) in stripe.read().iter().flat_map(|b| b.iter()) {
                 let mut h = StableHasher::new();
-                for bytes in [k, v] {
+                for bytes in [&k[..], &v[..]] {
                     h.write_u64(bytes.len() as u64);
                     h.write(bytes);
                 }

@@ -338,3 +338,36 @@ fn the_footprint_is_the_access() {
     assert_eq!(crate::kv::footprint(&op), (c.reads.clone(), c.writes.clone()));
     assert_eq!(c.reads.to_vec(), vec![ALL]);
 }
+
+/// Every bucket's map, in order.
+fn buckets(s: &KvService) -> Vec<Arc<Map>> {
+    s.stripes.iter().flat_map(|st| st.read().to_vec()).collect()
+}
+
+#[test]
+fn a_write_during_a_snapshot_copies_one_bucket_and_no_value() {
+    let s = KvService::new(100_000, Cost::Light);
+    let frozen = s.freeze();
+    let before = buckets(&s);
+    run(&s, KvOp::Put { key: k(7), value: b"new".to_vec() });
+    let after = buckets(&s);
+    let copied: Vec<usize> = (0..before.len()).filter(|&i| !Arc::ptr_eq(&before[i], &after[i])).collect();
+    assert_eq!(copied.len(), 1, "one bucket copied, not the stripe");
+    {
+        let (old, new) = (&before[copied[0]], &after[copied[0]]);
+        assert!(old.len() > 1);
+        for (key, v) in old.iter().filter(|(key, _)| **key != k(7)) {
+            assert!(Arc::ptr_eq(v, &new[key]), "the other values are shared, not copied");
+        }
+    }
+    // A second write to the bucket copies nothing more.
+    let copy = Arc::as_ptr(&after[copied[0]]);
+    drop(after);
+    run(&s, KvOp::Put { key: k(7), value: b"newer".to_vec() });
+    assert_eq!(Arc::as_ptr(&buckets(&s)[copied[0]]), copy);
+    let mut written = Vec::new();
+    frozen(&mut written).unwrap();
+    let restored = KvService::new(0, Cost::Light);
+    restored.restore(&written).unwrap();
+    assert_eq!(value(&restored, &k(7)), Some(le(7)), "the snapshot holds the state at the freeze");
+}
