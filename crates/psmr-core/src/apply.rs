@@ -180,8 +180,10 @@ pub struct Setup<A: App> {
     pub scheduler: SchedConfig,
     /// The reply cache's bounds.
     pub cache: Limits,
-    /// A snapshot every this many entries.
+    /// A snapshot every this many entries...
     pub snapshot_every: u64,
+    /// ...or every this many bytes of entries, whichever comes first.
+    pub snapshot_every_bytes: u64,
     /// Where the answers to clients go.
     pub replies: Arc<dyn Replies>,
     /// Called once, from the failing thread, when execution fails: the
@@ -198,12 +200,15 @@ pub struct Applier<A: App> {
     scheduler: Box<Switchable<A>>,
     replies: Arc<dyn Replies>,
     snapshot_every: u64,
+    snapshot_every_bytes: u64,
     /// Commands handed to the scheduler.
     submitted: u64,
     /// Decisions of an `auto` scheduler seen so far.
     decisions_made: u64,
     applied: u64,
     since_snapshot: u64,
+    /// Bytes of entries applied since the last snapshot.
+    since_snapshot_bytes: u64,
     /// The members as of the last applied entry: what a snapshot holds.
     membership: Membership,
     planted: Planted,
@@ -228,7 +233,7 @@ impl CacheStats {
 impl<A: App> Applier<A> {
     /// An apply loop over `setup`, with nothing applied.
     pub fn new(setup: Setup<A>) -> Result<Self, SchedError> {
-        let Setup { app, scheduler, cache, snapshot_every, replies, on_failure } = setup;
+        let Setup { app, scheduler, cache, snapshot_every, snapshot_every_bytes, replies, on_failure } = setup;
         let cache = Arc::new(ReplyCache::new(cache));
         let sink = Arc::new(ApplySink {
             codec: A::Codec::default(),
@@ -251,10 +256,12 @@ impl<A: App> Applier<A> {
             scheduler,
             replies,
             snapshot_every,
+            snapshot_every_bytes,
             submitted: 0,
             decisions_made: 0,
             applied: 0,
             since_snapshot: 0,
+            since_snapshot_bytes: 0,
             membership: Membership::default(),
             planted: Planted::default(),
         })
@@ -299,8 +306,9 @@ impl<A: App> Applier<A> {
             self.applied = e.index;
             io.applied(e.index);
             self.since_snapshot += 1;
-            if self.since_snapshot >= self.snapshot_every {
-                self.since_snapshot = 0;
+            self.since_snapshot_bytes += e.data.len() as u64;
+            if self.since_snapshot >= self.snapshot_every || self.since_snapshot_bytes >= self.snapshot_every_bytes {
+                (self.since_snapshot, self.since_snapshot_bytes) = (0, 0);
                 self.snapshot(e.index, e.term, io);
             }
         }
@@ -441,6 +449,7 @@ impl<A: App> Applier<A> {
         if io.snapshot_busy() {
             debug!(index, "the last snapshot is still being written; this one is postponed");
             self.since_snapshot = self.snapshot_every / 2;
+            self.since_snapshot_bytes = self.snapshot_every_bytes / 2;
             return;
         }
         let start = Instant::now();

@@ -219,8 +219,12 @@ pub struct Config {
     pub reply_bytes_per_client: usize,
     /// Bytes of write outcomes the reply cache keeps in total.
     pub reply_bytes_max: usize,
-    /// Take a snapshot and compact the log every this many entries.
+    /// Take a snapshot and compact the log every this many entries...
     pub snapshot_every: u64,
+    /// ...or every this many bytes of entries, whichever comes first: a
+    /// log of large entries is compacted before a lagging follower would
+    /// have to be sent gigabytes of it.
+    pub snapshot_every_bytes: u64,
     /// Bytes of a snapshot's file a leader sends a follower in one chunk
     /// (`crate::transfer`), at most 16 MiB; cut to fit in a peer frame
     /// (`peer_frame_max` less 1 KiB) if larger.
@@ -275,6 +279,7 @@ impl Default for Config {
             reply_bytes_per_client: 1 << 20,
             reply_bytes_max: 64 << 20,
             snapshot_every: 10_000,
+            snapshot_every_bytes: 1 << 30,
             snapshot_chunk_bytes: 1 << 20,
             snapshot_window_chunks: 8,
             snapshot_sync_bytes: 16 << 20,
@@ -364,6 +369,7 @@ impl Config {
         bounded("reply_bytes_per_client", self.reply_bytes_per_client as u64, 0, 1 << 40)?;
         bounded("reply_bytes_max", self.reply_bytes_max as u64, self.reply_bytes_per_client as u64, 1 << 40)?;
         bounded("snapshot_every", self.snapshot_every, 1, u64::MAX)?;
+        bounded("snapshot_every_bytes", self.snapshot_every_bytes, 1, 1 << 40)?;
         bounded("snapshot_chunk_bytes", self.snapshot_chunk_bytes as u64, 1, crate::transfer::CHUNK_MAX as u64)?;
         bounded("snapshot_window_chunks", self.snapshot_window_chunks as u64, 1, 1_024)?;
         bounded("snapshot_sync_bytes", self.snapshot_sync_bytes, 1, 1 << 40)?;

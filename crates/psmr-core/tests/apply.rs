@@ -63,6 +63,12 @@ impl ApplyIo for Io {
 }
 
 fn applier(snapshot_every: u64) -> (Applier<KvApp>, Arc<KvApp>, Arc<Answers>) {
+    applier_by(snapshot_every, u64::MAX)
+}
+
+/// An apply loop that snapshots every `snapshot_every` entries or every
+/// `bytes` bytes of entries.
+fn applier_by(snapshot_every: u64, bytes: u64) -> (Applier<KvApp>, Arc<KvApp>, Arc<Answers>) {
     let app = Arc::new(KvApp::new(&ServiceConfig::default()).unwrap());
     let answers = Arc::new(Answers::default());
     let setup = Setup {
@@ -70,6 +76,7 @@ fn applier(snapshot_every: u64) -> (Applier<KvApp>, Arc<KvApp>, Arc<Answers>) {
         scheduler: SchedConfig::new(SchedulerKind::Sequential, 1),
         cache: CacheLimits::of(&Config::default()),
         snapshot_every,
+        snapshot_every_bytes: bytes,
         replies: answers.clone(),
         on_failure: Box::new(|why| panic!("execution failed: {why}")),
     };
@@ -206,4 +213,17 @@ fn a_snapshot_that_does_not_decode_changes_nothing() {
     let e = a.restore(opened, &mut io).unwrap_err();
     assert!(e.contains("snapshot at index 9"), "{e}");
     assert_eq!((app.digest(), a.applied()), (digest, 1));
+}
+
+#[test]
+fn a_snapshot_is_frozen_every_so_many_bytes_of_entries_too() {
+    let (mut a, _, _) = applier_by(1_000_000, 300);
+    let mut io = Io::default();
+    let big = "v".repeat(100);
+    for i in 1..=8 {
+        a.entries(vec![entry(i, &[(1, i, put(&format!("k{i}"), &big))])], &mut io).unwrap();
+    }
+    let taken: Vec<u64> = io.taken.iter().map(|t| t.index).collect();
+    assert!(!taken.is_empty() && taken.len() < 8, "by bytes, not by entries: {taken:?}");
+    assert!(taken.windows(2).all(|w| w[1] - w[0] >= 2), "{taken:?}");
 }

@@ -446,6 +446,7 @@ fn manager<A: App>(
         scheduler: sched,
         cache: psmr_core::CacheLimits::of(config),
         snapshot_every: config.snapshot_every,
+        snapshot_every_bytes: config.snapshot_every_bytes,
         replies: h.router.clone(),
         on_failure: Box::new(move |why| life.fail(why)),
     };

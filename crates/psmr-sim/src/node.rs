@@ -292,6 +292,7 @@ impl Node {
             scheduler: SchedConfig::new(SchedulerKind::Sequential, 1),
             cache: settings.cache,
             snapshot_every: settings.config.snapshot_every,
+            snapshot_every_bytes: settings.config.snapshot_every_bytes,
             replies: replies.clone(),
             on_failure,
         };
@@ -345,10 +346,14 @@ impl Node {
         if matches!(msg, SnapMsg::Chunk { .. }) {
             env.checks.snapshot_chunks += 1;
         }
-        let now_ns = env.now * 1_000;
+        let (now_ns, sent) = (env.now * 1_000, env.out.len());
         let mut io = NodeIo { id: self.id, env, work: &mut live.work, clients: &live.clients };
-        let stepped = live.protocol.snapshot_msg(from, msg, now_ns, &mut io);
-        self.after(stepped, settings, env);
+        // A snapshot received whole is installed at once: synced writes,
+        // which a crash or a full disk may strike.
+        if let Err(stop) = live.protocol.snapshot_msg(from, msg, now_ns, &mut io) {
+            return self.stopped_in_turn(stop, sent, settings, env);
+        }
+        self.after(Ok(()), settings, env);
     }
 
     /// A client's request, checked and encoded as ClientIO does: a replica

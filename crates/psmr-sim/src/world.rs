@@ -160,6 +160,7 @@ pub(crate) struct World {
 fn settings(rng: &mut ChaCha8Rng, founders: usize, config: &SimConfig) -> NodeSettings {
     let mut c = Config { replicas: (1..=founders as u64).map(sim_member).collect(), ..Config::default() };
     c.snapshot_every = rng.gen_range(4..40);
+    c.snapshot_every_bytes = *[2u64 << 10, 1 << 30].choose(rng).expect("two choices");
     // Small chunks, so that the kv store's snapshots go in many.
     c.snapshot_chunk_bytes = *[256usize, 4 << 10, 64 << 10].choose(rng).expect("three choices");
     c.snapshot_window_chunks = rng.gen_range(1..=4);

@@ -66,6 +66,20 @@ impl Weigh for Inbound {
     }
 }
 
+impl Weigh for Message {
+    /// A peer's send queue is bounded in bytes: a follower that lags
+    /// behind gets what fits, and raft sends the rest later.
+    fn weight(&self) -> usize {
+        raft_weight(self)
+    }
+}
+
+impl Weigh for SnapMsg {
+    fn weight(&self) -> usize {
+        ITEM_OVERHEAD + SnapMsg::weight(self)
+    }
+}
+
 /// The bytes a raft message holds: its entries, snapshot and context.
 pub fn raft_weight(msg: &Message) -> usize {
     let entries: usize = msg.entries.iter().map(entry_weight).sum();

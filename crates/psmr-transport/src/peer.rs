@@ -90,10 +90,11 @@
 
 use crate::life::Life;
 use crate::msg::Inbound;
+use crate::queue::{Meter, Weigh};
 use crate::ratelog::RateLimit;
 use crate::tls::{PeerTlsContext, TlsError, TlsStream};
 use crate::view::ClusterView;
-use crossbeam::channel::{Receiver, Sender, TrySendError};
+use crossbeam::channel::TrySendError;
 use parking_lot::Mutex;
 use psmr_core::transfer::SnapMsg;
 use psmr_core::Config;
@@ -432,11 +433,12 @@ impl Peers {
     }
 }
 
-/// The send side of one peer: a bounded queue per lane, each drained by
-/// its thread over a connection of its own.
+/// The send side of one peer: a queue per lane, bounded in items and in
+/// bytes (`queue_depth`, `queue_bytes_max`), each drained by its thread
+/// over a connection of its own.
 pub struct PeerSender {
-    queue: Sender<Message>,
-    snapshots: Sender<SnapMsg>,
+    queue: crate::queue::Sender<Message>,
+    snapshots: crate::queue::Sender<SnapMsg>,
 }
 
 impl PeerSender {
@@ -473,14 +475,14 @@ pub fn spawn_sender(
     Ok(PeerSender { queue, snapshots })
 }
 
-fn spawn_lane<T: Outbound>(
+fn spawn_lane<T: Outbound + Weigh>(
     peers: &Arc<Peers>,
     to: u64,
     addr: SocketAddr,
     tls: Option<Arc<PeerTlsContext>>,
     depth: usize,
-) -> io::Result<Sender<T>> {
-    let (tx, rx) = crossbeam::channel::bounded(depth);
+) -> io::Result<crate::queue::Sender<T>> {
+    let (tx, rx) = crate::queue::bounded(depth, peers.config.queue_bytes_max, Meter::default());
     let peers = peers.clone();
     let name = match T::LANE {
         LANE_RAFT => format!("psmr-peer-snd-{to}"),
@@ -490,7 +492,13 @@ fn spawn_lane<T: Outbound>(
     Ok(tx)
 }
 
-fn sender<T: Outbound>(peers: &Peers, to: u64, addr: SocketAddr, tls: Option<&PeerTlsContext>, rx: &Receiver<T>) {
+fn sender<T: Outbound + Weigh>(
+    peers: &Peers,
+    to: u64,
+    addr: SocketAddr,
+    tls: Option<&PeerTlsContext>,
+    rx: &crate::queue::Receiver<T>,
+) {
     let mut backoff = Duration::from_millis(20);
     while !peers.life.stopping() {
         let stream = match connect(peers, to, addr, tls, T::LANE) {
@@ -850,7 +858,7 @@ fn receive(
     drop(slot);
     if lane == LANE_SNAPSHOT {
         debug!(peer, "snapshot lane connected");
-        return relay_snapshots(peers, peer, &mut stream, current, inbound);
+        return relay(peers, (peer, lane), &mut stream, current, inbound);
     }
     info!(peer, repaired = hello.repaired, "peer connected");
     // Before any raft message of this connection: the protocol thread
@@ -863,42 +871,16 @@ fn receive(
             return Ok(());
         }
     }
-    relay(peers, peer, &mut stream, current, inbound)
+    relay(peers, (peer, lane), &mut stream, current, inbound)
 }
 
-/// Passes the snapshot transfer messages of an established snapshot lane
-/// from `peer` on to the protocol thread, until the connection ends or a
-/// newer one replaces it. The protocol checks what they say.
-fn relay_snapshots(
-    peers: &Peers,
-    peer: u64,
-    stream: &mut PeerStream,
-    current: &Registration,
-    inbound: &crate::queue::Sender<Inbound>,
-) -> Result<(), PeerError> {
-    let config = &peers.config;
-    let (idle, whole) = (idle_timeout(config), Duration::from_millis(config.frame_timeout_ms));
-    loop {
-        let frame = read_frame_timed(stream, config.peer_frame_max, idle, whole)?;
-        if peers.view.is_removed(peer) {
-            return Ok(());
-        }
-        if frame.kind != K_SNAP {
-            return Err(WireError::UnknownKind(frame.kind).into());
-        }
-        let msg = Box::new(SnapMsg::decode(&frame.body)?);
-        if current.pass(inbound, Inbound::Snap { peer, msg }) != Ok(true) {
-            return Ok(());
-        }
-    }
-}
-
-/// Passes the raft messages of an established connection from `peer` on
-/// to the protocol thread, until the connection ends, the peer is removed
-/// or a newer connection replaces this one.
+/// Passes the messages of an established connection from `peer` on to
+/// the protocol thread, until the connection ends, the peer is removed or
+/// a newer connection replaces this one: raft's, or on the snapshot lane
+/// those of snapshot transfers (the protocol checks what they say).
 fn relay(
     peers: &Peers,
-    peer: u64,
+    (peer, lane): Link,
     stream: &mut PeerStream,
     current: &Registration,
     inbound: &crate::queue::Sender<Inbound>,
@@ -916,22 +898,39 @@ fn relay(
                 return Ok(());
             }
         }
-        if frame.kind != K_RAFT {
-            return Err(WireError::UnknownKind(frame.kind).into());
-        }
-        let msg = decode_raft(frame.body)?;
-        if msg.from != peer || msg.to != peers.id {
-            return Err(WireError::Malformed {
-                what: "raft message",
-                why: format!("from {} to {} on the link from {peer} to {}", msg.from, msg.to, peers.id),
-            }
-            .into());
-        }
-        peers.received.fetch_add(1, Ordering::Relaxed);
-        if current.pass(inbound, Inbound::Raft(Box::new(msg))) != Ok(true) {
+        let msg = match lane {
+            LANE_SNAPSHOT => snapshot_msg(peer, frame)?,
+            _ => raft_msg(peers, peer, frame)?,
+        };
+        if current.pass(inbound, msg) != Ok(true) {
             return Ok(());
         }
     }
+}
+
+/// A raft message from `peer`, checked to be from and to the link's ends.
+fn raft_msg(peers: &Peers, peer: u64, frame: Frame) -> Result<Inbound, PeerError> {
+    if frame.kind != K_RAFT {
+        return Err(WireError::UnknownKind(frame.kind).into());
+    }
+    let msg = decode_raft(frame.body)?;
+    if msg.from != peer || msg.to != peers.id {
+        return Err(WireError::Malformed {
+            what: "raft message",
+            why: format!("from {} to {} on the link from {peer} to {}", msg.from, msg.to, peers.id),
+        }
+        .into());
+    }
+    peers.received.fetch_add(1, Ordering::Relaxed);
+    Ok(Inbound::Raft(Box::new(msg)))
+}
+
+/// A message of a snapshot transfer from `peer`.
+fn snapshot_msg(peer: u64, frame: Frame) -> Result<Inbound, PeerError> {
+    if frame.kind != K_SNAP {
+        return Err(WireError::UnknownKind(frame.kind).into());
+    }
+    Ok(Inbound::Snap { peer, msg: Box::new(SnapMsg::decode(&frame.body)?) })
 }
 
 #[cfg(test)]

@@ -198,6 +198,11 @@ impl<T: Weigh> Receiver<T> {
         self.rx.try_recv().map(|item| self.taken(item))
     }
 
+    /// The next item, waiting at most `timeout` for one.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, channel::RecvTimeoutError> {
+        self.rx.recv_timeout(timeout).map(|item| self.taken(item))
+    }
+
     /// Adds a receive from this queue to `sel`; finish it with
     /// [`Receiver::complete`].
     pub fn select<'a>(&'a self, sel: &mut Select<'a>) -> usize {
