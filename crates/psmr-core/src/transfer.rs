@@ -468,8 +468,12 @@ impl Transfers {
                 }
                 return;
             }
-            if current.index > id.index {
-                let why = format!("receiving a newer snapshot ({current})");
+            // Only a leader of a later term than this offer's may hold the
+            // file: the latest leader's offer wins, or a transfer from a
+            // leader that is gone would block this replica for ever (the
+            // simulation found one, seed 16578).
+            if inc.offer.term > msg.term {
+                let why = format!("receiving {current} from the leader of term {}", inc.offer.term);
                 link.send(from, SnapMsg::Refuse { id, why });
                 return;
             }
