@@ -1,5 +1,5 @@
 //! Fault injection into a cluster of replica processes
-//! ([`crate::launch::ProcessCluster`]) while a load runs: kill the leader
+//! ([`psmr_harness::launch::ProcessCluster`]) while a load runs: kill the leader
 //! with SIGKILL every so often, or one replica at a given time, and start
 //! each killed replica again from its data a while later (`psmr bench
 //! --kill-leader-every`, `--kill-replica`, `--at`, `--restart-after`).
@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use psmr_bench::faults::{self, Faults};
-//! # fn demo(cluster: psmr_bench::launch::ProcessCluster) {
+//! # fn demo(cluster: psmr_harness::launch::ProcessCluster) {
 //! use std::time::Duration;
 //!
 //! let faults = Faults {
@@ -22,9 +22,9 @@
 //! # }
 //! ```
 
-use crate::launch::ProcessCluster;
 use crate::report::Event;
 use crate::scenario::Point;
+use psmr_harness::launch::ProcessCluster;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

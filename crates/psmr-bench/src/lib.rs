@@ -1,13 +1,7 @@
 //! # psmr-bench: measuring psmr
 //!
-//! This crate turns psmr's parts into numbers people can compare. The
-//! scheduler benchmark behind `psmr sched-bench` generates a
-//! workload for a service and class model, cuts it into ordered batches
-//! before the clock starts, and feeds the same batches to each scheduler in
-//! turn, with no network and no consensus in the way. Every run starts from
-//! a fresh service and ends with the service's state digest and a digest of
-//! all replies; a parallel scheduler that disagrees with `sequential` is an
-//! error, not a number.
+//! This crate turns psmr clusters into numbers people can compare (the
+//! schedulers alone, in one process, are psmr-sched-bench's).
 //!
 //! [`scenario`] names the end-to-end experiments of `psmr bench` and
 //! expands their parameter sweeps; [`report`] writes their results as
@@ -16,47 +10,23 @@
 //! the fixed schedulers and for points run several times (`--repeat`);
 //! [`simulate`] is the bitmap false-positive simulation of 004 Table I.
 //!
-//! [`history`] reads client histories of the key-value store and checks
-//! them for linearizability (`psmr check-history`).
-//!
-//! [`load`] is the closed-loop load of `psmr client load` and `psmr
-//! bench`, against any cluster; [`launch`] starts, kills, restarts and
-//! watches local clusters of replica processes (`psmr cluster`);
-//! [`faults`] kills and restarts their replicas while a load runs;
-//! [`runner`] runs a scenario's points with them; [`probe`] asks a running
-//! cluster about itself (`psmr client status`).
-//!
-//! [`cpu`] reads processes' CPU time from `/proc` (the CPU µs per command
-//! of each replica); [`kv_stream`] is the kv load's random stream of keys
-//! and values; [`peers`] runs etcd and Redis next to psmr (`psmr bench
-//! --scenario peers`).
+//! [`runner`] runs a scenario's points on clusters that psmr-harness
+//! starts and loads ([`psmr_harness::launch`], [`psmr_harness::load`]);
+//! [`faults`] kills and restarts their replicas while a load runs.
+//! [`catch_up`] fills a state of a given size and times the replicas that
+//! must reach it (`psmr bench --scenario catch-up`); [`peers`] runs etcd
+//! and Redis next to psmr (`psmr bench --scenario peers`).
 //!
 //! [`rt_bench`] runs psmr-rt's task pools next to tokio on the workloads
 //! of 001 (`psmr rt-bench`).
-//!
-//! [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
-//! network and the disk (`psmr fuzz`).
 
+pub mod catch_up;
 pub mod compare;
-pub mod cpu;
 pub mod faults;
-pub mod fuzz;
-pub mod kv_stream;
-pub mod launch;
-pub mod load;
 pub mod peers;
-pub mod probe;
 pub mod report;
 pub mod rt_bench;
 pub mod runner;
 pub mod scenario;
-pub mod sched_bench;
 pub mod simulate;
 pub mod timeline;
-
-pub use psmr_harness::history;
-
-pub use sched_bench::{
-    format_metrics_table, format_table, run, BenchError, Isolate, MappingSource, MetricsSample, RunReport,
-    SchedBenchConfig, ServiceKind,
-};

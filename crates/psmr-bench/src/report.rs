@@ -1,8 +1,8 @@
 //! What `psmr bench` writes into its output directory: `results.json`,
 //! `results.csv`, SVG plots and `report.md`.
 
-use crate::cpu::{self, ReplicaCpu};
 use crate::scenario::{Point, Scenario, Sweep};
+use psmr_harness::cpu::{self, ReplicaCpu};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,22 +25,7 @@ pub struct Percentiles {
     pub max: u64,
 }
 
-/// Busy time of one stage of one replica (002 Fig. 8 style).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct StageRow {
-    /// The replica's client address.
-    pub replica: String,
-    /// The stage.
-    pub stage: String,
-    /// Share of the measured window on a CPU.
-    pub busy: f64,
-    /// Share runnable but waiting for a CPU.
-    pub waiting_cpu: f64,
-    /// Share blocked.
-    pub blocked: f64,
-    /// Threads of the stage (the shares are their average).
-    pub threads: usize,
-}
+pub use psmr_harness::load::{StageRow, Switch, WorkerRow};
 
 /// The machine a run measured on, as far as it bounds parallel execution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -56,27 +41,6 @@ impl Machine {
     }
 }
 
-/// One execution worker of one replica over a point's window (000 §5.3).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct WorkerRow {
-    /// The replica's client address.
-    pub replica: String,
-    /// The worker's id.
-    pub worker: usize,
-    /// Share of the window waiting for other threads (sequential classes).
-    pub sync_idle: f64,
-    /// Share of the window waiting for its queue.
-    pub queue_idle: f64,
-    /// Commands executed.
-    pub executed: u64,
-    /// Average commands per batch taken from its queue.
-    pub queue_size: f64,
-    /// Steal attempts.
-    pub steals_tried: u64,
-    /// Successful steals.
-    pub steals_ok: u64,
-}
-
 /// Something done to the cluster during a point (`psmr bench` faults).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
@@ -89,21 +53,6 @@ pub struct Event {
     /// Why it could not be done, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-}
-
-/// A change of what a replica executes with (a decision of `auto`, or a
-/// `psmr client reconfigure`), seen in its counters read every second.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Switch {
-    /// Seconds into the measured window of the reading that first showed
-    /// it (the change happened in the second before).
-    pub at_s: f64,
-    /// The replica's client address.
-    pub replica: String,
-    /// What it executes with since (`auto: early, 2 workers`).
-    pub scheduler: String,
-    /// `auto`'s last decision and its reason, if it decided.
-    pub decision: String,
 }
 
 /// The measurements of one point.

@@ -1,6 +1,6 @@
 //! Running the points of a cluster scenario ([`crate::scenario`]): each
 //! point's cluster and load from its [`Params`], a fresh cluster of
-//! replica processes per point ([`crate::launch`]) or an existing one, the
+//! replica processes per point ([`psmr_harness::launch`]) or an existing one, the
 //! faults injected while the load runs ([`crate::faults`]), and the
 //! measurements as a [`PointResult`] for [`crate::report`].
 //!
@@ -21,15 +21,15 @@
 //! ```
 
 use crate::faults::{self, Faults, FaultsError};
-use crate::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster};
-use crate::load::{self, CpuSource, LoadError, LoadResult, LoadSpec, Ops};
 use crate::peers::PeersError;
 use crate::report::{Event, Percentiles, PointResult};
 use crate::scenario::{self, Params, Point, Scenario, ScenarioError, Sweep, CLUSTER_KEYS};
-use crate::sched_bench::{class_frequencies, computed_mapping, BenchError, MappingSource};
 use hdrhistogram::Histogram;
 use psmr_client::ClientConfig;
+use psmr_harness::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster};
+use psmr_harness::load::{self, CpuSource, LoadError, LoadResult, LoadSpec, Ops};
 use psmr_model::ClassModel;
+use psmr_sched_bench::{class_frequencies, computed_mapping, BenchError, MappingSource};
 use psmr_services::kv::{self, KvModel};
 use psmr_services::list::{self, ListModel};
 use psmr_services::{Cost, Mix, ServiceConfig, WorkloadConfig, WorkloadError};

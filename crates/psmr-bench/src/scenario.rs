@@ -437,6 +437,10 @@ pub enum ScenarioKind {
     /// psmr next to etcd and Redis on this machine ([`crate::peers`]): its
     /// one sweep is the number of closed-loop clients.
     Peers,
+    /// A state of `keys` values filled, then a replica added and a follower
+    /// stopped and restarted under load ([`crate::catch_up`]): one run, no
+    /// sweeps.
+    CatchUp,
 }
 
 /// A named end-to-end experiment.
@@ -661,6 +665,25 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: vec![sweep("clients", &["1", "8", "64"])],
         },
         Scenario {
+            kind: ScenarioKind::CatchUp,
+            name: "catch-up",
+            source: "state of any size: streamed snapshots, chunked catch-up, bounded memory",
+            about: "a 3-replica disk cluster filled with `keys` random values of 1 KiB (256 MiB; --set keys=2097152 for 2 GiB), then 64 clients x 50 writes in windows with and without a snapshot being taken, a replica added and a follower stopped for 3 snapshots under that load; transfer rate, stalls, writes during the transfer and every replica's RSS every 100 ms",
+            base: Params {
+                storage: "disk".into(),
+                scheduler: "sequential".into(),
+                workers: 1,
+                keys: 1 << 18,
+                value_bytes: Some(1024),
+                write_pct: 100,
+                snapshot_every: 1 << 40,
+                warmup_s: 0.0,
+                duration_s: 3.0,
+                ..Params::default()
+            },
+            sweeps: Vec::new(),
+        },
+        Scenario {
             kind: ScenarioKind::BitmapSimulation,
             name: "bitmap-false-positives",
             source: "004 Table I (a simulation, no cluster)",
@@ -832,7 +855,9 @@ mod tests {
             let points = expand(&s.base, &s.sweeps).unwrap();
             // `--quick` must finish in under two minutes: about 4 s a point.
             assert!(!points.is_empty() && points.len() <= 24, "{}: {} points", s.name, points.len());
-            assert_eq!(s.kind == ScenarioKind::BitmapSimulation, s.sweeps.is_empty(), "{}", s.name);
+            // The simulation and the catch-up are one run each, unswept.
+            let one_run = matches!(s.kind, ScenarioKind::BitmapSimulation | ScenarioKind::CatchUp);
+            assert_eq!(one_run, s.sweeps.is_empty(), "{}", s.name);
             assert_eq!(find(s.name).unwrap().name, s.name);
         }
         assert!(matches!(find("fig9"), Err(ScenarioError::Unknown { .. })));

@@ -4,8 +4,8 @@
 //! keys. No request fails, the clients' history is linearizable, the
 //! removed replicas stop, and the remaining ones end in the same state.
 
-use psmr_bench::history::{self, OpKind, Operation, Status, Verdict};
 use psmr_client::{Client, ClientConfig};
+use psmr_harness::history::{self, OpKind, Operation, Status, Verdict};
 use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_replica::LocalCluster;
 use psmr_services::kv::{KvCodec, KvOp, KvReply};

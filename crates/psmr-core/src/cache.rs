@@ -41,6 +41,7 @@
 use parking_lot::Mutex;
 use psmr_model::wire::{Decoder, Encoder, Outcome, WireError};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 const SHARDS: usize = 16;
 
@@ -106,7 +107,7 @@ enum Slot {
 /// every removal at the front: a sorted ring, searched from its newest end
 /// ([`Seqs::find`]), does both in constant time and keeps the window in one
 /// block of memory.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 struct Seqs(VecDeque<(u64, Slot)>);
 
 impl Seqs {
@@ -178,7 +179,7 @@ impl Seqs {
     }
 }
 
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 struct Client {
     seqs: Seqs,
     /// Highest sequence number forgotten (0: none).
@@ -211,7 +212,10 @@ impl Client {
 
 #[derive(Default, Debug)]
 struct Shard {
-    clients: HashMap<u64, Client>,
+    /// Shared with the snapshot being written, if any: the first change
+    /// to a client while it is written copies that client alone, so that
+    /// [`ReplyCache::freeze`] pauses execution only to count references.
+    clients: HashMap<u64, Arc<Client>>,
     /// `(last_index, client)`, oldest first.
     by_age: BTreeSet<(u64, u64)>,
     /// Sequence numbers remembered.
@@ -246,7 +250,7 @@ impl Shard {
                 return;
             }
             self.by_age.remove(&(c.last_index, client));
-            c.last_index = index;
+            Arc::make_mut(c).last_index = index;
             self.by_age.insert((index, client));
         }
     }
@@ -312,6 +316,7 @@ impl ReplyCache {
                 None if !remember => return Admit::New,
                 None => {}
             }
+            let c = Arc::make_mut(c);
             c.seqs.insert(seq, Slot::Pending);
             shard.seqs += 1;
             while c.seqs.len() as u64 > self.limits.window {
@@ -332,7 +337,7 @@ impl ReplyCache {
             }
             let mut c = Client { last_index: index, ..Client::default() };
             c.seqs.insert(seq, Slot::Pending);
-            shard.clients.insert(client, c);
+            shard.clients.insert(client, Arc::new(c));
             shard.by_age.insert((index, client));
             shard.seqs += 1;
         }
@@ -354,6 +359,10 @@ impl ReplyCache {
         let mut shard = self.shard(client).lock();
         let shard = &mut *shard;
         let Some(c) = shard.clients.get_mut(&client) else { return };
+        if c.seqs.get(seq).is_none() {
+            return;
+        }
+        let c = Arc::make_mut(c);
         let Some(slot) = c.seqs.get_mut(seq) else { return };
         let outcome = outcome();
         let n = outcome.payload_len();
@@ -378,7 +387,8 @@ impl ReplyCache {
             }
             if let Some(c) = shard.clients.get_mut(&id) {
                 let excess = shard.bytes - self.limits.bytes_max;
-                shard.bytes -= c.shed(c.bytes.saturating_sub(excess));
+                let budget = c.bytes.saturating_sub(excess);
+                shard.bytes -= Arc::make_mut(c).shed(budget);
             }
         }
     }
@@ -399,13 +409,21 @@ impl ReplyCache {
         self.freeze()()
     }
 
-    /// [`ReplyCache::snapshot`] in two steps: each client encoded now, in
-    /// shard order, and the clients put in order of id when the returned
-    /// closure runs (off the execution path, see [`crate::state`]).
+    /// [`ReplyCache::snapshot`] in two steps: each client shared now
+    /// (copied later by the first change to it), and encoded, in order of
+    /// id, when the returned closure runs (off the execution path, see
+    /// [`crate::state`]).
     pub fn freeze(&self) -> FrozenCache {
-        let mut clients: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut shared: Vec<(u64, Arc<Client>)> = Vec::new();
         for shard in &self.shards {
-            for (&id, c) in &shard.lock().clients {
+            shared.extend(shard.lock().clients.iter().map(|(&id, c)| (id, c.clone())));
+        }
+        Box::new(move || {
+            shared.sort_unstable_by_key(|c| c.0);
+            let mut e = Encoder::new();
+            e.u32(shared.len() as u32);
+            let mut out = e.finish();
+            for (id, c) in shared {
                 let mut e = Encoder::new();
                 let seqs: Vec<_> = c.seqs.iter().filter(|(_, s)| **s != Slot::Pending).collect();
                 e.u64(id).u64(c.floor).u64(c.last_index).u32(seqs.len() as u32);
@@ -417,17 +435,7 @@ impl ReplyCache {
                         Slot::Pending => unreachable!("filtered out above"),
                     };
                 }
-                clients.push((id, e.finish()));
-            }
-        }
-        Box::new(move || {
-            clients.sort_unstable_by_key(|c| c.0);
-            let mut e = Encoder::new();
-            e.u32(clients.len() as u32);
-            let mut out = e.finish();
-            out.reserve(clients.iter().map(|c| c.1.len()).sum());
-            for (_, bytes) in clients {
-                out.extend_from_slice(&bytes);
+                out.extend_from_slice(&e.finish());
             }
             out
         })
@@ -476,7 +484,7 @@ impl ReplyCache {
             shard.seqs += c.seqs.len();
             shard.bytes += c.bytes;
             shard.by_age.insert((last_index, id));
-            shard.clients.insert(id, c);
+            shard.clients.insert(id, Arc::new(c));
         }
         d.end()?;
         Ok(Decoded(shards))
@@ -506,6 +514,35 @@ mod tests {
         c.fill(1, 1, &Outcome::Ok(vec![7]));
         assert_eq!(c.admit(1, 1, 12, true), Admit::Done(Outcome::Ok(vec![7])));
         assert_eq!(c.admit(2, 1, 13, true), Admit::New, "another client");
+    }
+
+    /// A frozen cache writes what it held when frozen, whatever was
+    /// admitted, filled, shed or forgotten since; the clients changed
+    /// since are copies, the others still shared.
+    #[test]
+    fn a_frozen_cache_encodes_what_it_held() {
+        let c = ReplyCache::new(limits(2, 100));
+        for client in 1..=40 {
+            for seq in 1..=2 {
+                c.admit(client, seq, client * 10 + seq, true);
+                c.fill(client, seq, &ok(client as usize));
+            }
+        }
+        let expected = c.snapshot();
+        let frozen = c.freeze();
+        for client in (1..=40).step_by(3) {
+            c.admit(client, 3, 1_000 + client, true);
+            c.fill(client, 3, &ok(9));
+        }
+        c.admit(99, 1, 2_000, true);
+        let shard = c.shard(2).lock();
+        assert_eq!(Arc::strong_count(&shard.clients[&2]), 2, "an unchanged client is shared");
+        drop(shard);
+        let shard = c.shard(1).lock();
+        assert_eq!(Arc::strong_count(&shard.clients[&1]), 1, "a changed one is a copy");
+        drop(shard);
+        assert_eq!(frozen(), expected);
+        assert_ne!(c.snapshot(), expected, "the cache itself moved on");
     }
 
     #[test]

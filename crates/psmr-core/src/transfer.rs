@@ -46,7 +46,12 @@ use psmr_model::wire::{Decoder, Encoder, WireError};
 use raft::prelude::{Message, MessageType};
 use raft::SnapshotStatus;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use tracing::{debug, info};
+
+/// The service's check of a snapshot's stream before it is kept
+/// ([`psmr_model::Service::check_snapshot`]), as the protocol calls it.
+pub type SnapshotCheck = Arc<dyn Fn(&mut dyn std::io::Read) -> Result<(), String> + Send + Sync>;
 
 /// The largest chunk a replica accepts (and `snapshot_chunk_bytes` may
 /// be).
@@ -294,6 +299,7 @@ struct Incoming {
 /// receives. See the module documentation.
 pub(crate) struct Transfers {
     limits: Limits,
+    check: Option<SnapshotCheck>,
     out: BTreeMap<u64, Outgoing>,
     inc: Option<Incoming>,
     /// The protocol's clock as of its last event.
@@ -304,8 +310,8 @@ pub(crate) struct Transfers {
 pub(crate) type Report = (u64, SnapshotStatus);
 
 impl Transfers {
-    pub(crate) fn new(limits: Limits) -> Self {
-        Self { limits, out: BTreeMap::new(), inc: None, now_ns: 0 }
+    pub(crate) fn new(limits: Limits, check: Option<SnapshotCheck>) -> Self {
+        Self { limits, check, out: BTreeMap::new(), inc: None, now_ns: 0 }
     }
 
     /// The transfers in progress.
@@ -632,10 +638,30 @@ impl Transfers {
             self.start_over(store, link);
             return None;
         }
+        if let Err(why) = self.readable(&inc.offer, &id, store) {
+            // Whole and intact, but not a state this replica can restore
+            // (another service, a newer format): nothing is kept, and the
+            // leader is told why; this replica runs on with its own state.
+            let (from, why) = (inc.from, format!("the snapshot received, {id}, cannot be restored: {why}"));
+            link.refused(from, &why);
+            self.give_up(&why, store, link);
+            return None;
+        }
         let inc = self.inc.take()?;
         info!(peer = inc.from, %id, "snapshot received whole");
         link.send(inc.from, SnapMsg::Ack { id, next: id.bytes, resume: false });
         Some(inc.offer)
+    }
+
+    /// Whether the received file of `offer` opens as a snapshot (its
+    /// membership and reply cache decode) and the service's check takes
+    /// its stream.
+    fn readable(&self, offer: &Message, id: &SnapshotId, store: &impl Store) -> Result<(), String> {
+        let file = store.open_snapshot(id).map_err(|e| e.to_string())?;
+        let mut opened = crate::state::open(offer.get_snapshot(), file)?;
+        crate::membership::Membership::decode(&opened.members).map_err(|e| e.to_string())?;
+        crate::cache::ReplyCache::decode(&opened.cache).map_err(|e| e.to_string())?;
+        self.check.as_ref().map_or(Ok(()), |check| check(&mut opened.service))
     }
 
     /// Whether `msg` is an offer, from `from` and to `me`.

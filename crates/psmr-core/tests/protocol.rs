@@ -343,7 +343,8 @@ fn take_snapshot(p: &mut Protocol<MemStore>, index: u64, service: &[u8]) -> raft
     let members = p.membership().encode();
     let mut w = FileWriter::new(p.store().snapshot_writer().unwrap(), index, term).unwrap();
     put_bytes(&mut w, &members).unwrap();
-    put_bytes(&mut w, &[]).unwrap();
+    // An empty reply cache: no clients.
+    put_bytes(&mut w, &0u32.to_le_bytes()).unwrap();
     w.write_all(service).unwrap();
     let (sink, id) = w.finish().unwrap();
     sink.finish().unwrap();
@@ -760,4 +761,89 @@ fn a_leader_change_mid_transfer_leaves_the_follower_whole() {
     c.isolated = None;
     c.run(40);
     assert!(c.replicas[old].0.transfers().iter().all(|t| !t.sending), "the old leader dropped its transfer");
+}
+
+/// A service whose snapshots are of a format this build cannot read.
+struct Newer;
+
+impl psmr_model::Service for Newer {
+    type Op = ();
+    type Reply = ();
+
+    fn execute(&self, _: &psmr_model::Command<()>) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn restore(&self, _: &[u8]) -> Result<(), psmr_model::snapshot::SnapshotError> {
+        Ok(())
+    }
+
+    fn check_snapshot(&self, _: &mut dyn std::io::Read) -> Result<(), psmr_model::snapshot::SnapshotError> {
+        Err(psmr_model::snapshot::SnapshotError::Malformed("version 9 is newer than this build".into()))
+    }
+}
+
+#[test]
+fn a_snapshot_the_service_cannot_read_is_refused_and_nothing_is_kept() {
+    let (mut c, f, _) = behind(transfer_config(100), &[7; 1_000]);
+    let id = f as u64 + 1;
+    let (store, kept) = (c.replicas[f].0.store().clone(), c.replicas[f].0.store().kept());
+    let options = Options::new(id + 100).quiet().checked_by(std::sync::Arc::new(Newer));
+    let mut p = Protocol::new(&c.config, id, store, options).unwrap();
+    let mut io = Effects::default();
+    p.start(&mut io);
+    c.replicas[f] = (p, io);
+    let told: Rc<RefCell<Vec<String>>> = Rc::default();
+    let t = told.clone();
+    c.snap_fault = Some(Box::new(move |from, _, msg| {
+        if let (true, SnapMsg::Refuse { why, .. }) = (from == id, &msg) {
+            t.borrow_mut().push(why.clone());
+        }
+        true
+    }));
+    c.run(60);
+    let (p, io) = &c.replicas[f];
+    assert!(restored(&c, f).is_none(), "nothing handed to the apply loop");
+    assert_eq!(p.store().kept(), kept, "the snapshot kept is the one it had");
+    assert!(p.store().receiving().is_none_or(|(_, bytes)| bytes == 0), "the partial file is dropped");
+    assert!(io.snap_refused.iter().any(|r| r.contains("version 9 is newer")), "{:?}", io.snap_refused);
+    let told = told.borrow();
+    assert!(told.iter().any(|w| w.contains("cannot be restored")), "the leader is told why: {told:?}");
+}
+
+/// A snapshot taken while another is being sent keeps the log from the
+/// one being sent: the follower then catches up from the log after it
+/// restores, instead of being sent the newer snapshot too (and, were
+/// snapshots taken faster than one is sent and restored, for ever).
+#[test]
+fn a_new_snapshot_keeps_the_log_a_follower_being_sent_one_needs() {
+    let (mut c, f, _) = behind(transfer_config(100), &[7; 2_000]);
+    let lane = Lane::cut_at(3);
+    c.snap_fault = Some(lane.fault());
+    lane.run_to_cut(&mut c);
+    let l = c.leader();
+    let sent = c.replicas[l].0.transfers().into_iter().find(|t| t.sending).expect("a transfer under way").id.index;
+    for seq in 6..=10 {
+        // Applied as committed: the pipeline lets the next entries go.
+        for (p, _) in c.replicas.iter_mut() {
+            let commit = p.view().commit;
+            p.set_applied(commit);
+        }
+        let now = c.now_ns;
+        c.replicas[l].0.request(request(9, seq, now));
+        c.run(2);
+    }
+    let p = &mut c.replicas[l].0;
+    let newer = take_snapshot(p, p.view().commit, &[8; 2_000]).get_metadata().index;
+    assert!(newer > sent + 1, "a newer snapshot ({newer} after {sent})");
+    let first = raft::Storage::first_index(p.store()).unwrap();
+    assert!(first <= sent + 1, "the log from {} is kept, not from {first}", sent + 1);
+    lane.blocked.set(false);
+    until_restored(&mut c, f);
+    c.run(20);
+    assert_eq!(c.replicas[f].0.view().commit, c.replicas[l].0.view().commit, "caught up from the log");
+    let restores = c.replicas[f].1.applied.iter().filter(|a| matches!(a, Apply::Snapshot(..))).count();
+    assert_eq!(restores, 1, "one snapshot, then the log");
 }

@@ -1,8 +1,34 @@
-//! # psmr-harness: checking clusters from outside
+//! # psmr-harness: running and judging clusters from outside
 //!
-//! What judges a psmr cluster by what its clients saw, whoever ran it (a
-//! benchmark against real processes, the deterministic simulator):
-//! client histories and the linearizability checker ([`history`]).
-//! It depends on no part of a replica.
+//! What starts, probes, loads and hurts psmr clusters, and what judges
+//! them by what their clients saw, for whoever runs them (`psmr
+//! cluster`, `psmr client`, the benchmarks, the deterministic simulator):
+//!
+//! - [`launch`] starts, kills, restarts and watches local clusters of
+//!   replica processes (`psmr cluster`), and [`probe`] asks a running
+//!   cluster about itself (`psmr client status`);
+//! - [`load`] is the closed-loop load of `psmr client load` and `psmr
+//!   bench`, against any cluster, with [`kv_stream`] its random keys and
+//!   values and [`cpu`] each replica process's CPU time from `/proc`;
+//! - [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
+//!   network and the disk (`psmr fuzz`);
+//! - [`history`] holds client histories and checks them for
+//!   linearizability (`psmr check-history`, the simulator).
+//!
+//! Everything but [`history`] sits behind the default `clusters` feature:
+//! the simulator, which must not depend on a replica's threads, takes the
+//! histories alone.
 
+#[cfg(feature = "clusters")]
+pub mod cpu;
+#[cfg(feature = "clusters")]
+pub mod fuzz;
 pub mod history;
+#[cfg(feature = "clusters")]
+pub mod kv_stream;
+#[cfg(feature = "clusters")]
+pub mod launch;
+#[cfg(feature = "clusters")]
+pub mod load;
+#[cfg(feature = "clusters")]
+pub mod probe;

@@ -63,6 +63,19 @@ pub trait Service: Send + Sync + 'static {
         self.restore(&read_all(source)?)
     }
 
+    /// Reads as much of the snapshot `source` yields as it takes to tell
+    /// whether [`Service::restore_from`] would take it (its format and
+    /// version, say), without touching the state. A replica calls it on a
+    /// snapshot received from the leader before it keeps the file, and
+    /// refuses one it fails: the replica keeps its state and its own
+    /// snapshot. The default takes every snapshot (the default
+    /// `restore_from` leaves the state unchanged when it refuses one); a
+    /// service that streams its restore checks its header here.
+    fn check_snapshot(&self, source: &mut dyn Read) -> Result<(), SnapshotError> {
+        let _ = source;
+        Ok(())
+    }
+
     /// A digest of the state: equal states give equal digests. The default
     /// digests [`Service::snapshot`], so it needs a snapshot that is a
     /// function of the state alone (sorted maps, not hash-map order);

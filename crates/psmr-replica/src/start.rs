@@ -244,7 +244,8 @@ fn start_stages<A: App>(
     tls: Option<Arc<PeerTlsContext>>,
     replica: &mut Replica,
 ) -> Result<(), ReplicaError> {
-    let protocol = Protocol::new(&h.config, h.id, log.clone(), Options::new(fresh_incarnation()))?;
+    let options = Options::new(fresh_incarnation()).checked_by(app.clone());
+    let protocol = Protocol::new(&h.config, h.id, log.clone(), options)?;
     let manager = manager(h, app, sched, &log, q.decisions_rx, q.inbound.clone())?;
     let links = protocol::Links {
         view: h.view.clone(),

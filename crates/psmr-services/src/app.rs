@@ -107,6 +107,10 @@ macro_rules! delegate_service {
                 self.service.restore_from(source)
             }
 
+            fn check_snapshot(&self, source: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+                self.service.check_snapshot(source)
+            }
+
             fn digest(&self) -> Digest {
                 self.service.digest()
             }

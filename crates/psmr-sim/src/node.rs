@@ -265,10 +265,11 @@ impl Node {
             psmr_core::store::found(&self.store, &config.replicas)
                 .map_err(|e| SimError::Raft { replica: self.id, why: e.to_string() })?;
         }
-        let options = Options::new(env.rng.gen()).quiet().inject(env.bug);
+        let app = Arc::new(KvApp::new(&ServiceConfig::default()).map_err(|e| SimError::Config(e.to_string()))?);
+        let options = Options::new(env.rng.gen()).quiet().inject(env.bug).checked_by(app.clone());
         let protocol = Protocol::new(config, self.id, self.store.clone(), options)
             .map_err(|e| SimError::Raft { replica: self.id, why: e.to_string() })?;
-        let mut live = self.live(settings, env, protocol)?;
+        let mut live = self.live(settings, env, protocol, app)?;
         env.checks.restarted(self.id);
         let mut io = NodeIo { id: self.id, env, work: &mut live.work, clients: &live.clients };
         live.protocol.start(&mut io);
@@ -278,9 +279,13 @@ impl Node {
 
     /// The apply loop of a starting replica, restored from the kept
     /// snapshot.
-    fn live(&self, settings: &NodeSettings, env: &mut Env<'_>, protocol: Protocol<SimStore>) -> Result<Live, SimError> {
-        let kv = KvApp::new(&ServiceConfig::default()).map_err(|e| SimError::Config(e.to_string()))?;
-        let app = Arc::new(kv);
+    fn live(
+        &self,
+        settings: &NodeSettings,
+        env: &mut Env<'_>,
+        protocol: Protocol<SimStore>,
+        app: Arc<KvApp>,
+    ) -> Result<Live, SimError> {
         let replies = Arc::new(Collected::default());
         let failed = Arc::new(Mutex::new(None));
         let on_failure = {

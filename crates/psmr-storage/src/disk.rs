@@ -310,6 +310,8 @@ pub struct DiskStore {
     incarnation: u64,
     /// Where the time of each synced write goes, once the replica runs.
     sync_time: Arc<std::sync::OnceLock<SyncTimer>>,
+    /// Purges the files compactions leave behind, off the caller's thread.
+    purger: Arc<crate::purge::Purger>,
 }
 
 fn engine_err(dir: &Path, e: impl std::fmt::Display) -> DiskError {
@@ -946,8 +948,10 @@ impl DiskStore {
         private_files(&layout.log)?;
         let (incarnation, floor) = (record.state().incarnation, record.state().floor);
         let on_disk = snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
+        let engine = Arc::new(engine);
         Ok(Self {
-            engine: Arc::new(engine),
+            purger: Arc::new(crate::purge::Purger::start(engine.clone())),
+            engine,
             state: Arc::new(Mutex::new(State { hs, cs, snapshot, last, floor })),
             record: Arc::new(Mutex::new(record)),
             snapshot_file: Arc::new(Mutex::new(on_disk)),
@@ -1125,7 +1129,7 @@ impl DiskStore {
         if keep_from > 1 {
             self.engine.compact_to(GROUP, keep_from.min(last));
         }
-        let _ = self.engine.purge_expired_files();
+        self.purger.request();
         Ok(())
     }
 

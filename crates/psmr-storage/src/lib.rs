@@ -10,9 +10,11 @@
 pub mod disk;
 mod log;
 pub(crate) mod private;
+mod purge;
 mod restore;
 pub(crate) mod snapfiles;
 pub mod synced;
 
 pub use disk::{DiskError, DiskOptions, DiskStore, RepairReport};
 pub use log::{Log, SyncTimer};
+pub use snapfiles::DiskFile;

@@ -41,8 +41,10 @@ const OLD_TMP: &str = "snapshot.bin.tmp";
 /// Bytes a snapshot being taken is buffered by before they reach the file.
 const WRITE_BUFFER: usize = 1 << 20;
 
-/// A file of the directory, read at any offset.
-struct DiskFile(File);
+/// A snapshot file on disk, read at any offset: the store's own, or one
+/// `psmr client snapshot save` wrote, handed to
+/// [`crate::DiskStore::restore_from`].
+pub struct DiskFile(pub File);
 
 impl SnapshotFile for DiskFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {

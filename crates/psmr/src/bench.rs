@@ -9,10 +9,10 @@ use clap::Args;
 use psmr_bench::compare;
 use psmr_bench::faults::Faults;
 use psmr_bench::peers::{self, cases};
-use psmr_bench::probe;
 use psmr_bench::report;
 use psmr_bench::runner::{self, Runner, Target};
 use psmr_bench::scenario::{self, Params, Point, Scenario, ScenarioKind, Sweep};
+use psmr_harness::probe;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,6 +140,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     match scenario.kind {
         ScenarioKind::BitmapSimulation => return simulation(&args, &scenario),
         ScenarioKind::Peers => return peers(&args, &scenario),
+        ScenarioKind::CatchUp => return catch_up(&args, &scenario),
         ScenarioKind::Cluster => {}
     }
     let (faults, existing) = (args.faults(), !args.cluster.is_empty());
@@ -341,6 +342,53 @@ fn simulation(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
     {
         println!("wrote {}", f.display());
     }
+    Ok(())
+}
+
+/// `--scenario catch-up`: one run of `psmr_bench::catch_up`, configured by
+/// `--set` (keys, value_bytes, clients, per_request, duration_s, ...).
+fn catch_up(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
+    let extra = !args.sweeps.is_empty()
+        || !args.cluster.is_empty()
+        || args.history.is_some()
+        || args.kill_leader_every.is_some()
+        || args.kill_replica.is_some();
+    if extra {
+        bail!("scenario catch-up is one run on a cluster of its own, with faults of its own: --sweep, --cluster, --history and faults do not apply");
+    }
+    let mut params = scenario.base.clone();
+    if args.quick {
+        params.keys = 1 << 16;
+        params.duration_s = 2.0;
+    }
+    for set in &args.sets {
+        let Some((key, value)) = set.split_once('=') else {
+            bail!("malformed --set {set:?}: expected KEY=VALUE such as keys=2097152");
+        };
+        params.set(key, value)?;
+    }
+    if params.service != "kv" {
+        bail!("scenario catch-up fills the key-value store: service must be kv");
+    }
+    runner::check_params(&params, false, args.seed)?;
+    let out = output_dir(args, scenario)?;
+    eprintln!(
+        "scenario catch-up: {} keys of {} bytes, seed {} (pass --seed to replay), results into {}",
+        params.keys,
+        params.value_bytes.unwrap_or(1024),
+        args.seed,
+        out.display()
+    );
+    let (exe, logs) = (psmr_exe()?, out.join("logs"));
+    let spec = psmr_bench::catch_up::CatchUpSpec { exe: &exe, params: &params, seed: args.seed, logs: &logs };
+    let report = psmr_bench::catch_up::run(&spec)?;
+    let text = report.to_markdown();
+    print!("{text}");
+    let (md, json) = (out.join("report.md"), out.join("results.json"));
+    std::fs::write(&md, &text).with_context(|| format!("cannot write {}", md.display()))?;
+    std::fs::write(&json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("cannot write {}", json.display()))?;
+    println!("wrote {}\nwrote {}", md.display(), json.display());
     Ok(())
 }
 

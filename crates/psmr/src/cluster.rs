@@ -1,14 +1,14 @@
 //! `psmr replica`, `psmr cluster`, `psmr client` and `psmr check-history`:
 //! their flags, and what they print. Starting replicas and clusters of
-//! replica processes is `psmr_bench::launch`'s, asking a cluster about
-//! itself `psmr_bench::probe`'s, the load `psmr_bench::load`'s.
+//! replica processes is `psmr_harness::launch`'s, asking a cluster about
+//! itself `psmr_harness::probe`'s, the load `psmr_harness::load`'s.
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use psmr_bench::launch::{self, describe_exit, ClusterDir, ClusterSpec, ProcessCluster};
-use psmr_bench::load::{LoadSpec, Ops};
-use psmr_bench::probe::{self, Probe};
 use psmr_client::{Client, ClientConfig, Reconfiguration};
+use psmr_harness::launch::{self, describe_exit, ClusterDir, ClusterSpec, ProcessCluster};
+use psmr_harness::load::{LoadSpec, Ops};
+use psmr_harness::probe::{self, Probe};
 use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_replica::{Config, Storage};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
@@ -99,7 +99,7 @@ fn restore(config: &Config, id: u64, file: &Path) -> Result<()> {
     let saved = std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
     let members = psmr_core::membership::Membership::of_voters(&config.replicas).map_err(|e| anyhow!(e))?;
     let dir = config.replica_dir(id);
-    let snap = psmr_storage::DiskStore::restore_from(&dir, Box::new(SavedFile(saved)), &members)
+    let snap = psmr_storage::DiskStore::restore_from(&dir, Box::new(psmr_storage::DiskFile(saved)), &members)
         .with_context(|| format!("replica {id}: restore from {}", file.display()))?;
     let meta = snap.get_metadata();
     println!(
@@ -110,27 +110,6 @@ fn restore(config: &Config, id: u64, file: &Path) -> Result<()> {
         dir.display()
     );
     Ok(())
-}
-
-/// A saved snapshot file, as the store reads one.
-struct SavedFile(std::fs::File);
-
-impl psmr_core::snapfile::SnapshotFile for SavedFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let mut done = 0;
-        while done < buf.len() {
-            match self.0.read_at(&mut buf[done..], offset + done as u64)? {
-                0 => break,
-                n => done += n,
-            }
-        }
-        Ok(done)
-    }
-
-    fn len(&self) -> u64 {
-        self.0.metadata().map_or(0, |m| m.len())
-    }
 }
 
 /// `psmr cluster`.
@@ -311,13 +290,13 @@ pub struct CheckHistoryArgs {
     file: PathBuf,
     /// Give up on a key after this many search states (the verdict is then
     /// "undecided", exit code 2).
-    #[arg(long, default_value_t = psmr_bench::history::MAX_STATES_DEFAULT)]
+    #[arg(long, default_value_t = psmr_harness::history::MAX_STATES_DEFAULT)]
     max_states: usize,
 }
 
 /// Checks a kv history for linearizability: exit code 0 only when it is.
 pub fn check_history(args: CheckHistoryArgs) -> Result<std::process::ExitCode> {
-    use psmr_bench::history::{check_linearizable, read, Verdict};
+    use psmr_harness::history::{check_linearizable, read, Verdict};
     let file = std::fs::File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
     let ops = read(std::io::BufReader::new(file)).with_context(|| format!("{}", args.file.display()))?;
     match check_linearizable(&ops, args.max_states) {
@@ -722,7 +701,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         history: l.history,
         seed: l.seed,
     };
-    let r = psmr_bench::load::run(addrs, config, &spec)?;
+    let r = psmr_harness::load::run(addrs, config, &spec)?;
     if l.json {
         println!("{}", r.to_json(&spec));
     } else {

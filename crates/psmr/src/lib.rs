@@ -37,14 +37,19 @@
 //!   clusters;
 //! * [`client`]: the client library;
 //! * [`services`]: the built-in key-value store and sharded list;
-//! * [`bench`](mod@bench): the benchmarks and the linearizability checker.
+//! * [`harness`]: local clusters of replica processes, the closed-loop
+//!   load, client histories and the linearizability checker;
+//! * [`bench`](mod@bench): the end-to-end benchmarks, and
+//!   [`sched_bench`] the schedulers' in one process.
 
 pub use psmr_bench as bench;
 pub use psmr_client as client;
+pub use psmr_harness as harness;
 pub use psmr_model as model;
 pub use psmr_replica as replica;
 pub use psmr_rt as rt;
 pub use psmr_sched as sched;
+pub use psmr_sched_bench as sched_bench;
 pub use psmr_services as services;
 
 /// What a service and its driver need, in one import.

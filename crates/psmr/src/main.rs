@@ -13,8 +13,8 @@ mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use psmr_bench::{format_table, MappingSource, SchedBenchConfig, ServiceKind};
 use psmr_sched::SchedulerKind;
+use psmr_sched_bench::{format_table, MappingSource, SchedBenchConfig, ServiceKind};
 use psmr_services::{Cost, Mix, Spread, WorkloadConfig};
 use std::io::Write;
 use std::process::ExitCode;
@@ -37,7 +37,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static ALLOCATOR: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
 
 /// The bytes allocated so far, where this build counts them.
-fn alloc_meter() -> Option<psmr_bench::fuzz::AllocMeter> {
+fn alloc_meter() -> Option<psmr_harness::fuzz::AllocMeter> {
     #[cfg(feature = "alloc-meter")]
     return Some(|| ALLOCATOR.total_allocated());
     #[cfg(not(feature = "alloc-meter"))]
@@ -247,7 +247,7 @@ struct SchedBenchArgs {
 }
 
 fn parse_service(s: &str) -> Result<ServiceKind, String> {
-    s.parse().map_err(|e: psmr_bench::BenchError| e.to_string())
+    s.parse().map_err(|e: psmr_sched_bench::BenchError| e.to_string())
 }
 
 fn parse_victims(s: &str) -> Result<psmr_sched::Victims, String> {
@@ -273,14 +273,14 @@ fn parse_mix(s: &str) -> Result<Mix, String> {
 /// Every run in a child process of its own, unless told otherwise or
 /// already a child: this program again, with the same arguments and the
 /// seed made explicit.
-fn isolation(in_process: bool, config: &SchedBenchConfig) -> Result<Option<psmr_bench::Isolate>> {
+fn isolation(in_process: bool, config: &SchedBenchConfig) -> Result<Option<psmr_sched_bench::Isolate>> {
     if in_process || config.only.is_some() {
         return Ok(None);
     }
     let program = std::env::current_exe().context("cannot find this program to run each variant in a child")?;
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     args.extend(["--seed".to_string(), config.workload.seed.to_string()]);
-    Ok(Some(psmr_bench::Isolate { program, args }))
+    Ok(Some(psmr_sched_bench::Isolate { program, args }))
 }
 
 fn sched_bench(args: SchedBenchArgs) -> Result<()> {
@@ -335,7 +335,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
     if !json {
         eprintln!("running {} with seed {} (pass --seed to replay)", config.service, config.workload.seed);
     }
-    let reports = psmr_bench::run(&config, |r| {
+    let reports = psmr_sched_bench::run(&config, |r| {
         if json {
             let mut out = stdout.lock();
             // A closed stdout (e.g. piped into `head`) is not worth a panic.
@@ -352,7 +352,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         print!("{}", format_table(&reports));
         if config.metrics_interval_ms.is_some() {
             println!("per-worker metrics (share of the run):");
-            print!("{}", psmr_bench::format_metrics_table(&reports));
+            print!("{}", psmr_sched_bench::format_metrics_table(&reports));
         }
         println!("all {} runs agree on state and replies", reports.len());
     }
@@ -363,7 +363,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
 }
 
 fn fuzz(args: FuzzArgs) -> Result<()> {
-    use psmr_bench::fuzz;
+    use psmr_harness::fuzz;
     let targets = fuzz::select(&args.targets).map_err(anyhow::Error::msg)?;
     let config = fuzz::FuzzConfig {
         inputs: args.inputs,
@@ -424,7 +424,7 @@ fn main() -> ExitCode {
         if cluster::FAIL_STOP.load(std::sync::atomic::Ordering::SeqCst) {
             // A replica whose thread panicked must not run on without it.
             eprintln!("psmr replica: a thread panicked; the replica stops (fail-stop)");
-            std::process::exit(psmr_bench::launch::EXIT_PANIC);
+            std::process::exit(psmr_harness::launch::EXIT_PANIC);
         }
     }));
     tracing_subscriber::fmt()

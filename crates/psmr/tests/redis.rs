@@ -227,8 +227,8 @@ fn redis_client(
     start: std::time::Instant,
     stop: &std::sync::atomic::AtomicBool,
     answered: &std::sync::atomic::AtomicU64,
-) -> Vec<psmr::bench::history::Operation> {
-    use psmr::bench::history::{OpKind, Operation, Status};
+) -> Vec<psmr::harness::history::Operation> {
+    use psmr::harness::history::{OpKind, Operation, Status};
     use rand::{Rng, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ client);
     let mut port = client as usize;
@@ -277,8 +277,8 @@ fn redis_client(
 
 /// A Redis reply as the history's result: reads the value, writes and
 /// deletes whether the key existed.
-fn history_result(op: psmr::bench::history::OpKind, v: redis::Value) -> serde_json::Value {
-    use psmr::bench::history::OpKind;
+fn history_result(op: psmr::harness::history::OpKind, v: redis::Value) -> serde_json::Value {
+    use psmr::harness::history::OpKind;
     match (op, v) {
         (OpKind::Read, redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned().into(),
         (OpKind::Read, redis::Value::Nil) => serde_json::Value::Null,
@@ -291,7 +291,7 @@ fn history_result(op: psmr::bench::history::OpKind, v: redis::Value) -> serde_js
 
 #[test]
 fn histories_through_redis_are_linearizable_while_leaders_die() {
-    use psmr::bench::history::{check_linearizable, Verdict, MAX_STATES_DEFAULT};
+    use psmr::harness::history::{check_linearizable, Verdict, MAX_STATES_DEFAULT};
     let seed = seed();
     let mut cluster = LocalCluster::builder()
         .replicas(5)
@@ -329,7 +329,7 @@ fn histories_through_redis_are_linearizable_while_leaders_die() {
         stop.store(true, Ordering::Relaxed);
         clients.into_iter().flat_map(|c| c.join().unwrap()).collect::<Vec<_>>()
     });
-    let ok = histories.iter().filter(|o| o.status == psmr::bench::history::Status::Ok).count();
+    let ok = histories.iter().filter(|o| o.status == psmr::harness::history::Status::Ok).count();
     eprintln!("{} operations, {ok} answered", histories.len());
     assert!(ok > 100, "too few answered operations to mean anything: {ok}");
     assert_eq!(check_linearizable(&histories, MAX_STATES_DEFAULT), Verdict::Linearizable);

@@ -7,9 +7,9 @@
 use super::http::{HttpConn, Response};
 use super::process::{free_ports, log_tail, wait_until, ChildGuard, Scratch};
 use super::{PeerLoad, PeersError, Row, KEY_BYTES};
-use crate::cpu::{CpuSample, Reading, ReplicaCpu, Role};
-use crate::kv_stream::{client_seed, sized_value, XorShift};
 use hdrhistogram::Histogram;
+use psmr_harness::cpu::{CpuSample, Reading, ReplicaCpu, Role};
+use psmr_harness::kv_stream::{client_seed, sized_value, XorShift};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;

@@ -20,7 +20,7 @@
 //! Every put writes a 64 B value; etcd and redis keys are 16 B strings
 //! (psmr's keys are the keys' decimal text, at most 8 B below 10^8 keys);
 //! all draw keys uniformly from the same key space. Each server process's
-//! CPU time over the measured window is read from `/proc` ([`crate::cpu`]).
+//! CPU time over the measured window is read from `/proc` ([`psmr_harness::cpu`]).
 //!
 //! A missing program is an error before anything runs, naming what is
 //! missing and `scripts/peers.sh`, which installs them.
@@ -35,8 +35,8 @@ mod report;
 pub use process::{fs_type, load_average, version_of, which, Tools};
 pub use report::{compare, format_table, write, Comparison, Setup};
 
-use crate::cpu::ReplicaCpu;
 use crate::scenario::Params;
+use psmr_harness::cpu::ReplicaCpu;
 use serde::Serialize;
 use std::time::Duration;
 use thiserror::Error;

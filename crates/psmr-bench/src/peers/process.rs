@@ -174,10 +174,10 @@ impl Drop for Scratch {
 }
 
 /// `n` distinct free ports on loopback, chosen as psmr's own clusters'
-/// are ([`crate::launch::hold_free_ports`]).
+/// are ([`psmr_harness::launch::hold_free_ports`]).
 pub fn free_ports(n: usize) -> Result<Vec<SocketAddr>, PeersError> {
     let io = |source| PeersError::Io { what: "cannot find a free port on 127.0.0.1".into(), source };
-    let held = crate::launch::hold_free_ports("127.0.0.1", n).map_err(io)?;
+    let held = psmr_harness::launch::hold_free_ports("127.0.0.1", n).map_err(io)?;
     held.iter().map(|l| l.local_addr().map_err(io)).collect()
 }
 

@@ -8,7 +8,7 @@
 
 use super::process::{free_ports, wait_until, ChildGuard, Scratch};
 use super::{PeerLoad, PeersError, Row};
-use crate::cpu::{CpuSample, ReplicaCpu, Role};
+use psmr_harness::cpu::{CpuSample, ReplicaCpu, Role};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;

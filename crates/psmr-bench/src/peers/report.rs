@@ -2,8 +2,8 @@
 //! what each side ran.
 
 use super::Row;
-use crate::cpu;
 use crate::report::chart;
+use psmr_harness::cpu;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -338,7 +338,7 @@ fn what_ran(s: &mut String, setup: &Setup, rows: &[Row]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{ReplicaCpu, Role};
+    use psmr_harness::cpu::{ReplicaCpu, Role};
 
     fn row(system: &str, setup: &str, clients: usize, per_request: usize, puts: f64, p50: u64) -> Row {
         Row {

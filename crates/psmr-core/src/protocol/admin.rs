@@ -18,8 +18,9 @@
 //! One change at a time: raft refuses a conf change while another is
 //! pending, and a second request is told to retry later. A request that
 //! has not reached its goal within [`CHANGE_TIMEOUT`] (a new replica that
-//! is not running, or cannot be reached) is answered with an error; what
-//! was done stays done (a learner stays a learner until removed).
+//! is not running, cannot be reached, or is still receiving a large
+//! snapshot) is answered with an error to retry later; what was done stays
+//! done (a learner stays a learner until removed or asked for again).
 
 use super::{contained, Protocol, ProtocolIo, Stop};
 use crate::config::Member;
@@ -121,9 +122,12 @@ impl<S: Store> Protocol<S> {
         let answer = if self.node.raft.state != StateRole::Leader || self.node.raft.term != p.term {
             Some(self.redirect())
         } else if self.ticks >= p.deadline {
+            // Worth asking again: what was done stays done, and a replica
+            // catching up from a large snapshot may need longer (the
+            // client decides how long it waits in all).
             Some(ServerMsg::Error(format!(
-                "{:?} not reached within {CHANGE_TIMEOUT:?}; the membership is now {:?} (is the new replica \
-                 running with --join, and reachable at its peer address?)",
+                "{RETRY_LATER}{:?} not reached within {CHANGE_TIMEOUT:?}; the membership is now {:?} (is the new \
+                 replica running with --join, and reachable at its peer address?)",
                 p.goal,
                 self.membership.info()
             )))

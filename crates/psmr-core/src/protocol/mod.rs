@@ -56,6 +56,9 @@ pub(crate) use ready::{handle_ready, ReadyOut};
 /// slightly behind catches up from the log rather than from a snapshot.
 pub const LOG_SLACK: u64 = 1_000;
 
+/// Appends in flight to one follower, at least (see [`raft_config`]).
+const INFLIGHT_MIN: usize = 64;
+
 /// Readies handled in one turn at most (each `advance` may leave another).
 const READIES_PER_TURN: usize = 8;
 
@@ -152,18 +155,28 @@ impl View {
 }
 
 /// How a protocol starts: the seed of its election timeouts, whether
-/// raft-rs's own log lines go to `tracing`, and (for the simulator) a bug.
-#[derive(Clone, Copy, Debug)]
+/// raft-rs's own log lines go to `tracing`, the service's check of
+/// snapshots received, and (for the simulator) a bug.
+#[derive(Clone)]
 pub struct Options {
     seed: u64,
     raft_logs: bool,
     planted: Planted,
+    check: Option<crate::transfer::SnapshotCheck>,
 }
 
 impl Options {
-    /// Election timeouts drawn from `seed`; raft-rs's log lines kept.
+    /// Election timeouts drawn from `seed`; raft-rs's log lines kept;
+    /// every snapshot whose file is whole taken.
     pub fn new(seed: u64) -> Self {
-        Self { seed, raft_logs: true, planted: Planted::default() }
+        Self { seed, raft_logs: true, planted: Planted::default(), check: None }
+    }
+
+    /// Snapshots received from the leader are kept only if `service`'s
+    /// [`psmr_model::Service::check_snapshot`] takes their stream.
+    pub fn checked_by<A: psmr_model::Service>(mut self, service: std::sync::Arc<A>) -> Self {
+        self.check = Some(std::sync::Arc::new(move |r| service.check_snapshot(r).map_err(|e| e.to_string())));
+        self
     }
 
     /// raft-rs's log lines dropped (a simulation runs thousands of
@@ -224,13 +237,22 @@ pub struct Protocol<S: Store> {
 
 /// The raft-rs configuration of replica `id`, from its configuration.
 pub fn raft_config(config: &Config, id: u64, applied: u64) -> raft::Result<raft::Config> {
+    // What is in flight to one follower fits its send queue. Past the
+    // queue's bound sends fail and raft probes again; and raft-rs, once
+    // a follower answers, sends as many appends as inflights allow at
+    // once, reading the log for each: with 256 of a quarter frame each, a
+    // follower just restored from a large snapshot had the leader read a
+    // gigabyte of log backlog in one turn, past the election timeout.
+    // The pipeline's entries, each in an append of its own, always fit.
+    let inflight = INFLIGHT_MIN.max(2 * config.pipeline);
+    let per_msg = (config.queue_bytes_max / inflight).min(config.peer_frame_max / 4).max(1);
     let raft_config = raft::Config {
         id,
         applied,
         election_tick: config.election_ticks,
         heartbeat_tick: config.heartbeat_ticks,
-        max_size_per_msg: (config.peer_frame_max / 4) as u64,
-        max_inflight_msgs: 256,
+        max_size_per_msg: per_msg as u64,
+        max_inflight_msgs: inflight,
         check_quorum: true,
         pre_vote: true,
         // Followers learn the commit index from the next append or
@@ -295,7 +317,7 @@ impl<S: Store> Protocol<S> {
             rng: ChaCha8Rng::seed_from_u64(options.seed),
             stepped: Stepped::default(),
             planted: options.planted,
-            transfers: Transfers::new(transfer::Limits::of(config)),
+            transfers: Transfers::new(transfer::Limits::of(config), options.check.clone()),
         };
         protocol.reseed();
         Ok(protocol)
@@ -520,10 +542,29 @@ impl<S: Store> Protocol<S> {
     pub fn snapshot_persisted(&mut self, snap: Snapshot) {
         let index = snap.get_metadata().index;
         let slack = LOG_SLACK.min(self.config.snapshot_every);
-        match self.store.install(snap, index.saturating_sub(slack)) {
+        let keep_from = index.saturating_sub(slack).min(self.kept_for_followers(index));
+        match self.store.install(snap, keep_from) {
             Ok(()) => debug!(index, "log compacted behind a snapshot"),
             Err(e) => warn!(index, "cannot compact the log: {e}"),
         }
+    }
+
+    /// On a leader, the first entry a follower catching up still needs
+    /// from its log: the one after the snapshot a transfer is sending it,
+    /// or after where a follower that answered lately stands, within
+    /// `snapshot_every` entries (and [`LOG_SLACK`]) of `index`. Without
+    /// it, a follower that takes longer to receive and restore a large
+    /// snapshot than the leader takes to make the next one would find the
+    /// log compacted past it again, and be sent snapshots for ever.
+    fn kept_for_followers(&self, index: u64) -> u64 {
+        if self.node.raft.state != StateRole::Leader {
+            return u64::MAX;
+        }
+        let floor = index.saturating_sub(self.config.snapshot_every.max(LOG_SLACK));
+        let sending = self.transfers.progress().into_iter().filter(|t| t.sending).map(|t| t.id.index + 1);
+        let prs = self.node.raft.prs();
+        let active = prs.iter().filter(|(&id, pr)| id != self.id && pr.recent_active).map(|(_, pr)| pr.matched + 1);
+        sending.chain(active).filter(|&i| i >= floor).min().unwrap_or(u64::MAX)
     }
 
     /// Peer `peer`, authenticated, not a member this replica knows of,

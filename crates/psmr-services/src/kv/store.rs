@@ -30,26 +30,72 @@ const STRIPES: usize = 64;
 /// heavy read of each service side by side.
 const MODERATE_ROUNDS: u32 = 340;
 
-/// Buckets per stripe: [`STRIPES`] × this many maps in all.
+/// Buckets per stripe once it holds more than [`SPLIT_AT`] keys:
+/// [`STRIPES`] × this many maps in all.
 const BUCKETS: usize = 256;
 
-/// A value, shared between the store and the snapshot being written.
-type Value = Arc<[u8]>;
-type Map = HashMap<Vec<u8>, Value, KeyHashBuilder>;
-/// A stripe: its keys spread over [`BUCKETS`] maps, each shared with the
-/// snapshot being written, if any. The first write after
-/// [`Service::freeze`] to a bucket copies that bucket alone: its keys and
-/// pointers to its values, about 1/16 384th of the store's entries, never
-/// the values. So a snapshot costs memory and time in proportion to the
-/// buckets written while it is written, and no command waits for more
-/// than one bucket's copy (RwLock: readers of the stripe wait while it is
-/// made).
-type Stripe = RwLock<Box<[Arc<Map>]>>;
+/// Keys a stripe holds in one bucket before it splits into [`BUCKETS`]: a
+/// small store (the simulator's, a test's) then costs 64 maps to copy,
+/// digest or drop rather than 16 384, and a snapshot's first write to a
+/// small stripe copies at most this many keys (tens of µs).
+const SPLIT_AT: usize = 1024;
 
-/// A stripe of empty buckets, sharing one map until they are written.
-fn empty_stripe() -> Box<[Arc<Map>]> {
-    let empty = Arc::new(Map::default());
-    (0..BUCKETS).map(|_| empty.clone()).collect()
+/// A value, shared between the store and the snapshot being written. Its
+/// bytes live in a buffer of their own rather than after the reference
+/// counts (`Arc<[u8]>`): size-class allocators round a 1 KiB value plus
+/// 16 bytes of counts up to 1.25 KiB, a quarter more memory for the
+/// common power-of-two value sizes, while the buffer alone fits its class
+/// exactly and the counts take 48 bytes apart.
+type Value = Arc<Vec<u8>>;
+type Map = HashMap<Vec<u8>, Value, KeyHashBuilder>;
+/// A stripe: its keys spread over one map or, past [`SPLIT_AT`] keys,
+/// [`BUCKETS`] maps, each shared with the snapshot being written, if any.
+/// The first write after [`Service::freeze`] to a bucket copies that
+/// bucket alone: its keys and pointers to its values, about 1/16 384th of
+/// a large store's entries, never the values. So a snapshot costs memory
+/// and time in proportion to the buckets written while it is written, and
+/// no command waits for more than one bucket's copy (RwLock: readers of
+/// the stripe wait while it is made).
+type Stripe = RwLock<Buckets>;
+type Buckets = Box<[Arc<Map>]>;
+
+/// A stripe with no keys: one empty bucket.
+fn empty_stripe() -> Buckets {
+    Box::new([Arc::new(Map::default())])
+}
+
+/// The bucket of a key with conflict key `hash` in a stripe of `buckets`.
+fn bucket_of(hash: Key, buckets: &Buckets) -> usize {
+    // Conflict keys are well mixed. Their bottom bits pick the stripe and
+    // the bucket; `shard_of` reads the top ones.
+    ((hash / STRIPES as u64) % buckets.len() as u64) as usize
+}
+
+/// Runs `f` on the bucket of `hash` (copied first if a snapshot shares
+/// it), then splits a stripe that has outgrown one bucket.
+fn write_bucket<R>(buckets: &mut Buckets, hash: Key, f: impl FnOnce(&mut Map) -> R) -> R {
+    let b = bucket_of(hash, buckets);
+    let r = f(Arc::make_mut(&mut buckets[b]));
+    if buckets.len() == 1 && buckets[0].len() > SPLIT_AT {
+        split(buckets);
+    }
+    r
+}
+
+/// Spreads a one-bucket stripe over [`BUCKETS`]: moves the entries if no
+/// snapshot shares the bucket, else copies keys and value pointers.
+fn split(buckets: &mut Buckets) {
+    let one = std::mem::replace(&mut buckets[0], Arc::new(Map::default()));
+    let mut spread: Buckets = (0..BUCKETS).map(|_| Arc::new(Map::default())).collect();
+    let mut put = |k: Vec<u8>, v: Value| {
+        let b = bucket_of(key_hash(&k), &spread);
+        Arc::get_mut(&mut spread[b]).expect("fresh buckets are not shared").insert(k, v);
+    };
+    match Arc::try_unwrap(one) {
+        Ok(map) => map.into_iter().for_each(|(k, v)| put(k, v)),
+        Err(shared) => shared.iter().for_each(|(k, v)| put(k.clone(), v.clone())),
+    }
+    *buckets = spread;
 }
 
 /// Hashes the store's keys a word at a time with one multiply and one
@@ -132,8 +178,8 @@ impl KvService {
         let mut stripes: Box<[Stripe]> = (0..STRIPES).map(|_| RwLock::new(empty_stripe())).collect();
         for n in 0..keys {
             let key = key_bytes(n);
-            let (stripe, bucket) = place(key_hash(&key));
-            Arc::make_mut(&mut stripes[stripe].get_mut()[bucket]).insert(key, n.to_le_bytes().into());
+            let hash = key_hash(&key);
+            write_bucket(stripes[stripe_of(hash)].get_mut(), hash, |m| m.insert(key, shared(&n.to_le_bytes())));
         }
         Self {
             stripes,
@@ -170,15 +216,16 @@ impl KvService {
     }
 
     fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
-        let (stripe, bucket) = place(key_hash(key));
-        f(self.stripes[stripe].read()[bucket].get(key).map(|v| &v[..]))
+        let hash = key_hash(key);
+        let buckets = self.stripes[stripe_of(hash)].read();
+        f(buckets[bucket_of(hash, &buckets)].get(key).map(|v| &v[..]))
     }
 
     /// Runs `f` on the bucket of `key`, copied first if a snapshot shares
     /// it.
     fn write<R>(&self, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
-        let (stripe, bucket) = place(key_hash(key));
-        f(Arc::make_mut(&mut self.stripes[stripe].write()[bucket]))
+        let hash = key_hash(key);
+        write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, f)
     }
 
     /// The cost of `op`: [`burn`] once per key it names (once for an
@@ -205,7 +252,7 @@ impl KvService {
             KvOp::Create { key, value } => KvReply::Done(self.write(key, |m| {
                 let absent = !m.contains_key(key.as_slice());
                 if absent {
-                    m.insert(key.clone(), value.as_slice().into());
+                    m.insert(key.clone(), shared(value));
                 }
                 absent
             })),
@@ -270,7 +317,7 @@ fn put(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
             true
         }
         None => {
-            m.insert(key.to_vec(), value.into());
+            m.insert(key.to_vec(), shared(value));
             false
         }
     }
@@ -281,8 +328,13 @@ fn put(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
 fn overwrite(v: &mut Value, value: &[u8]) {
     match Arc::get_mut(v) {
         Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
-        _ => *v = value.into(),
+        _ => *v = shared(value),
     }
+}
+
+/// A new value holding `bytes`.
+fn shared(bytes: &[u8]) -> Value {
+    Arc::new(bytes.to_vec())
 }
 
 fn set(m: &mut Map, key: &[u8], value: &[u8], when: SetWhen, get: bool) -> KvReply {
@@ -323,9 +375,9 @@ fn append(m: &mut Map, key: &[u8], value: &[u8]) -> KvReply {
         return KvReply::Error(KvError::TooLarge);
     }
     match m.get_mut(key) {
-        Some(v) => *v = [&v[..], value].concat().into(),
+        Some(v) => Arc::make_mut(v).extend_from_slice(value),
         None => {
-            m.insert(key.to_vec(), value.into());
+            m.insert(key.to_vec(), shared(value));
         }
     }
     KvReply::Int(count(current + value.len()))
@@ -336,12 +388,9 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The stripe and the bucket of a key with conflict key `hash`.
-fn place(hash: Key) -> (usize, usize) {
-    // Conflict keys are well mixed. Their bottom bits pick the stripe and
-    // the bucket; `shard_of` reads the top ones.
-    let stripe = (hash % STRIPES as u64) as usize;
-    (stripe, ((hash / STRIPES as u64) % BUCKETS as u64) as usize)
+/// The stripe of a key with conflict key `hash` (see [`bucket_of`]).
+fn stripe_of(hash: Key) -> usize {
+    (hash % STRIPES as u64) as usize
 }
 
 /// The cost of a command: `rounds` of a mixing function that the compiler
@@ -441,7 +490,7 @@ impl Service for KvService {
     }
 
     /// The copy is every bucket's map shared, not copied: execution pauses
-    /// for 16 384 reference counts, and a bucket is copied (its keys and
+    /// for at most 16 384 reference counts, and a bucket is copied (its keys and
     /// pointers to its values) when a command first writes to it while the
     /// snapshot is being written.
     fn freeze(&self) -> Frozen {
@@ -452,10 +501,10 @@ impl Service for KvService {
     /// Decodes the whole snapshot (keys must be strictly increasing) before
     /// replacing anything, so a bad snapshot leaves the state unchanged.
     fn restore(&self, mut snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let mut stripes: Vec<Box<[Arc<Map>]>> = (0..STRIPES).map(|_| empty_stripe()).collect();
+        let mut stripes: Vec<Buckets> = (0..STRIPES).map(|_| empty_stripe()).collect();
         read_entries(open(&mut snapshot)?, |k, v| {
-            let (stripe, bucket) = place(key_hash(&k));
-            Arc::make_mut(&mut stripes[stripe][bucket]).insert(k, v.into());
+            let hash = key_hash(&k);
+            write_bucket(&mut stripes[stripe_of(hash)], hash, |m| m.insert(k, Arc::new(v)));
         })?;
         for (stripe, fresh) in self.stripes.iter().zip(stripes) {
             *stripe.write() = fresh;
@@ -472,9 +521,14 @@ impl Service for KvService {
             *stripe.write() = empty_stripe();
         }
         read_entries(r, |k, v| {
-            let (stripe, bucket) = place(key_hash(&k));
-            Arc::make_mut(&mut self.stripes[stripe].write()[bucket]).insert(k, v.into());
+            let hash = key_hash(&k);
+            write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, |m| m.insert(k, Arc::new(v)));
         })
+    }
+
+    /// The header only: the magic and the version.
+    fn check_snapshot(&self, source: &mut dyn Read) -> Result<(), SnapshotError> {
+        open(source).map(|_| ())
     }
 
     /// Entries hashed one by one (key length, key, value length, value) and

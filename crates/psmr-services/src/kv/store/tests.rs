@@ -371,3 +371,32 @@ fn a_write_during_a_snapshot_copies_one_bucket_and_no_value() {
     restored.restore(&written).unwrap();
     assert_eq!(value(&restored, &k(7)), Some(le(7)), "the snapshot holds the state at the freeze");
 }
+
+/// A small store keeps one bucket per stripe; one that grows splits its
+/// stripes, and a snapshot frozen before the split still writes the state
+/// it was taken from, whose values the split shares rather than copies.
+#[test]
+fn stripes_split_as_they_grow_and_a_frozen_copy_survives_the_split() {
+    let s = KvService::new(STRIPES as u64, Cost::Light);
+    assert_eq!(buckets(&s).len(), STRIPES, "one bucket per stripe while small");
+    let expected = s.snapshot();
+    let frozen = s.freeze();
+    let value = |n: u64| format!("value {n}").into_bytes();
+    for n in 0..(STRIPES * SPLIT_AT * 2) as u64 {
+        run(&s, KvOp::Put { key: key_bytes(n), value: value(n) });
+    }
+    let split = s.stripes.iter().filter(|st| st.read().len() == BUCKETS).count();
+    assert!(split > STRIPES / 2, "{split} of {STRIPES} stripes split");
+    assert!(s.stripes.iter().all(|st| matches!(st.read().len(), 1 | BUCKETS)));
+    let mut written = Vec::new();
+    frozen(&mut written).unwrap();
+    assert_eq!(written, expected);
+    for n in [0, 1, 4095, (STRIPES * SPLIT_AT * 2) as u64 - 1] {
+        let got = s.read(&key_bytes(n), |v| v.map(<[u8]>::to_vec));
+        assert_eq!(got, Some(value(n)), "key {n} found after the split");
+    }
+    let copy = KvService::new(0, Cost::Light);
+    copy.restore(&s.snapshot()).unwrap();
+    assert_eq!(copy.digest(), s.digest());
+    assert_eq!(copy.len(), s.len());
+}

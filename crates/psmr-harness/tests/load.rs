@@ -2,9 +2,9 @@
 //! the key-value store: it counts what it sent, no command fails, and the
 //! history it writes is linearizable.
 
-use psmr_bench::history::{self, Status, Verdict};
-use psmr_bench::load::{self, LoadSpec, Ops};
 use psmr_client::ClientConfig;
+use psmr_harness::history::{self, Status, Verdict};
+use psmr_harness::load::{self, LoadSpec, Ops};
 use psmr_replica::LocalCluster;
 use psmr_services::KvApp;
 use std::time::Duration;

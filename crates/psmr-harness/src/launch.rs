@@ -2,7 +2,7 @@
 //! (free ports, peer certificates), its directory, and the processes
 //! themselves, each a `psmr replica --config FILE --id N`, started,
 //! killed, restarted and watched. This is what `psmr cluster` and `psmr
-//! bench` run; [`crate::faults`] kills and restarts replicas through it.
+//! bench` run; `psmr_bench::faults` kills and restarts replicas through it.
 //! For a cluster inside the current process, see
 //! [`psmr_replica::LocalCluster`].
 //!
@@ -11,7 +11,7 @@
 //! [`start_replica`] is what such a process runs.
 //!
 //! ```no_run
-//! use psmr_bench::launch::{ClusterDir, ClusterSpec, ProcessCluster};
+//! use psmr_harness::launch::{ClusterDir, ClusterSpec, ProcessCluster};
 //! use std::time::Duration;
 //!
 //! let dir = ClusterDir::scratch("psmr-example-")?;
@@ -21,7 +21,7 @@
 //! let mut cluster = ProcessCluster::start(exe, &file, &config, None)?;
 //! cluster.wait_ready(Duration::from_secs(30))?;
 //! println!("clients connect to {:?}", cluster.addrs());
-//! # Ok::<(), psmr_bench::launch::LaunchError>(())
+//! # Ok::<(), psmr_harness::launch::LaunchError>(())
 //! ```
 
 use crate::probe::Probe;
@@ -370,6 +370,9 @@ pub struct ProcessCluster {
     logs: Option<PathBuf>,
     /// Replicas killed on purpose and not restarted yet.
     killed: Vec<u64>,
+    /// Replicas started with `--join`, and the configuration that lists
+    /// them (a restart reads it).
+    joined: Vec<(u64, PathBuf)>,
 }
 
 impl ProcessCluster {
@@ -384,18 +387,22 @@ impl ProcessCluster {
             exe: exe.to_path_buf(),
             logs: logs.map(Path::to_path_buf),
             killed: Vec::new(),
+            joined: Vec::new(),
         };
         for m in &config.replicas {
             // On error the cluster is dropped, which stops those started.
-            let child = cluster.spawn(m.id)?;
+            let child = cluster.spawn(m.id, &cluster.config_file, false)?;
             cluster.children.push((m.id, child));
         }
         Ok(cluster)
     }
 
-    fn spawn(&self, id: u64) -> Result<Child, LaunchError> {
+    fn spawn(&self, id: u64, config_file: &Path, join: bool) -> Result<Child, LaunchError> {
         let mut command = Command::new(&self.exe);
-        command.arg("replica").arg("--config").arg(&self.config_file).arg("--id").arg(id.to_string());
+        command.arg("replica").arg("--config").arg(config_file).arg("--id").arg(id.to_string());
+        if join {
+            command.arg("--join");
+        }
         if let Some(dir) = &self.logs {
             std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
             let file = dir.join(format!("replica-{id}.log"));
@@ -408,6 +415,17 @@ impl ProcessCluster {
         }
         tracing::debug!(id, exe = %self.exe.display(), "starting a replica process");
         command.spawn().map_err(io(format!("cannot start replica {id}")))
+    }
+
+    /// Starts replica `id` with `--join` from `config_file`, a
+    /// configuration that lists it beside the members; it waits, empty,
+    /// for `add-replica` ([`psmr_client::Client::change_membership`]).
+    pub fn join(&mut self, id: u64, config_file: &Path, client: SocketAddr) -> Result<(), LaunchError> {
+        let child = self.spawn(id, config_file, true)?;
+        self.children.push((id, child));
+        self.joined.push((id, config_file.to_path_buf()));
+        self.addrs.push(client);
+        Ok(())
     }
 
     /// Client addresses of the replicas, in id order.
@@ -426,7 +444,8 @@ impl ProcessCluster {
 
     /// Starts replica `id` again from its data directory.
     pub fn restart(&mut self, id: u64) -> Result<(), LaunchError> {
-        let child = self.spawn(id)?;
+        let joined = self.joined.iter().find(|(i, _)| *i == id).map(|(_, f)| f);
+        let child = self.spawn(id, joined.unwrap_or(&self.config_file), false)?;
         if let Some(slot) = self.children.iter_mut().find(|(i, _)| *i == id) {
             slot.1 = child;
         }

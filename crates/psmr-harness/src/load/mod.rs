@@ -10,7 +10,7 @@
 //! one on other machines.
 //!
 //! ```no_run
-//! use psmr_bench::load::{self, LoadSpec, Ops};
+//! use psmr_harness::load::{self, LoadSpec, Ops};
 //! use psmr_client::ClientConfig;
 //! use std::time::Duration;
 //!
@@ -27,7 +27,7 @@
 //! };
 //! let result = load::run(&addrs, || ClientConfig::new(addrs.clone()), &spec)?;
 //! println!("{:.0} commands/s", result.commands_per_s());
-//! # Ok::<(), psmr_bench::load::LoadError>(())
+//! # Ok::<(), psmr_harness::load::LoadError>(())
 //! ```
 
 mod client;
@@ -37,7 +37,6 @@ mod summary;
 
 use crate::cpu::ReplicaCpu;
 use crate::probe::Probe;
-use crate::report::{StageRow, Switch, WorkerRow};
 use client::{histogram, ClientTally, Driver, Generator, Window};
 use hdrhistogram::Histogram;
 use psmr_client::{Client, ClientConfig, ClientError};
@@ -45,6 +44,7 @@ use psmr_services::list::{ListModel, OpStream};
 use psmr_services::{WorkloadConfig, WorkloadError};
 use recorder::Recorder;
 use sample::CpuWatch;
+use serde::Serialize;
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -362,6 +362,59 @@ pub fn run_with_cpu(
         result.cpu_note = Some(change);
     }
     Ok(result)
+}
+
+/// Busy time of one stage of one replica (002 Fig. 8 style).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageRow {
+    /// The replica's client address.
+    pub replica: String,
+    /// The stage.
+    pub stage: String,
+    /// Share of the measured window on a CPU.
+    pub busy: f64,
+    /// Share runnable but waiting for a CPU.
+    pub waiting_cpu: f64,
+    /// Share blocked.
+    pub blocked: f64,
+    /// Threads of the stage (the shares are their average).
+    pub threads: usize,
+}
+
+/// One execution worker of one replica over a point's window (000 §5.3).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkerRow {
+    /// The replica's client address.
+    pub replica: String,
+    /// The worker's id.
+    pub worker: usize,
+    /// Share of the window waiting for other threads (sequential classes).
+    pub sync_idle: f64,
+    /// Share of the window waiting for its queue.
+    pub queue_idle: f64,
+    /// Commands executed.
+    pub executed: u64,
+    /// Average commands per batch taken from its queue.
+    pub queue_size: f64,
+    /// Steal attempts.
+    pub steals_tried: u64,
+    /// Successful steals.
+    pub steals_ok: u64,
+}
+
+/// A change of what a replica executes with (a decision of `auto`, or a
+/// `psmr client reconfigure`), seen in its counters read every second.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Switch {
+    /// Seconds into the measured window of the reading that first showed
+    /// it (the change happened in the second before).
+    pub at_s: f64,
+    /// The replica's client address.
+    pub replica: String,
+    /// What it executes with since (`auto: early, 2 workers`).
+    pub scheduler: String,
+    /// `auto`'s last decision and its reason, if it decided.
+    pub decision: String,
 }
 
 #[cfg(test)]

@@ -1,4 +1,14 @@
-//! The scheduler benchmark (`psmr sched-bench`).
+//! # psmr-sched-bench: the scheduler benchmark (`psmr sched-bench`)
+//!
+//! Schedulers measured in one process, with no network and no consensus
+//! in the way: a workload for a service and class model is generated and
+//! cut into ordered batches before the clock starts, and the same batches
+//! are fed to each scheduler in turn. Every run starts from a fresh
+//! service and ends with the service's state digest and a digest of all
+//! replies; a parallel scheduler that disagrees with `sequential` is an
+//! error, not a number. Where parallel execution can gain on a machine,
+//! this is where it shows first (end-to-end runs share the cores with
+//! the replicas' other stages and the clients).
 
 use psmr_model::{Batch, ClassModel, Command, Mapping, MappingError, Service, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 use psmr_sched::optimizer::{self, OptimizerError, Problem, Weighting};
@@ -513,7 +523,7 @@ struct Setup<'a, S> {
 }
 
 /// Class weights for the optimizer: each class's share of the commands.
-pub(crate) fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) -> Vec<f64> {
+pub fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) -> Vec<f64> {
     let mut counts = vec![0u64; model.len()];
     for c in commands {
         if let Some(n) = counts.get_mut(c.class.index()) {
@@ -527,7 +537,7 @@ pub(crate) fn class_frequencies<O>(model: &ClassModel, commands: &[Command<O>]) 
 /// The optimizer's (`Optimal`) or the naive (`Naive`) mapping of `model`
 /// on `workers` threads for the class weights `weights`; `None` for the
 /// other sources, which are given rather than computed.
-pub(crate) fn computed_mapping(
+pub fn computed_mapping(
     source: &MappingSource,
     model: &ClassModel,
     weights: &[f64],
@@ -581,6 +591,10 @@ fn mapping_for(
     Ok(mapping)
 }
 
+/// One variant of a run: scheduler, workers, mapping source (an index
+/// into `mappings`), graph bound.
+type Variant = (SchedulerKind, usize, Option<usize>, Option<usize>);
+
 fn run_service<S: Service>(
     config: &SchedBenchConfig,
     setup: Setup<'_, S>,
@@ -599,9 +613,50 @@ where
         None => commands.chunks(config.batch).map(|c| Batch::new(c.to_vec(), config.bitmap_bits)).collect(),
     };
     drop(commands);
-    // One variant per (scheduler, workers, mapping source, graph bound);
-    // schedulers without a mapping or a graph run once per worker count.
-    let mut plan: Vec<(SchedulerKind, usize, Option<usize>, Option<usize>)> = Vec::new();
+    let plan = plan_variants(config)?;
+    let mappings = plan_mappings(config, &setup, &weights, &plan)?;
+    // Rounds run the whole plan in turn, so that drift in the machine's
+    // speed spreads over every variant instead of favoring the first.
+    let mut elapsed: Vec<Vec<f64>> = vec![Vec::new(); plan.len()];
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; plan.len()];
+    let mut reference: Option<(SchedulerKind, Outcome)> = None;
+    for _round in 0..config.repeat {
+        for (i, (&(kind, workers, _, graph), mapping)) in plan.iter().zip(&mappings).enumerate() {
+            let (secs, outcome) = match &config.isolate {
+                Some(isolate) => run_child(isolate, i, kind, workers)?,
+                None => run_once(config, &setup, &batches, (kind, workers, graph), mapping.clone())?,
+            };
+            match &reference {
+                Some((ref_kind, r)) => same_as(r, *ref_kind, &outcome, kind, workers)?,
+                None => reference = Some((kind, outcome.clone())),
+            }
+            elapsed[i].push(secs);
+            outcomes[i] = Some(outcome);
+        }
+    }
+    let first = elapsed[0].clone();
+    let mut reports: Vec<RunReport> = Vec::new();
+    let mut sequential_cps = None;
+    for (i, &variant) in plan.iter().enumerate() {
+        let vs_first = if i == 0 { None } else { Paired::of(&first, &elapsed[i]) };
+        let outcome = outcomes[i].take().expect("every variant ran");
+        let spec = mappings[i].as_ref().map(|m| m.to_spec(&setup.model));
+        let mut report = report_of(config, variant, &mut elapsed[i], n, outcome, spec);
+        report.vs_first = vs_first;
+        if variant.0 == SchedulerKind::Sequential {
+            sequential_cps = Some(report.throughput_cps);
+        }
+        report.vs_sequential = sequential_cps.map(|s| report.throughput_cps / s);
+        on_run(&report);
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// One variant per (scheduler, workers, mapping source, graph bound);
+/// schedulers without a mapping or a graph run once per worker count.
+fn plan_variants(config: &SchedBenchConfig) -> Result<Vec<Variant>, BenchError> {
+    let mut plan: Vec<Variant> = Vec::new();
     for &kind in &config.schedulers {
         let sources: Vec<Option<usize>> =
             if kind.needs_mapping() { (0..config.mappings.len()).map(Some).collect() } else { vec![None] };
@@ -624,100 +679,100 @@ where
         let entry = *plan.get(i).ok_or_else(|| BenchError::Config(format!("no variant {i} in the plan")))?;
         plan = vec![entry];
     }
-    // Mappings are made and checked before anything runs: a bad mapping
-    // file must not cost a long sequential run first. Each (source,
-    // workers) pair is solved once.
+    Ok(plan)
+}
+
+/// Each variant's mapping, made and checked before anything runs: a bad
+/// mapping file must not cost a long sequential run first. Each (source,
+/// workers) pair is solved once.
+fn plan_mappings<S: Service>(
+    config: &SchedBenchConfig,
+    setup: &Setup<'_, S>,
+    weights: &[f64],
+    plan: &[Variant],
+) -> Result<Vec<Option<Mapping>>, BenchError> {
     let mut made: Vec<((usize, usize), Mapping)> = Vec::new();
     let mut mappings = Vec::with_capacity(plan.len());
-    for &(_, w, m, _) in &plan {
+    for &(_, w, m, _) in plan {
         mappings.push(match m {
             None => None,
             Some(i) => {
                 if let Some((_, mapping)) = made.iter().find(|(key, _)| *key == (i, w)) {
                     Some(mapping.clone())
                 } else {
-                    let mapping = mapping_for(&config.mappings[i], &setup.model, setup.default_mapping, &weights, w)?;
+                    let mapping = mapping_for(&config.mappings[i], &setup.model, setup.default_mapping, weights, w)?;
                     made.push(((i, w), mapping.clone()));
                     Some(mapping)
                 }
             }
         });
     }
-    // Rounds run the whole plan in turn, so that drift in the machine's
-    // speed spreads over every variant instead of favoring the first.
-    let mut elapsed: Vec<Vec<f64>> = vec![Vec::new(); plan.len()];
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; plan.len()];
-    let mut reference: Option<(SchedulerKind, Outcome)> = None;
-    for _round in 0..config.repeat {
-        for (i, (&(kind, workers, _, graph), mapping)) in plan.iter().zip(&mappings).enumerate() {
-            let (secs, outcome) = match &config.isolate {
-                Some(isolate) => run_child(isolate, i, kind, workers)?,
-                None => run_once(config, &setup, &batches, (kind, workers, graph), mapping.clone())?,
-            };
-            if let Some((ref_kind, r)) = &reference {
-                if r.digest != outcome.digest || r.reply_digest != outcome.reply_digest {
-                    return Err(BenchError::Diverged {
-                        scheduler: kind,
-                        workers,
-                        reference: *ref_kind,
-                        digest: outcome.digest,
-                        ref_digest: r.digest.clone(),
-                        reply_digest: outcome.reply_digest,
-                        ref_reply_digest: r.reply_digest.clone(),
-                    });
-                }
-            } else {
-                reference = Some((kind, outcome.clone()));
-            }
-            elapsed[i].push(secs);
-            outcomes[i] = Some(outcome);
-        }
+    Ok(mappings)
+}
+
+/// An error unless `outcome` (of `kind` with `workers`) left the state and
+/// the replies `reference` (of `ref_kind`) did.
+fn same_as(
+    reference: &Outcome,
+    ref_kind: SchedulerKind,
+    outcome: &Outcome,
+    kind: SchedulerKind,
+    workers: usize,
+) -> Result<(), BenchError> {
+    if reference.digest == outcome.digest && reference.reply_digest == outcome.reply_digest {
+        return Ok(());
     }
-    let first = elapsed[0].clone();
-    let mut reports: Vec<RunReport> = Vec::new();
-    let mut sequential_cps = None;
-    for (i, &(kind, workers, source, graph)) in plan.iter().enumerate() {
-        let vs_first = if i == 0 { None } else { Paired::of(&first, &elapsed[i]) };
-        let times = &mut elapsed[i];
-        times.sort_by(f64::total_cmp);
-        let elapsed_s = times[times.len() / 2];
-        let outcome = outcomes[i].take().expect("every variant ran");
-        let throughput_cps = n as f64 / elapsed_s.max(1e-9);
-        if kind == SchedulerKind::Sequential {
-            sequential_cps = Some(throughput_cps);
-        }
-        let report = RunReport {
-            scheduler: kind.name().to_string(),
-            workers,
-            commands: n,
-            elapsed_s,
-            throughput_cps,
-            runs: times.len(),
-            elapsed_min_s: times[0],
-            elapsed_max_s: times[times.len() - 1],
-            digest: outcome.digest,
-            reply_digest: outcome.reply_digest,
-            vs_sequential: sequential_cps.map(|s| throughput_cps / s),
-            vs_first,
-            service: config.service.to_string(),
-            model: config.model.clone(),
-            cost: config.cost.to_string(),
-            workload: config.workload.mix.to_string(),
-            shards: config.workload.shards,
-            skew: config.workload.skew,
-            write_skew: config.workload.write_skew,
-            graph_max: kind.has_graph().then(|| graph.unwrap_or(kind.graph_max_default())),
-            mapping: source.map(|m| config.mappings[m].label()),
-            mapping_spec: mappings[i].as_ref().map(|m| m.to_spec(&setup.model)),
-            batch: config.batch,
-            seed: config.workload.seed,
-            executed_per_worker: outcome.executed_per_worker,
-            metrics: outcome.metrics,
-        };
-        on_run(&report);
-        reports.push(report);
+    Err(BenchError::Diverged {
+        scheduler: kind,
+        workers,
+        reference: ref_kind,
+        digest: outcome.digest.clone(),
+        ref_digest: reference.digest.clone(),
+        reply_digest: outcome.reply_digest.clone(),
+        ref_reply_digest: reference.reply_digest.clone(),
+    })
+}
+
+/// The report of one variant from its run times (sorted here) and its
+/// last outcome; the comparisons with other variants are the caller's.
+fn report_of(
+    config: &SchedBenchConfig,
+    (kind, workers, source, graph): Variant,
+    times: &mut [f64],
+    n: usize,
+    outcome: Outcome,
+    mapping_spec: Option<String>,
+) -> RunReport {
+    times.sort_by(f64::total_cmp);
+    let elapsed_s = times[times.len() / 2];
+    RunReport {
+        scheduler: kind.name().to_string(),
+        workers,
+        commands: n,
+        elapsed_s,
+        throughput_cps: n as f64 / elapsed_s.max(1e-9),
+        runs: times.len(),
+        elapsed_min_s: times[0],
+        elapsed_max_s: times[times.len() - 1],
+        digest: outcome.digest,
+        reply_digest: outcome.reply_digest,
+        vs_sequential: None,
+        vs_first: None,
+        service: config.service.to_string(),
+        model: config.model.clone(),
+        cost: config.cost.to_string(),
+        workload: config.workload.mix.to_string(),
+        shards: config.workload.shards,
+        skew: config.workload.skew,
+        write_skew: config.workload.write_skew,
+        graph_max: kind.has_graph().then(|| graph.unwrap_or(kind.graph_max_default())),
+        mapping: source.map(|m| config.mappings[m].label()),
+        mapping_spec,
+        batch: config.batch,
+        seed: config.workload.seed,
+        executed_per_worker: outcome.executed_per_worker,
+        metrics: outcome.metrics,
     }
-    Ok(reports)
 }
 
 /// Runs variant `i` in a child process (see [`Isolate`]) and reads back

@@ -4,9 +4,9 @@
 
 use super::client::Window;
 use super::CpuSource;
+use super::{StageRow, Switch, WorkerRow};
 use crate::cpu::{CpuSample, Reading as CpuReading, ReplicaCpu, Role};
 use crate::probe::{leader_of, Probe};
-use crate::report::{StageRow, Switch, WorkerRow};
 use psmr_client::ReplicaStats;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
