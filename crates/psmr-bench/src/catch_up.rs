@@ -488,7 +488,7 @@ struct TransferWatch {
     running: Arc<AtomicBool>,
     restored: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<(u64, f64)>,
+    handle: Option<JoinHandle<(u64, f64)>>,
 }
 
 impl TransferWatch {
@@ -515,13 +515,20 @@ impl TransferWatch {
             }
             (bytes, first.map_or(0.0, |f| f.elapsed().as_secs_f64()))
         });
-        Self { running, restored, stop, handle }
+        Self { running, restored, stop, handle: Some(handle) }
     }
 
     /// The bytes sent in all and the transfer's seconds.
-    fn stop(self) -> (u64, f64) {
+    fn stop(mut self) -> (u64, f64) {
         self.stop.store(true, Ordering::SeqCst);
-        self.handle.join().unwrap_or((0, 0.0))
+        self.handle.take().and_then(|h| h.join().ok()).unwrap_or((0, 0.0))
+    }
+}
+
+/// Lets the thread go if a step failed before [`TransferWatch::stop`].
+impl Drop for TransferWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -531,7 +538,7 @@ struct Sampler {
     pids: Arc<Mutex<Vec<(u64, u32)>>>,
     phase: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<Vec<(usize, u64, u64)>>,
+    handle: Option<JoinHandle<Vec<(usize, u64, u64)>>>,
 }
 
 impl Sampler {
@@ -552,7 +559,7 @@ impl Sampler {
             }
             samples
         });
-        Self { pids, phase, stop, handle }
+        Self { pids, phase, stop, handle: Some(handle) }
     }
 
     fn phase(&self, name: &str) {
@@ -561,9 +568,9 @@ impl Sampler {
     }
 
     /// Each replica's peak and last RSS per phase.
-    fn stop(self) -> Vec<Rss> {
+    fn stop(mut self) -> Vec<Rss> {
         self.stop.store(true, Ordering::SeqCst);
-        let samples = self.handle.join().unwrap_or_default();
+        let samples = self.handle.take().and_then(|h| h.join().ok()).unwrap_or_default();
         let mut rows: Vec<Rss> = Vec::new();
         for (phase, id, rss) in samples {
             let mib = rss as f64 / MIB;
@@ -574,6 +581,13 @@ impl Sampler {
         }
         rows.sort_by_key(|r| (r.id, PHASES.iter().position(|p| *p == r.phase)));
         rows
+    }
+}
+
+/// Lets the thread go if a step failed before [`Sampler::stop`].
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
