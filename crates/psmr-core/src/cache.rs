@@ -359,7 +359,9 @@ impl ReplyCache {
         let mut shard = self.shard(client).lock();
         let shard = &mut *shard;
         let Some(c) = shard.clients.get_mut(&client) else { return };
-        if c.seqs.get(seq).is_none() {
+        // A client shared with a snapshot is copied only for a slot it
+        // holds; one not shared (the usual case) is searched once.
+        if Arc::get_mut(c).is_none() && c.seqs.get(seq).is_none() {
             return;
         }
         let c = Arc::make_mut(c);
