@@ -204,14 +204,39 @@ impl AsyncClient {
     /// Orders and executes `ops` (encoded operations) as one request;
     /// returns their outcomes in order.
     pub async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
+        let first = self.reserve(ops.len());
+        let outcomes = vec![None; ops.len()];
+        self.resume(first, ops, outcomes).await
+    }
+
+    /// Takes the next `n` sequence numbers for a request this client's
+    /// session sends another way (a front end inside a replica queues it
+    /// there); the first. Finish it with [`AsyncClient::resume`] if that
+    /// way fails.
+    pub fn reserve(&mut self, n: usize) -> u64 {
         let first = self.next_seq;
-        self.next_seq += ops.len() as u64;
+        self.next_seq += n as u64;
+        first
+    }
+
+    /// Finishes the request of `ops` as commands `first..` (reserved with
+    /// [`AsyncClient::reserve`]) over the network, sending those whose
+    /// `outcomes` are not known yet; every replica's reply cache answers a
+    /// command that already executed with its outcome, so none executes
+    /// twice. `outcomes` holds a slot per operation (missing ones are
+    /// unknown).
+    pub async fn resume(
+        &mut self,
+        first: u64,
+        ops: Vec<Vec<u8>>,
+        mut outcomes: Vec<Option<Outcome>>,
+    ) -> Result<Vec<Outcome>, ClientError> {
+        outcomes.resize(ops.len(), None);
         let commands: Vec<WireCommand> =
             ops.into_iter().enumerate().map(|(i, op)| WireCommand { seq: first + i as u64, op }).collect();
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; commands.len()];
         let start = Instant::now();
         let mut last = String::from("none");
-        let mut left = commands.len();
+        let mut left = outcomes.iter().filter(|o| o.is_none()).count();
         while left > 0 {
             if start.elapsed() >= self.config.deadline {
                 return Err(ClientError::Timeout { after: self.config.deadline, last });

@@ -22,7 +22,7 @@ use crate::request::Request;
 use crate::state::{self, Taken};
 use parking_lot::{Condvar, Mutex};
 use psmr_model::wire::{OpCodec, Outcome};
-use psmr_model::{App, Batch, ClientId, Command, Digest, BITMAP_BITS_DEFAULT};
+use psmr_model::{App, Batch, ClientId, Command, FrozenDigest, BITMAP_BITS_DEFAULT};
 use psmr_sched::{Reply, ReplySink, SchedConfig, SchedError, Scheduler, SwitchError, Switchable};
 use raft::prelude::{Entry, EntryType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -488,10 +488,11 @@ impl<A: App> Applier<A> {
         Ok(())
     }
 
-    /// The applied index and the state's digest, once everything before
-    /// has executed; `None` if execution failed.
-    pub fn status(&self) -> Option<(u64, Digest)> {
-        self.sink.wait_for(self.submitted).then(|| (self.applied, self.app.digest()))
+    /// The applied index and the state's digest (to compute off the
+    /// apply loop), once everything before has executed; `None` if
+    /// execution failed.
+    pub fn status(&self) -> Option<(u64, FrozenDigest)> {
+        self.sink.wait_for(self.submitted).then(|| (self.applied, self.app.freeze_digest()))
     }
 
     /// Switches the scheduler after every command submitted so far has

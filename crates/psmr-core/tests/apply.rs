@@ -186,7 +186,7 @@ fn a_snapshot_is_frozen_every_so_many_entries_and_restores_elsewhere() {
     for i in 1..=3 {
         c.entries(vec![entry(i, &[(1, i, put(&format!("k{i}"), "v"))])], &mut cio).unwrap();
     }
-    assert_eq!(other.digest(), c.status().unwrap().1);
+    assert_eq!(other.digest(), c.status().unwrap().1());
     b.entries(vec![entry(4, &[(1, 2, put("k2", "v"))])], &mut io).unwrap();
     assert_eq!(io.cache_hits, 1);
     assert_eq!(reply(&answers, 1, 2), vec![KvReply::Done(false)]);

@@ -49,4 +49,4 @@ pub use command::{ClassId, ClientId, Command, Key, KeySet, KEY_ALL};
 pub use digest::{Digest, StableHasher, UnorderedDigest};
 pub use mapping::{ClassMapping, Mapping, MappingError, Mode, WORKERS_MAX};
 pub use service::Service;
-pub use snapshot::{Frozen, SnapshotError};
+pub use snapshot::{Frozen, FrozenDigest, SnapshotError};

@@ -2,7 +2,7 @@
 
 use crate::command::Command;
 use crate::digest::Digest;
-use crate::snapshot::{read_all, Frozen, SnapshotError};
+use crate::snapshot::{read_all, Frozen, FrozenDigest, SnapshotError};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::io::Read;
@@ -82,5 +82,15 @@ pub trait Service: Send + Sync + 'static {
     /// services with large states or unordered snapshots override it.
     fn digest(&self) -> Digest {
         Digest::of_bytes(&self.snapshot())
+    }
+
+    /// Copies what [`Service::digest`] reads, as [`Service::freeze`] does,
+    /// and returns the digest to compute later on any thread: a replica's
+    /// `status` pauses execution only for the copy, never for the digest
+    /// of a large state. Must not run concurrently with `execute`. The
+    /// default digests at once.
+    fn freeze_digest(&self) -> FrozenDigest {
+        let digest = self.digest();
+        Box::new(move || digest)
     }
 }

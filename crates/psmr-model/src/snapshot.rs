@@ -37,6 +37,10 @@ pub enum SnapshotError {
 /// small writes cost little.
 pub type Frozen = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send>;
 
+/// A state's digest to be computed later, on another thread, from a copy
+/// taken while nothing executes ([`crate::Service::freeze_digest`]).
+pub type FrozenDigest = Box<dyn FnOnce() -> crate::Digest + Send>;
+
 /// Writes a snapshot's header: its 4-byte `magic` and 16-bit `version`.
 pub fn put_header(w: &mut dyn Write, magic: &[u8; 4], version: u16) -> io::Result<()> {
     w.write_all(magic)?;

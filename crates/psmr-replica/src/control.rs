@@ -78,6 +78,9 @@ impl Control for ReplicaControl {
             let (tx, rx) = tokio::sync::oneshot::channel();
             self.decisions.try_send(Decision::Status(tx)).map_err(|_| "replica busy, try again".to_string())?;
             let (applied, digest) = rx.await.map_err(|_| "replica stopping".to_string())?;
+            // A gigabyte state takes seconds to digest: off the async
+            // threads, and off the apply loop, which only copied it.
+            let digest = tokio::task::spawn_blocking(digest).await.map_err(|e| format!("digest failed: {e}"))?;
             let (scheduler, decision) = self.scheduling.status();
             Ok(ReplicaStatus {
                 id: self.id,

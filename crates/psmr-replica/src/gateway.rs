@@ -1,41 +1,77 @@
-//! The Redis port of a replica: `psmr-gateway`, submitting through the
-//! cluster's client protocol, its first stop this replica.
+//! The Redis port of a replica: `psmr-gateway`, submitting in-process
+//! while this replica leads ([`psmr_transport::local`]) and through the
+//! cluster's client protocol otherwise.
 
 use crate::error::ReplicaError;
 use crate::start::Handles;
-use psmr_client::{AsyncClient, ClientConfig, ClientError, Submit};
+use psmr_client::{AsyncClient, ClientConfig, ClientError, Session, Submit};
 use psmr_gateway::{Gateway, GatewayLimits, Info, Serve};
+use psmr_model::wire::Outcome;
 use psmr_model::App;
+use psmr_transport::client::ClientIo;
 use psmr_transport::life::Life;
+use psmr_transport::local::{LocalError, LocalSession};
 use psmr_transport::view::ClusterView;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Sessions of this replica's cluster as it knows it now: each an
-/// [`AsyncClient`] that tries this replica first (on the leader the hop
-/// stays short; a follower redirects it to the leader at once).
+/// Sessions of this replica's cluster as it knows it now.
 struct Cluster {
     me: SocketAddr,
     view: Arc<ClusterView>,
     frame_max: usize,
+    io: Arc<ClientIo>,
 }
 
 impl Submit for Cluster {
-    type Session = AsyncClient;
+    type Session = Both;
 
-    fn session(&self) -> Result<AsyncClient, ClientError> {
+    /// A session that queues its requests here while this replica leads,
+    /// and otherwise sends them as an [`AsyncClient`] that tries this
+    /// replica first (a follower redirects it to the leader at once).
+    fn session(&self) -> Result<Both, ClientError> {
         let mut cluster = vec![self.me];
         cluster.extend(self.view.members().iter().map(|m| m.client).filter(|&a| a != self.me));
         let mut config = ClientConfig::new(cluster);
         config.frame_max = self.frame_max.max(psmr_model::wire::FRAME_MAX_DEFAULT);
-        AsyncClient::new(config)
+        let patience = config.attempt_timeout;
+        let net = AsyncClient::new(config)?;
+        let local = self.io.local_session(net.id());
+        Ok(Both { local, net, patience })
+    }
+}
+
+/// One gateway connection's client: the in-process way and the network
+/// way, one client id and one sequence of commands between them.
+struct Both {
+    local: LocalSession,
+    net: AsyncClient,
+    /// How long a request queued here may wait for its replies before it
+    /// goes the network way (the network client's wait per attempt).
+    patience: Duration,
+}
+
+impl Session for Both {
+    fn id(&self) -> u64 {
+        self.net.id()
+    }
+
+    async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
+        let first = self.net.reserve(ops.len());
+        let mut outcomes = vec![None; ops.len()];
+        match self.local.submit(first, &ops, &mut outcomes, self.patience).await {
+            Ok(()) => return Ok(outcomes.into_iter().flatten().collect()),
+            Err(LocalError::Refused(why)) => return Err(ClientError::Refused(why)),
+            Err(LocalError::Elsewhere(_)) => {}
+        }
+        self.net.resume(first, ops, outcomes).await
     }
 }
 
 /// The gateway of a replica running `app`, its Redis commands mapped by
 /// `commands`, its clients served at `me`.
-pub(crate) fn make<A, C>(h: &Handles, me: SocketAddr, app: Arc<A>, commands: C) -> Arc<dyn Serve>
+pub(crate) fn make<A, C>(h: &Handles, io: Arc<ClientIo>, me: SocketAddr, app: Arc<A>, commands: C) -> Arc<dyn Serve>
 where
     A: App,
     C: psmr_resp::Commands<Op = A::Op, Reply = A::Reply>,
@@ -50,7 +86,7 @@ where
         idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
         frame_timeout: Duration::from_millis(config.frame_timeout_ms),
     };
-    let submit = Cluster { me, view: h.view.clone(), frame_max: config.frame_max };
+    let submit = Cluster { me, view: h.view.clone(), frame_max: config.frame_max, io };
     let (id, view, applied) = (h.id, h.view.clone(), h.applied.clone());
     let info: Info = Arc::new(move || psmr_gateway::Replica {
         id,

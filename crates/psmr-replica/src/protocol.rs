@@ -105,6 +105,9 @@ impl ProtocolThread {
         while !self.life.stopping() {
             if let Err(stop) = self.turn(tick, &mut next_tick) {
                 match stop {
+                    // A stopping replica closes the queues the protocol
+                    // waits on: that is the stop, not a failure.
+                    Stop::Failed(_) if self.life.stopping() => {}
                     Stop::Failed(why) => self.life.fail(why),
                     Stop::Removed(why) => self.life.stop_removed(&why),
                 }

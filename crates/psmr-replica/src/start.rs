@@ -47,8 +47,10 @@ pub struct ReplicaBuilder<A: App> {
 }
 
 /// Makes the Redis gateway of a replica, its types erased.
-type RedisFrontEnd<A> =
-    (Box<dyn FnOnce(&Handles, SocketAddr, Arc<A>) -> Arc<dyn psmr_gateway::Serve> + Send>, Option<TcpListener>);
+type RedisFrontEnd<A> = (
+    Box<dyn FnOnce(&Handles, Arc<ClientIo>, SocketAddr, Arc<A>) -> Arc<dyn psmr_gateway::Serve> + Send>,
+    Option<TcpListener>,
+);
 
 impl<A: App> ReplicaBuilder<A> {
     /// Replica `id` of `config` running `app`.
@@ -63,7 +65,7 @@ impl<A: App> ReplicaBuilder<A> {
     where
         C: psmr_resp::Commands<Op = A::Op, Reply = A::Reply>,
     {
-        let make = move |h: &Handles, me, app| crate::gateway::make(h, me, app, commands);
+        let make = move |h: &Handles, io, me, app| crate::gateway::make(h, io, me, app, commands);
         let listener = self.redis.take().and_then(|(_, l)| l);
         self.redis = Some((Box::new(make), listener));
         self
@@ -118,13 +120,13 @@ impl<A: App> ReplicaBuilder<A> {
         let (request_tx, decision_tx, inbound_tx) = (q.requests.clone(), q.decisions.clone(), q.inbound.clone());
         start_stages(&h, app.clone(), sched, log.clone(), q, tls, &mut replica)?;
         let control = control(&h, &app, &me, (decision_tx, inbound_tx), log);
-        let runtime = start_io(&h, request_tx, control, client_listener, metrics_listener)?;
+        let (runtime, io) = start_io(&h, request_tx, control, client_listener, metrics_listener)?;
         if let (Some(addr), Some((make, listener))) = (me.redis, redis) {
             let listener = match listener {
                 Some(l) => l,
                 None => bind(addr)?,
             };
-            crate::gateway::spawn(&runtime, &h, make(&h, me.client, app), listener)?;
+            crate::gateway::spawn(&runtime, &h, make(&h, io, me.client, app), listener)?;
             info!(id, redis = %addr, "serving Redis clients");
         }
         replica.runtime = Some(runtime);
@@ -296,14 +298,15 @@ fn control<A: App>(
     })
 }
 
-/// ClientIO and the metrics endpoint, on a tokio runtime of their own.
+/// ClientIO and the metrics endpoint, on a tokio runtime of their own;
+/// the port, for a front end inside the replica.
 fn start_io(
     h: &Handles,
     requests: RequestSender,
     control: Arc<ReplicaControl>,
     client_listener: TcpListener,
     metrics_listener: Option<TcpListener>,
-) -> Result<tokio::runtime::Runtime, ReplicaError> {
+) -> Result<(tokio::runtime::Runtime, Arc<ClientIo>), ReplicaError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(h.config.client_io_threads)
         .thread_name("psmr-client-io")
@@ -323,9 +326,10 @@ fn start_io(
         let _guard = runtime.enter();
         tokio::net::TcpListener::from_std(client_listener)?
     };
-    runtime.spawn(Arc::new(ClientIo::new(port)).serve(listener));
+    let io = Arc::new(ClientIo::new(port));
+    runtime.spawn(io.clone().serve(listener));
     metrics::spawn(&runtime, &h.observed(), &h.life, metrics_listener)?;
-    Ok(runtime)
+    Ok((runtime, io))
 }
 
 /// The scheduler `config` asks for: its kind, workers and, for early

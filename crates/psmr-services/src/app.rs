@@ -114,6 +114,10 @@ macro_rules! delegate_service {
             fn digest(&self) -> Digest {
                 self.service.digest()
             }
+
+            fn freeze_digest(&self) -> psmr_model::FrozenDigest {
+                self.service.freeze_digest()
+            }
         }
     };
 }

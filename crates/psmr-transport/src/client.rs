@@ -142,11 +142,12 @@ pub struct ClientPort {
 
 /// The client port. See the module documentation.
 pub struct ClientIo {
-    port: ClientPort,
+    pub(crate) port: ClientPort,
     /// Bytes of client frames in memory, one permit a byte.
-    buffered: Arc<Semaphore>,
+    pub(crate) buffered: Arc<Semaphore>,
     open: Mutex<HashMap<u64, Arc<Open>>>,
-    next_conn: AtomicU64,
+    /// Numbers connections and in-process sessions apart in the router.
+    pub(crate) next_conn: AtomicU64,
 }
 
 /// Why a connection ended, when it was not the client's doing.
@@ -360,42 +361,54 @@ impl ClientIo {
     /// it is behind: back-pressure); `Ok(Some)`: the refusal or redirect to
     /// send instead; `Err`: the protocol thread is gone.
     async fn request(&self, q: Queued<'_>) -> Result<Option<ServerMsg>, ()> {
-        if let Some(msg) = self.check(q.client, &q.commands) {
+        if let Some(msg) = self.check(q.client, q.commands.iter().map(|c| c.op.len())) {
             self.port.metrics.request_latency.observe_since(q.read_at);
             return Ok(Some(msg));
         }
-        // Operations are decoded once, by the apply loop of every replica,
-        // which refuses one that does not decode the same way everywhere
-        // (the request's size was checked above).
-        let (client, count) = (q.client, q.commands.len() as u32);
-        let mut encoded = Vec::with_capacity(q.commands.iter().map(|c| c.op.len() + 20).sum());
-        let (mut bytes, mut first, mut last) = (0, u64::MAX, 0);
-        let read =
-            !self.port.config.reads_through_log && q.commands.iter().all(|c| self.port.control.reads_only(&c.op));
-        for c in q.commands {
-            bytes += c.op.len();
-            (first, last) = (first.min(c.seq), last.max(c.seq));
-            psmr_core::entry::encode_command(&mut encoded, client, c.seq, &c.op);
-        }
+        let commands = q.commands.iter().map(|c| (c.seq, c.op.as_slice()));
+        let (request, first, last) = self.encode(q.client, commands, q.permit);
         // Noted before it is queued: its replies cannot reach the writer
         // first.
-        q.pending.lock().expect(client, first, last, count, q.read_at);
-        // The frame's bytes stay counted until its commands are in a
-        // proposed entry.
-        let mut request = Request::new(client, count, encoded, bytes, crate::clock::now_ns());
-        request.read = read;
-        request.held = Lease::new(q.permit);
+        q.pending.lock().expect(q.client, first, last, request.count, q.read_at);
         self.port.requests.send(request).await.map(|()| None).map_err(|_| ())
     }
 
-    /// A whole-request refusal, if any.
-    fn check(&self, client: u64, commands: &[WireCommand]) -> Option<ServerMsg> {
+    /// The request of `client`'s `commands` (sequence number, operation),
+    /// checked already, holding `held` (its bytes' share of the port's
+    /// budget) until its commands are in a proposed entry; with its first
+    /// and last sequence numbers.
+    pub(crate) fn encode<'a>(
+        &self,
+        client: u64,
+        commands: impl Iterator<Item = (u64, &'a [u8])> + Clone,
+        held: OwnedSemaphorePermit,
+    ) -> (Request, u64, u64) {
+        // Operations are decoded once, by the apply loop of every replica,
+        // which refuses one that does not decode the same way everywhere
+        // (the request's size was checked before).
+        let read =
+            !self.port.config.reads_through_log && commands.clone().all(|(_, op)| self.port.control.reads_only(op));
+        let mut encoded = Vec::with_capacity(commands.clone().map(|(_, op)| op.len() + 20).sum());
+        let (mut count, mut bytes, mut first, mut last) = (0, 0, u64::MAX, 0);
+        for (seq, op) in commands {
+            (count, bytes) = (count + 1, bytes + op.len());
+            (first, last) = (first.min(seq), last.max(seq));
+            psmr_core::entry::encode_command(&mut encoded, client, seq, op);
+        }
+        let mut request = Request::new(client, count, encoded, bytes, crate::clock::now_ns());
+        request.read = read;
+        request.held = Lease::new(held);
+        (request, first, last)
+    }
+
+    /// A whole-request refusal of `client`'s operations of `ops` bytes each,
+    /// if any: a redirect to the leader, or an error.
+    pub(crate) fn check(&self, client: u64, ops: impl ExactSizeIterator<Item = usize>) -> Option<ServerMsg> {
         if !self.port.view.is_leader() {
             self.port.metrics.refused(ClientRefusal::NotLeader);
             return Some(self.port.view.redirect());
         }
         let config = &self.port.config;
-        let ops = commands.iter().map(|c| c.op.len());
         let refusal =
             psmr_core::request::check(client, ops, config.batch_max_commands, config.batch_max_bytes).err()?;
         self.port.metrics.refused(match refusal {

@@ -10,7 +10,8 @@
 //!   hostile process could push on bounded.
 //! * [`client`]: the client port (ClientIO, 002 §V-A): framed, versioned
 //!   requests on a tokio runtime of its own, checked and queued for the
-//!   protocol, answered through the [`router`].
+//!   protocol, answered through the [`router`]; [`local`]: the same port
+//!   for a front end inside the replica (the Redis gateway), no socket.
 //! * [`queue`] and [`msg`]: the queues between a replica's stages, bounded
 //!   in items and bytes, and the messages they carry.
 //! * [`life`] and [`view`]: what every thread of a replica shares — its
@@ -23,6 +24,7 @@
 pub mod client;
 pub mod clock;
 pub mod life;
+pub mod local;
 pub mod metrics;
 pub mod msg;
 pub mod peer;

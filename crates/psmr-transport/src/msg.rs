@@ -9,7 +9,7 @@ use psmr_core::protocol::Apply;
 use psmr_core::request::{Lease, Request};
 use psmr_core::transfer::SnapMsg;
 use psmr_model::wire::{MemberChange, ServerMsg};
-use psmr_model::Digest;
+use psmr_model::FrozenDigest;
 use psmr_sched::SchedConfig;
 use raft::prelude::{Entry, Message, Snapshot};
 use std::net::SocketAddr;
@@ -96,9 +96,9 @@ pub enum Decision {
     /// The protocol's work: committed entries, a snapshot from the leader,
     /// reads without the log.
     Apply(Apply),
-    /// Report the applied index and the state digest once everything
-    /// before this request has executed.
-    Status(oneshot::Sender<(u64, Digest)>),
+    /// Report the applied index and the state digest (the asker computes
+    /// it from a copy) once everything before this request has executed.
+    Status(oneshot::Sender<(u64, FrozenDigest)>),
     /// Replace the execution scheduler between two entries; the answer is
     /// the stall, or why the running scheduler stays.
     Reconfigure(SchedConfig, oneshot::Sender<Result<Duration, String>>),

@@ -7,7 +7,7 @@ use super::{
 use crate::Cost;
 use parking_lot::RwLock;
 use psmr_model::snapshot::{put_bytes, put_header, put_u64, SnapshotReader};
-use psmr_model::{Command, Digest, Frozen, Key, Service, SnapshotError, StableHasher, UnorderedDigest};
+use psmr_model::{Command, Digest, Frozen, FrozenDigest, Key, Service, SnapshotError, StableHasher, UnorderedDigest};
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::io::{Read, Write};
@@ -535,9 +535,16 @@ impl Service for KvService {
     /// combined without order, so the digest does not depend on how keys
     /// are striped.
     fn digest(&self) -> Digest {
-        let mut digest = UnorderedDigest::new();
-        for stripe in self.stripes.iter() {
-            for (k, v) in stripe.read().iter().flat_map(|b| b.iter()) {
+        self.freeze_digest()()
+    }
+
+    /// The buckets' maps shared, as [`Service::freeze`] shares them: a
+    /// write copies a bucket while the digest reads the old one.
+    fn freeze_digest(&self) -> FrozenDigest {
+        let maps: Vec<Arc<Map>> = self.stripes.iter().flat_map(|s| s.read().to_vec()).collect();
+        Box::new(move || {
+            let mut digest = UnorderedDigest::new();
+            for (k, v) in maps.iter().flat_map(|m| m.iter()) {
                 let mut h = StableHasher::new();
                 for bytes in [&k[..], &v[..]] {
                     h.write_u64(bytes.len() as u64);
@@ -545,8 +552,8 @@ impl Service for KvService {
                 }
                 digest.add_hash(h.finish());
             }
-        }
-        digest.finish()
+            digest.finish()
+        })
     }
 }
 

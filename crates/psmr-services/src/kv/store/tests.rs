@@ -400,3 +400,17 @@ fn stripes_split_as_they_grow_and_a_frozen_copy_survives_the_split() {
     assert_eq!(copy.digest(), s.digest());
     assert_eq!(copy.len(), s.len());
 }
+
+/// A status request's digest is the state's when it was asked for, however
+/// many writes execute before it is computed.
+#[test]
+fn a_frozen_digest_is_of_the_state_at_the_freeze() {
+    let s = KvService::new(10_000, Cost::Light);
+    let at_freeze = s.digest();
+    let frozen = s.freeze_digest();
+    for n in 0..5_000 {
+        run(&s, KvOp::Put { key: key_bytes(n), value: b"later".to_vec() });
+    }
+    assert_ne!(s.digest(), at_freeze, "the writes changed the state");
+    assert_eq!(frozen(), at_freeze);
+}
