@@ -29,6 +29,7 @@ use psmr_client::ClientError;
 use psmr_replica::{Config, ConfigError, Member, Replica, ReplicaBuilder, ReplicaError, Storage};
 use psmr_services::kv::KvRedis;
 use psmr_services::{BuiltIn, KvApp, ListApp, ServiceConfig, WorkloadError};
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -56,6 +57,14 @@ pub enum LaunchError {
     /// Redis ports asked of a service that does not speak Redis.
     #[error("--redis needs --service kv: only the key-value store speaks Redis")]
     RedisNeedsKv,
+    /// [`ClusterSpec::hosts`] names neither one host nor one per replica.
+    #[error("--hosts names {hosts} hosts for {replicas} replicas: give one for all, or one per replica")]
+    Hosts {
+        /// Hosts named.
+        hosts: usize,
+        /// Replicas.
+        replicas: u64,
+    },
     /// A storage name that is neither `disk` nor `memory`.
     #[error("unknown storage {0:?} (known: disk, memory)")]
     UnknownStorage(String),
@@ -197,13 +206,40 @@ pub fn checked_service(config: &Config) -> Result<ServiceConfig, LaunchError> {
 /// Starts replica `id` of `config` in this process, running the built-in
 /// service its `[service]` section names (the kv store with its Redis
 /// commands): what a `psmr replica` process runs.
-pub fn start_replica(config: &Config, id: u64) -> Result<Replica, LaunchError> {
+/// With `peer_listen`, the replica listens for its peers there rather than
+/// at its configured peer address, which its peers dial (a relay's:
+/// [`crate::relay`]).
+pub fn start_replica(config: &Config, id: u64, peer_listen: Option<SocketAddr>) -> Result<Replica, LaunchError> {
     let service = checked_service(config)?;
+    let listeners = match peer_listen {
+        None => None,
+        Some(peer) => {
+            let me = config.member(id)?;
+            let bind = |addr: SocketAddr| TcpListener::bind(addr).map_err(io(format!("cannot listen on {addr}")));
+            Some((bind(me.client)?, bind(peer)?))
+        }
+    };
     let replica = match service.check()? {
-        BuiltIn::Kv(_) => ReplicaBuilder::new(KvApp::new(&service)?, config.clone(), id).redis(KvRedis).start(),
-        BuiltIn::List(_) => Replica::start(config.clone(), id, ListApp::new(&service)?),
+        BuiltIn::Kv(_) => {
+            let builder = ReplicaBuilder::new(KvApp::new(&service)?, config.clone(), id).redis(KvRedis);
+            with_listeners(builder, listeners).start()
+        }
+        BuiltIn::List(_) => {
+            let builder = ReplicaBuilder::new(ListApp::new(&service)?, config.clone(), id);
+            with_listeners(builder, listeners).start()
+        }
     };
     replica.map_err(|source| LaunchError::Start { id, source })
+}
+
+fn with_listeners<A: psmr_model::App>(
+    builder: ReplicaBuilder<A>,
+    listeners: Option<(TcpListener, TcpListener)>,
+) -> ReplicaBuilder<A> {
+    match listeners {
+        Some((client, peer)) => builder.listeners(client, peer),
+        None => builder,
+    }
 }
 
 /// How a replica process ended, for people.
@@ -224,8 +260,11 @@ pub fn describe_exit(status: ExitStatus) -> String {
 pub struct ClusterSpec {
     /// Replicas, 1 to [`REPLICAS_MAX`] (2f+1 tolerate f crashes).
     pub replicas: u64,
-    /// Host the replicas listen on (each on free ports).
-    pub host: String,
+    /// Hosts the replicas listen on, each on free ports: one for all, or
+    /// one per replica (replica N on the Nth), whose peer connections then
+    /// leave from it as from a host of its own (`127.0.0.11`,
+    /// `127.0.0.12`, ... on one machine: all of `127.0.0.0/8` is loopback).
+    pub hosts: Vec<String>,
     /// The built-in service every replica runs.
     pub service: ServiceConfig,
     /// Everything else every replica gets: scheduler, storage, batching,
@@ -242,7 +281,7 @@ impl Default for ClusterSpec {
     fn default() -> Self {
         Self {
             replicas: 3,
-            host: "127.0.0.1".into(),
+            hosts: vec!["127.0.0.1".into()],
             service: ServiceConfig::default(),
             base: Config::default(),
             metrics: false,
@@ -294,7 +333,14 @@ impl ClusterSpec {
     /// metrics and Redis if asked for.
     fn members(&self) -> Result<Vec<Member>, LaunchError> {
         let per = 2 + usize::from(self.metrics) + usize::from(self.redis);
-        let ports = free_ports(&self.host, per * self.replicas as usize)?;
+        let ports = match self.hosts.as_slice() {
+            [host] => free_ports(host, per * self.replicas as usize)?,
+            hosts if hosts.len() as u64 == self.replicas => {
+                let each: Result<Vec<_>, _> = hosts.iter().map(|h| free_ports(h, per)).collect();
+                each?.concat()
+            }
+            hosts => return Err(LaunchError::Hosts { hosts: hosts.len(), replicas: self.replicas }),
+        };
         let members = (1..=self.replicas).zip(ports.chunks(per)).map(|(id, p)| {
             let mut extra = p[2..].iter().copied();
             let metrics = if self.metrics { extra.next() } else { None };
@@ -373,6 +419,9 @@ pub struct ProcessCluster {
     /// Replicas started with `--join`, and the configuration that lists
     /// them (a restart reads it).
     joined: Vec<(u64, PathBuf)>,
+    /// Where replicas behind a relay listen for their peers
+    /// (`--peer-listen`).
+    peer_listen: BTreeMap<u64, SocketAddr>,
 }
 
 impl ProcessCluster {
@@ -380,6 +429,18 @@ impl ProcessCluster {
     /// `config` (the contents of `config_file`); with `logs`, their output
     /// goes to files there.
     pub fn start(exe: &Path, config_file: &Path, config: &Config, logs: Option<&Path>) -> Result<Self, LaunchError> {
+        Self::start_behind(exe, (config_file, config), logs, BTreeMap::new())
+    }
+
+    /// As [`ProcessCluster::start`], each replica of `peer_listen`
+    /// listening for its peers at its address there, behind a relay at its
+    /// configured one ([`crate::relay::Relays`]).
+    pub fn start_behind(
+        exe: &Path,
+        (config_file, config): (&Path, &Config),
+        logs: Option<&Path>,
+        peer_listen: BTreeMap<u64, SocketAddr>,
+    ) -> Result<Self, LaunchError> {
         let mut cluster = ProcessCluster {
             children: Vec::new(),
             addrs: config.replicas.iter().map(|m| m.client).collect(),
@@ -388,6 +449,7 @@ impl ProcessCluster {
             logs: logs.map(Path::to_path_buf),
             killed: Vec::new(),
             joined: Vec::new(),
+            peer_listen,
         };
         for m in &config.replicas {
             // On error the cluster is dropped, which stops those started.
@@ -402,6 +464,9 @@ impl ProcessCluster {
         command.arg("replica").arg("--config").arg(config_file).arg("--id").arg(id.to_string());
         if join {
             command.arg("--join");
+        }
+        if let Some(addr) = self.peer_listen.get(&id) {
+            command.arg("--peer-listen").arg(addr.to_string());
         }
         if let Some(dir) = &self.logs {
             std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;

@@ -10,6 +10,8 @@
 //! - [`load`] is the closed-loop load of `psmr client load` and `psmr
 //!   bench`, against any cluster, with [`kv_stream`] its random keys and
 //!   values and [`cpu`] each replica process's CPU time from `/proc`;
+//! - [`relay`] cuts, stalls, resets and delays the links between
+//!   replicas of a local cluster (the nemesis);
 //! - [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
 //!   network and the disk (`psmr fuzz`);
 //! - [`history`] holds client histories and checks them for
@@ -32,3 +34,5 @@ pub mod launch;
 pub mod load;
 #[cfg(feature = "clusters")]
 pub mod probe;
+#[cfg(feature = "clusters")]
+pub mod relay;

@@ -102,7 +102,7 @@ use psmr_model::wire::{frame_bytes, frame_len, parse_frame, read_frame, Decoder,
 use raft::prelude::Message;
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -556,6 +556,21 @@ fn sender<T: Outbound + Weigh>(
     }
 }
 
+/// Connects to `addr` from address `from` (any port), as a replica on a
+/// host of its own does: its peers, their firewalls and a fault injector
+/// see its connections come from the address it listens on. From the
+/// unspecified address, or to an address of the other family, the kernel
+/// picks the source.
+fn dial(addr: SocketAddr, from: IpAddr, timeout: Duration) -> io::Result<TcpStream> {
+    if from.is_unspecified() || from.is_ipv4() != addr.is_ipv4() {
+        return TcpStream::connect_timeout(&addr, timeout);
+    }
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(from, 0).into())?;
+    socket.connect_timeout(&addr.into(), timeout)?;
+    Ok(socket.into())
+}
+
 /// Connects to a peer, authenticates both ends (with TLS) and introduces
 /// this replica.
 fn connect(
@@ -565,7 +580,8 @@ fn connect(
     tls: Option<&PeerTlsContext>,
     lane: u8,
 ) -> Result<PeerStream, PeerError> {
-    let tcp = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    let me = peers.config.member(peers.id).map_err(|e| io::Error::other(e.to_string()))?.peer;
+    let tcp = dial(addr, me.ip(), Duration::from_millis(500))?;
     tcp.set_nodelay(true)?;
     tcp.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let sock = Sock::new(tcp, Some(Instant::now() + HANDSHAKE_TIMEOUT));
@@ -573,7 +589,6 @@ fn connect(
         Some(tls) => PeerStream::Tls(Box::new(tls.connect(to, sock)?)),
         None => PeerStream::Plain(sock),
     };
-    let me = peers.config.member(peers.id).map_err(|e| io::Error::other(e.to_string()))?.peer;
     stream.write_all(&hello(peers.id, peers.incarnation, peers.view.repaired(), me, lane))?;
     stream.flush()?;
     let answer = read_frame(&mut stream, HELLO_MAX).map_err(|e| match e {
@@ -942,6 +957,18 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, PeerStream::Plain(Sock::new(b, None)))
+    }
+
+    #[test]
+    fn a_peer_connection_leaves_from_the_replica_s_own_address() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let own: IpAddr = "127.0.0.12".parse().unwrap();
+        let _a = dial(to, own, Duration::from_secs(5)).unwrap();
+        assert_eq!(l.accept().unwrap().1.ip(), own);
+        let unspecified: IpAddr = "0.0.0.0".parse().unwrap();
+        let _b = dial(to, unspecified, Duration::from_secs(5)).unwrap();
+        assert_eq!(l.accept().unwrap().1.ip(), to.ip(), "from 0.0.0.0 the kernel picks");
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub struct ReplicaArgs {
     /// cluster from the same file; they start where the snapshot ends.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["join", "repair"])]
     restore_from: Option<PathBuf>,
+    /// Listen for peers at ADDR instead of at this replica's peer address
+    /// in the configuration, which the peers still dial: for a relay or
+    /// proxy in front of the replica (the nemesis of `psmr bench` puts
+    /// one there to cut, stall, reset and delay its links).
+    #[arg(long, value_name = "ADDR")]
+    peer_listen: Option<std::net::SocketAddr>,
 }
 
 /// Set while this process runs a replica: a panic in any thread then ends
@@ -80,7 +86,7 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
     if let Some(file) = &args.restore_from {
         restore(&config, args.id, file)?;
     }
-    let replica = launch::start_replica(&config, args.id)?;
+    let replica = launch::start_replica(&config, args.id, args.peer_listen)?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
     if let Err(e) = replica.wait() {
         // Exit at once: joining the replica's threads could wait forever
@@ -174,9 +180,12 @@ pub struct ClusterArgs {
     /// linearizable, and without a log entry).
     #[arg(long)]
     reads_through_log: bool,
-    /// Host the replicas listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
+    /// Hosts the replicas listen on, comma-separated: one for all, or one
+    /// per replica (replica N on the Nth), whose peer connections then
+    /// leave from it as from a host of its own; on one machine, loopback
+    /// addresses such as 127.0.0.11,127.0.0.12,127.0.0.13.
+    #[arg(long, alias = "host", value_delimiter = ',', default_value = "127.0.0.1")]
+    hosts: Vec<String>,
     /// The cluster's directory: its configuration (cluster.toml) and each
     /// replica's data (replica-N). If DIR/cluster.toml exists, the cluster
     /// starts again from it and its data, on the same addresses, and the
@@ -227,7 +236,7 @@ impl ClusterArgs {
         };
         ClusterSpec {
             replicas: self.replicas,
-            host: self.host.clone(),
+            hosts: self.hosts.clone(),
             service,
             base,
             metrics: self.metrics,

@@ -813,3 +813,57 @@ fn a_saved_snapshot_starts_a_new_cluster_with_the_same_state() {
     assert!(text(&o.stderr).contains("already holds a replica's data"), "{}", text(&o.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The established TCP connections of this machine, as (local, remote)
+/// addresses, from `/proc/net/tcp` (IPv4).
+fn established() -> Vec<(std::net::SocketAddr, std::net::SocketAddr)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let addr = |hex: &str| {
+        let (ip, port) = hex.split_once(':').unwrap();
+        let ip = u32::from_str_radix(ip, 16).unwrap().to_le_bytes();
+        std::net::SocketAddr::from((ip, u16::from_str_radix(port, 16).unwrap()))
+    };
+    // sl local rem st ...: state 01 is ESTABLISHED.
+    let rows = table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>());
+    rows.filter(|w| w[3] == "01").map(|w| (addr(w[1]), addr(w[2]))).collect()
+}
+
+#[test]
+fn replicas_on_addresses_of_their_own_connect_from_them_and_change_membership() {
+    let dir = test_dir("hosts");
+    let hosts = ["127.0.0.11", "127.0.0.12", "127.0.0.13"];
+    let cluster = Cluster::start_with(3, "disk", &dir, &["--hosts", &hosts.join(","), "--redis"]);
+    for (r, host) in cluster.replicas.iter().zip(hosts) {
+        assert!(r.1.starts_with(&format!("{host}:")), "replica {} listens on {}", r.0, r.1);
+    }
+    put_keys(&cluster, 0..10);
+    let config: toml::Table = std::fs::read_to_string(dir.join("cluster.toml")).unwrap().parse().unwrap();
+    let members = config["replicas"].as_array().unwrap();
+    let peer_of = |m: &toml::Value| m["peer"].as_str().unwrap().parse::<std::net::SocketAddr>().unwrap();
+    let peers: Vec<std::net::SocketAddr> = members.iter().map(peer_of).collect();
+    // Every peer connection leaves from its replica's own address: none
+    // comes from 127.0.0.1, and each pair of replicas is linked.
+    let links: Vec<_> = established().into_iter().filter(|(_, remote)| peers.contains(remote)).collect();
+    for (local, remote) in &links {
+        assert!(hosts.contains(&local.ip().to_string().as_str()), "{local} -> {remote}");
+        assert_ne!(local.ip(), remote.ip(), "{local} -> {remote}: a replica dialled itself");
+    }
+    for host in hosts {
+        assert!(links.iter().any(|(l, _)| l.ip().to_string() == host), "no link from {host}: {links:?}");
+    }
+    // The Redis port of replica 2 answers on its own address.
+    let redis = members[1]["redis"].as_str().unwrap();
+    assert!(redis.starts_with("127.0.0.12:"), "{redis}");
+    let mut s = TcpStream::connect(redis).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\n3\r\n").unwrap();
+    let mut got = [0u8; 8];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"$2\r\nv3\r\n", "the value put_keys wrote");
+    // A membership change: replica 3 leaves, the other two go on.
+    let o = cluster.client(&["remove-replica", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(cluster.client(&["put", "10", "v"]).status.success());
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}

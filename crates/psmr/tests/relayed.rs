@@ -1,0 +1,74 @@
+//! Faults injected into real replica processes through the relays between
+//! them (`psmr_harness::relay`): replicas on addresses of their own, a
+//! leader cut off from its peers, the cluster going on without it and
+//! taking it back once the links heal.
+
+use psmr::client::ServiceClient;
+use psmr::harness::launch::{ClusterDir, ClusterSpec, ProcessCluster};
+use psmr::harness::probe::Probe;
+use psmr::harness::relay::{Fault, Relays};
+use psmr::replica::Storage;
+use psmr::services::kv::{key_bytes, KvCodec, KvOp};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn put(client: &mut ServiceClient<KvCodec>, key: u64) {
+    let op = KvOp::Put { key: key_bytes(key), value: b"v".to_vec() };
+    client.call(op).unwrap_or_else(|e| panic!("put {key}: {e}"));
+}
+
+/// Waits until `ok` holds of the replicas' statuses.
+fn until(probe: &Probe, what: &str, ok: impl Fn(&[psmr::model::wire::ReplicaStatus]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st: Vec<_> = probe.statuses(Duration::from_secs(2)).into_iter().filter_map(Result::ok).collect();
+        if ok(&st) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {st:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
+    let dir = ClusterDir::scratch("psmr-relayed-test-").unwrap();
+    let mut spec = ClusterSpec {
+        hosts: ["127.0.0.41", "127.0.0.42", "127.0.0.43"].map(String::from).to_vec(),
+        ..ClusterSpec::default()
+    };
+    spec.base.storage = Storage::Memory;
+    let config = spec.config(dir.path()).unwrap();
+    let file = dir.write(&config).unwrap();
+    let relays = Relays::new(&config.replicas).unwrap();
+    let exe = Path::new(env!("CARGO_BIN_EXE_psmr"));
+    let logs = dir.path().join("logs");
+    let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(&logs), relays.listen()).unwrap();
+    cluster.wait_ready(Duration::from_secs(30)).unwrap();
+    let mut client = ServiceClient::connect(cluster.addrs().to_vec(), KvCodec).unwrap();
+    for k in 0..10 {
+        put(&mut client, k);
+    }
+
+    let old = cluster.leader().expect("a leader");
+    let links = relays.links();
+    for other in (1..=3).filter(|&r| r != old) {
+        links.set(old, other, Fault::Held);
+        links.set(other, old, Fault::Held);
+    }
+    let carried = links.carried(old, 1 + old % 3);
+    // The other two elect one of them, and writes go on there.
+    let probe = Probe::new(cluster.addrs()).unwrap();
+    until(&probe, "a new leader", |st| st.iter().any(|s| s.id != old && s.leader != 0 && s.leader != old));
+    for k in 10..20 {
+        put(&mut client, k);
+    }
+    assert_eq!(links.carried(old, 1 + old % 3), carried, "nothing crossed the cut");
+
+    links.heal();
+    put(&mut client, 20);
+    until(&probe, "equal states", |st| {
+        st.len() == 3 && st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied)
+    });
+    assert!(cluster.exited().is_empty());
+}
