@@ -17,7 +17,7 @@
 //!     ..Faults::default()
 //! };
 //! let cluster = std::sync::Mutex::new(cluster);
-//! let ((), events) = faults::during(&cluster, &faults, || std::thread::sleep(Duration::from_secs(10)));
+//! let ((), events) = faults::during(&cluster, &faults, None, || std::thread::sleep(Duration::from_secs(10)));
 //! println!("{events:?}");
 //! # }
 //! ```
@@ -25,6 +25,8 @@
 use crate::report::Event;
 use crate::scenario::Point;
 use psmr_harness::launch::ProcessCluster;
+use psmr_harness::nemesis::{self, Drawn, Kind, Window};
+use psmr_harness::relay::Links;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -61,19 +63,28 @@ pub struct Faults {
     pub kill_replica: Option<(u64, Duration)>,
     /// How long a killed replica stays down before it restarts.
     pub restart_after: Duration,
+    /// The nemesis's kinds of fault, drawn on a schedule from the run's
+    /// seed (`--nemesis`; [`psmr_harness::nemesis`]); empty: none.
+    pub nemesis: Vec<Kind>,
 }
 
 impl Faults {
     /// Whether there is any fault to inject.
     pub fn any(&self) -> bool {
-        self.kill_leader_every.is_some() || self.kill_replica.is_some()
+        self.kill_leader_every.is_some() || self.kill_replica.is_some() || !self.nemesis.is_empty()
+    }
+
+    /// Whether replicas are killed and restarted, which memory storage
+    /// cannot survive.
+    fn restarts(&self) -> bool {
+        self.kill_leader_every.is_some() || self.kill_replica.is_some() || self.nemesis.contains(&Kind::Kill)
     }
 
     /// Checks that the faults fit `point`: restarts need disk storage, and
     /// the replica to kill must be one of its replicas.
     pub fn check(&self, point: &Point) -> Result<(), FaultsError> {
         let p = &point.params;
-        if self.any() && p.storage == "memory" {
+        if self.restarts() && p.storage == "memory" {
             return Err(FaultsError::MemoryStorage { point: point.name() });
         }
         match self.kill_replica {
@@ -85,19 +96,50 @@ impl Faults {
     }
 }
 
-/// Runs `work` on this thread while another injects `faults` into
-/// `cluster`, from now until `work` returns; returns what `work` returned
-/// and what the injector did.
-pub fn during<T>(cluster: &Mutex<ProcessCluster>, faults: &Faults, work: impl FnOnce() -> T) -> (T, Vec<Event>) {
+/// The nemesis of a run: the links of a relayed cluster, its replicas,
+/// and the faults drawn for them ([`psmr_harness::nemesis::schedule`]).
+pub struct Nemesis<'a> {
+    /// The relays' links.
+    pub links: &'a Links,
+    /// The replicas' ids.
+    pub replicas: Vec<u64>,
+    /// The faults, times after the load's start.
+    pub drawn: Vec<Drawn>,
+}
+
+/// Runs `work` on this thread while others inject `faults` and the
+/// `nemesis`'s into `cluster`, from now until `work` returns; returns what
+/// `work` returned and what the injectors did, in order of time.
+pub fn during<T>(
+    cluster: &Mutex<ProcessCluster>,
+    faults: &Faults,
+    nemesis: Option<Nemesis<'_>>,
+    work: impl FnOnce() -> T,
+) -> (T, Vec<Event>) {
     let stop = AtomicBool::new(false);
     let start = Instant::now();
+    let kills = Faults { nemesis: Vec::new(), ..faults.clone() };
     std::thread::scope(|scope| {
-        let injector = faults.any().then(|| scope.spawn(|| inject(cluster, faults, start, &stop)));
+        let injector = kills.any().then(|| scope.spawn(|| inject(cluster, &kills, start, &stop)));
+        let hurting = nemesis.as_ref().map(|n| {
+            let run = || nemesis::run(cluster, n.links, &n.replicas, &n.drawn, (start, &stop));
+            scope.spawn(run)
+        });
         let result = work();
         stop.store(true, Ordering::SeqCst);
-        let events = injector.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let mut events = injector.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let windows = hurting.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        events.extend(windows.into_iter().flat_map(window_events));
+        events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
         (result, events)
     })
+}
+
+/// A nemesis fault as the report's events: its start, and its heal.
+fn window_events(w: Window) -> [Event; 2] {
+    let start = Event { at_s: w.start_s, action: format!("{}: {}", w.kind, w.what), replica: 0, error: None };
+    let heal = Event { at_s: w.end_s, action: format!("heal {}", w.kind), replica: 0, error: w.error };
+    [start, heal]
 }
 
 /// Injects `faults` into `cluster`, times counted from `start`, until
@@ -213,6 +255,9 @@ mod tests {
         assert!(matches!(kill(0).check(&point("disk")), Err(FaultsError::NoSuchReplica { id: 0, .. })));
         assert!(matches!(kill(1).check(&point("memory")), Err(FaultsError::MemoryStorage { .. })));
         assert_eq!(Faults::default().check(&point("memory")), Ok(()));
+        let nemesis = |kinds: Vec<Kind>| Faults { nemesis: kinds, ..Faults::default() };
+        assert_eq!(nemesis(vec![Kind::Partition, Kind::Pause]).check(&point("memory")), Ok(()));
+        assert!(matches!(nemesis(vec![Kind::Kill]).check(&point("memory")), Err(FaultsError::MemoryStorage { .. })));
     }
 
     #[test]

@@ -28,6 +28,8 @@ use hdrhistogram::Histogram;
 use psmr_client::ClientConfig;
 use psmr_harness::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster};
 use psmr_harness::load::{self, CpuSource, LoadError, LoadResult, LoadSpec, Ops};
+use psmr_harness::nemesis;
+use psmr_harness::relay::Relays;
 use psmr_model::ClassModel;
 use psmr_sched_bench::{class_frequencies, computed_mapping, BenchError, MappingSource};
 use psmr_services::kv::{self, KvModel};
@@ -104,6 +106,9 @@ pub enum RunError {
     /// The fault injector panicked.
     #[error("the fault thread panicked")]
     FaultThread,
+    /// The nemesis's relays cannot be set up.
+    #[error("the nemesis's relays: {0}")]
+    Relays(std::io::Error),
 }
 
 /// What a scenario runs: its sweeps merged with the overrides, and its
@@ -334,13 +339,27 @@ impl Runner {
     ) -> Result<(LoadResult, Vec<Event>, String, Vec<String>), RunError> {
         // Dropped last: the cluster stops before its data goes.
         let dir = ClusterDir::scratch("psmr-bench-")?;
-        let config = cluster_spec(p)?.config(dir.path())?;
+        let mut cluster_spec = cluster_spec(p)?;
+        let hurt = !self.faults.nemesis.is_empty();
+        if hurt {
+            // The relays tell replicas apart by address: one each.
+            cluster_spec.hosts = (1..=p.replicas).map(|i| format!("127.0.0.{}", 10 + i)).collect();
+        }
+        let config = cluster_spec.config(dir.path())?;
         let file = dir.write(&config)?;
-        let mut cluster = ProcessCluster::start(exe, &file, &config, Some(logs))?;
+        let relays = hurt.then(|| Relays::new(&config.replicas)).transpose().map_err(RunError::Relays)?;
+        let listen = relays.as_ref().map(Relays::listen).unwrap_or_default();
+        let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(logs), listen)?;
         cluster.wait_ready(READY_TIMEOUT)?;
         let addrs = cluster.addrs().to_vec();
         let cluster = Mutex::new(cluster);
-        let (result, events) = faults::during(&cluster, &self.faults, || {
+        let nemesis = relays.as_ref().map(|r| {
+            let ids: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+            let plan = nemesis::Plan::new(self.faults.nemesis.clone(), self.seed);
+            let drawn = nemesis::schedule(&plan, &ids, spec.warmup + spec.duration);
+            faults::Nemesis { links: r.links(), replicas: ids, drawn }
+        });
+        let (result, events) = faults::during(&cluster, &self.faults, nemesis, || {
             load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local)
         });
         let result = result?;

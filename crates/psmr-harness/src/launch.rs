@@ -507,6 +507,21 @@ impl ProcessCluster {
         Ok(())
     }
 
+    /// Sends replica `id` the signal named `signal` (`STOP`, `CONT`, ...),
+    /// as `kill -SIGNAL` does.
+    pub fn signal(&self, id: u64, signal: &str) -> Result<(), LaunchError> {
+        let (_, child) = self.children.iter().find(|(i, _)| *i == id).ok_or(LaunchError::NoSuchReplica(id))?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .map_err(io(format!("cannot signal replica {id}")))?;
+        match status.success() {
+            true => Ok(()),
+            false => Err(io(format!("kill -{signal} of replica {id}"))(std::io::Error::other(status.to_string()))),
+        }
+    }
+
     /// Starts replica `id` again from its data directory.
     pub fn restart(&mut self, id: u64) -> Result<(), LaunchError> {
         let joined = self.joined.iter().find(|(i, _)| *i == id).map(|(_, f)| f);

@@ -11,7 +11,8 @@
 //!   bench`, against any cluster, with [`kv_stream`] its random keys and
 //!   values and [`cpu`] each replica process's CPU time from `/proc`;
 //! - [`relay`] cuts, stalls, resets and delays the links between
-//!   replicas of a local cluster (the nemesis);
+//!   replicas of a local cluster, and [`nemesis`] hurts a cluster with
+//!   them, with pauses and with kills, on a schedule drawn from a seed;
 //! - [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
 //!   network and the disk (`psmr fuzz`);
 //! - [`history`] holds client histories and checks them for
@@ -32,6 +33,8 @@ pub mod kv_stream;
 pub mod launch;
 #[cfg(feature = "clusters")]
 pub mod load;
+#[cfg(feature = "clusters")]
+pub mod nemesis;
 #[cfg(feature = "clusters")]
 pub mod probe;
 #[cfg(feature = "clusters")]

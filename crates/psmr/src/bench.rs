@@ -82,6 +82,20 @@ pub struct BenchArgs {
     /// How long a killed replica stays down before it restarts.
     #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
     restart_after: Duration,
+    /// Faults against the replicas' processes and the links between them,
+    /// one after another on a schedule drawn from --seed: `all`, or a
+    /// comma-separated list of partition, one-way, reset, delay, pause and
+    /// kill. Each replica gets a loopback address of its own (127.0.0.11,
+    /// ...) and a relay in front of its peer port that cuts, stalls,
+    /// resets and delays its links; the report lists every fault and its
+    /// heal. `kill` restarts replicas, which needs disk storage.
+    #[arg(long, value_name = "KINDS", value_parser = parse_nemesis)]
+    nemesis: Option<String>,
+}
+
+/// `--nemesis`, checked (and parsed again where it is used).
+fn parse_nemesis(s: &str) -> Result<String, String> {
+    psmr_harness::nemesis::parse_kinds(s).map(|_| s.to_string()).map_err(|e| e.to_string())
 }
 
 /// `2s`, `500ms`, `1m` or plain seconds (`1.5`), at most an hour.
@@ -115,6 +129,11 @@ impl BenchArgs {
             kill_leader_every: self.kill_leader_every,
             kill_replica: self.kill_replica.map(|id| (id, self.at.unwrap_or(Duration::from_secs(1)))),
             restart_after: self.restart_after,
+            nemesis: self
+                .nemesis
+                .as_deref()
+                .and_then(|k| psmr_harness::nemesis::parse_kinds(k).ok())
+                .unwrap_or_default(),
         }
     }
 
@@ -321,7 +340,8 @@ fn simulation(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
         || !args.cluster.is_empty()
         || args.history.is_some()
         || args.kill_leader_every.is_some()
-        || args.kill_replica.is_some();
+        || args.kill_replica.is_some()
+        || args.nemesis.is_some();
     if cluster_flags {
         bail!(
             "scenario {} is a simulation without a cluster or clients: --sweep, --set, --cluster, --history and faults do not apply",
@@ -352,7 +372,8 @@ fn catch_up(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
         || !args.cluster.is_empty()
         || args.history.is_some()
         || args.kill_leader_every.is_some()
-        || args.kill_replica.is_some();
+        || args.kill_replica.is_some()
+        || args.nemesis.is_some();
     if extra {
         bail!("scenario catch-up is one run on a cluster of its own, with faults of its own: --sweep, --cluster, --history and faults do not apply");
     }
@@ -398,7 +419,8 @@ fn peers(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
     let extra = !args.cluster.is_empty()
         || args.history.is_some()
         || args.kill_leader_every.is_some()
-        || args.kill_replica.is_some();
+        || args.kill_replica.is_some()
+        || args.nemesis.is_some();
     if extra {
         bail!("scenario peers starts its own clusters of every system: --cluster, --history and faults do not apply");
     }

@@ -50,6 +50,8 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["bench", "--sweep", "workers=two"], "bad value \"two\" for workers");
     fails_with(&["bench", "--sweep", "clients=1", "--sweep", "clients=2"], "clients is swept twice");
     fails_with(&["bench", "--set", "clients"], "malformed --set");
+    fails_with(&["bench", "--nemesis", "partition,flood"], "unknown nemesis \"flood\"");
+    fails_with(&["bench", "--nemesis", "kill", "--set", "storage=memory"], "memory storage cannot");
     fails_with(&["bench", "--set", "clients=0"], "--clients must be between 1 and 4096");
     fails_with(&["bench", "--sweep", "scheduler=early,fastest"], "unknown scheduler \"fastest\"");
     fails_with(&["bench", "--cluster", "127.0.0.1:1"], "no replica of --cluster answered");

@@ -72,3 +72,78 @@ fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
     });
     assert!(cluster.exited().is_empty());
 }
+
+#[test]
+fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_is_lost() {
+    use psmr::harness::nemesis::{self, Drawn, Kind, Step, Target};
+    let dir = ClusterDir::scratch("psmr-nemesis-test-").unwrap();
+    let mut spec = ClusterSpec {
+        hosts: ["127.0.0.51", "127.0.0.52", "127.0.0.53"].map(String::from).to_vec(),
+        ..ClusterSpec::default()
+    };
+    spec.base.storage = Storage::Disk;
+    let config = spec.config(dir.path()).unwrap();
+    let file = dir.write(&config).unwrap();
+    let relays = Relays::new(&config.replicas).unwrap();
+    let exe = Path::new(env!("CARGO_BIN_EXE_psmr"));
+    let logs = dir.path().join("logs");
+    let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(&logs), relays.listen()).unwrap();
+    cluster.wait_ready(Duration::from_secs(30)).unwrap();
+    let addrs = cluster.addrs().to_vec();
+    let cluster = std::sync::Mutex::new(cluster);
+
+    // One fault of each kind, the leader's where a kind can take it.
+    let steps = [
+        Step::Isolate(Target::Leader),
+        Step::OneWay(Target::Leader, Target::Replica(1)),
+        Step::Reset(1, 2),
+        Step::Delay(2, 100),
+        Step::Pause(Target::Leader),
+        Step::Kill(Target::Leader),
+    ];
+    let s = Duration::from_millis;
+    let drawn: Vec<Drawn> = steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, step)| Drawn { at: s(500 + 2500 * i as u64), hold: s(1500), step })
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let start = Instant::now();
+    let (windows, acked) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut client = ServiceClient::connect(addrs.clone(), KvCodec).unwrap();
+            let mut acked = Vec::new();
+            for k in 0.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let op = KvOp::Put { key: key_bytes(k), value: k.to_string().into_bytes() };
+                if client.call(op).is_ok() {
+                    acked.push(k);
+                }
+            }
+            acked
+        });
+        let windows = nemesis::run(&cluster, relays.links(), &[1, 2, 3], &drawn, (start, &stop));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        (windows, writer.join().unwrap())
+    });
+    let kinds: Vec<Kind> = windows.iter().map(|w| w.kind).collect();
+    assert_eq!(kinds, Kind::ALL.to_vec(), "{windows:?}");
+    for w in &windows {
+        assert!(w.error.is_none(), "{w:?}");
+    }
+    assert!(acked.len() > 10, "writes went on: {}", acked.len());
+
+    // Every acknowledged write is there, and the replicas agree.
+    let mut client = ServiceClient::connect(addrs.clone(), KvCodec).unwrap();
+    for &k in &acked {
+        let got = client.call(KvOp::Read { key: key_bytes(k) }).unwrap();
+        assert_eq!(got, psmr::services::kv::KvReply::Value(Some(k.to_string().into_bytes())), "key {k}");
+    }
+    let probe = Probe::new(&addrs).unwrap();
+    until(&probe, "equal states", |st| {
+        st.len() == 3 && st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied)
+    });
+    assert!(cluster.lock().unwrap().exited().is_empty());
+}
