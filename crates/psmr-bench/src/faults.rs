@@ -17,7 +17,7 @@
 //!     ..Faults::default()
 //! };
 //! let cluster = std::sync::Mutex::new(cluster);
-//! let ((), events) = faults::during(&cluster, &faults, None, || std::thread::sleep(Duration::from_secs(10)));
+//! let ((), events, _) = faults::during(&cluster, &faults, None, || std::thread::sleep(Duration::from_secs(10)));
 //! println!("{events:?}");
 //! # }
 //! ```
@@ -109,13 +109,13 @@ pub struct Nemesis<'a> {
 
 /// Runs `work` on this thread while others inject `faults` and the
 /// `nemesis`'s into `cluster`, from now until `work` returns; returns what
-/// `work` returned and what the injectors did, in order of time.
+/// `work` returned, what the kills did and the nemesis's faults.
 pub fn during<T>(
     cluster: &Mutex<ProcessCluster>,
     faults: &Faults,
     nemesis: Option<Nemesis<'_>>,
     work: impl FnOnce() -> T,
-) -> (T, Vec<Event>) {
+) -> (T, Vec<Event>, Vec<Window>) {
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let kills = Faults { nemesis: Vec::new(), ..faults.clone() };
@@ -127,19 +127,33 @@ pub fn during<T>(
         });
         let result = work();
         stop.store(true, Ordering::SeqCst);
-        let mut events = injector.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let events = injector.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
         let windows = hurting.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-        events.extend(windows.into_iter().flat_map(window_events));
-        events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-        (result, events)
+        (result, events, windows)
     })
 }
 
-/// A nemesis fault as the report's events: its start, and its heal.
-fn window_events(w: Window) -> [Event; 2] {
-    let start = Event { at_s: w.start_s, action: format!("{}: {}", w.kind, w.what), replica: 0, error: None };
-    let heal = Event { at_s: w.end_s, action: format!("heal {}", w.kind), replica: 0, error: w.error };
-    [start, heal]
+/// How long after a heal the clients' longest wait for an answer still
+/// counts against the fault.
+pub const AFTER_HEAL: Duration = Duration::from_secs(5);
+
+/// `events` with the nemesis's `windows` as events of their own, its start
+/// and its heal, in order of time; the heal says the longest the clients
+/// went without an answer from the fault's start to [`AFTER_HEAL`] after
+/// it, from `completed` (requests completed per
+/// [`psmr_harness::load::TICK`] since the load's start).
+pub fn with_windows(mut events: Vec<Event>, windows: Vec<Window>, completed: &[u32]) -> Vec<Event> {
+    for w in windows {
+        let (from, to) = (Duration::from_secs_f64(w.start_s), Duration::from_secs_f64(w.end_s) + AFTER_HEAL);
+        let gap = psmr_harness::load::longest_gap(completed, from, to);
+        let action = format!("{}: {}", w.kind, w.what);
+        events.push(Event { at_s: w.start_s, action, replica: 0, error: None, gap_ms: None });
+        let action = format!("heal {}", w.kind);
+        let gap_ms = Some(gap.as_secs_f64() * 1e3);
+        events.push(Event { at_s: w.end_s, action, replica: 0, error: w.error, gap_ms });
+    }
+    events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    events
 }
 
 /// Injects `faults` into `cluster`, times counted from `start`, until
@@ -234,7 +248,7 @@ impl Injector<'_> {
 
     fn record(&mut self, action: &str, replica: u64, result: Result<(), String>) {
         let at_s = self.start.elapsed().as_secs_f64();
-        self.events.push(Event { at_s, action: action.into(), replica, error: result.err() });
+        self.events.push(Event { at_s, action: action.into(), replica, error: result.err(), gap_ms: None });
     }
 }
 
@@ -258,6 +272,24 @@ mod tests {
         let nemesis = |kinds: Vec<Kind>| Faults { nemesis: kinds, ..Faults::default() };
         assert_eq!(nemesis(vec![Kind::Partition, Kind::Pause]).check(&point("memory")), Ok(()));
         assert!(matches!(nemesis(vec![Kind::Kill]).check(&point("memory")), Err(FaultsError::MemoryStorage { .. })));
+    }
+
+    #[test]
+    fn a_heal_says_how_long_the_clients_went_without_an_answer() {
+        // Answers every 10 ms tick but 100-159 and 700-719.
+        let mut completed = vec![3u32; 1_000];
+        completed[10..16].fill(0);
+        completed[70..72].fill(0);
+        let window = |start_s, end_s| Window { kind: Kind::Pause, what: "pause 2".into(), start_s, end_s, error: None };
+        let kill = Event { at_s: 0.5, action: "kill".into(), replica: 1, error: None, gap_ms: None };
+        let events = with_windows(vec![kill], vec![window(1.2, 1.3), window(0.05, 0.08)], &completed);
+        let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
+        assert_eq!(actions, ["pause: pause 2", "heal pause", "kill", "pause: pause 2", "heal pause"]);
+        // The first window reaches the silence at 100-159 within 5 s of
+        // its heal; the second ends before the one at 700.
+        assert_eq!(events[1].gap_ms, Some(60.0));
+        assert_eq!(events[4].gap_ms, Some(0.0));
+        assert_eq!(events[2].gap_ms, None);
     }
 
     #[test]

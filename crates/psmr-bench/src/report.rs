@@ -53,6 +53,10 @@ pub struct Event {
     /// Why it could not be done, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A nemesis fault's heal: the longest the clients went without an
+    /// answer, from the fault's start until a while after the heal, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ms: Option<f64>,
 }
 
 /// The measurements of one point.
@@ -742,15 +746,21 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
     let faults: Vec<&PointResult> = points.iter().filter(|p| !p.events.is_empty()).collect();
     if !faults.is_empty() {
         let _ = writeln!(s, "\n## Faults\n");
-        let _ = writeln!(s, "| point | at (s) | action | replica | failed requests in the point |");
-        let _ = writeln!(s, "| --- | ---: | --- | ---: | ---: |");
+        let _ = writeln!(
+            s,
+            "| point | at (s) | action | replica | longest without an answer (ms) | failed requests in the point |"
+        );
+        let _ = writeln!(s, "| --- | ---: | --- | ---: | ---: | ---: |");
         for p in faults {
             for e in &p.events {
                 let what = match &e.error {
                     Some(err) => format!("{} (failed: {err})", e.action),
                     None => e.action.clone(),
                 };
-                let _ = writeln!(s, "| {} | {:.1} | {what} | {} | {} |", p.name, e.at_s, e.replica, p.failed_requests);
+                let replica = if e.replica == 0 { "-".to_string() } else { e.replica.to_string() };
+                let gap = e.gap_ms.map_or_else(String::new, |g| format!("{g:.0}"));
+                let _ =
+                    writeln!(s, "| {} | {:.1} | {what} | {replica} | {gap} | {} |", p.name, e.at_s, p.failed_requests);
             }
         }
         let _ = writeln!(s, "\nThe per-second `timeline` in `results.json` shows what each fault cost.");

@@ -359,10 +359,11 @@ impl Runner {
             let drawn = nemesis::schedule(&plan, &ids, spec.warmup + spec.duration);
             faults::Nemesis { links: r.links(), replicas: ids, drawn }
         });
-        let (result, events) = faults::during(&cluster, &self.faults, nemesis, || {
+        let (result, events, windows) = faults::during(&cluster, &self.faults, nemesis, || {
             load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local)
         });
         let result = result?;
+        let events = faults::with_windows(events, windows, &result.completed);
         let running = running(&addrs);
         let mut cluster = cluster.into_inner().map_err(|_| RunError::FaultThread)?;
         if let Some((id, status)) = cluster.exited().into_iter().next() {

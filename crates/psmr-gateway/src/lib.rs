@@ -36,10 +36,10 @@
 
 use bytes::{Bytes, BytesMut};
 use psmr_client::{Session, Submit};
+use psmr_model::ratelog::RateLimit;
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::App;
 use psmr_resp::{Commands, Limits, Reply, Request, RequestParser, Version};
-use psmr_transport::ratelog::RateLimit;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -144,7 +144,7 @@ where
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        psmr_transport::warn_limited!(BAD_REDIS_CLIENT, "redis accept failed: {e}");
+                        psmr_model::warn_limited!(BAD_REDIS_CLIENT, "redis accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -174,9 +174,9 @@ where
         match Connection::open(&self, stream, stop) {
             Ok(mut conn) => match conn.run().await {
                 Ok(()) => debug!(%peer, "redis client disconnected"),
-                Err(why) => psmr_transport::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
+                Err(why) => psmr_model::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
             },
-            Err(why) => psmr_transport::warn_limited!(BAD_REDIS_CLIENT, %peer, "redis connection: {why}"),
+            Err(why) => psmr_model::warn_limited!(BAD_REDIS_CLIENT, %peer, "redis connection: {why}"),
         }
     }
 

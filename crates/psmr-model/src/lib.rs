@@ -23,7 +23,9 @@
 //!   class model, the [`Access`] (class, keys) of each operation, and the
 //!   codec of its operations ([`SerdeCodec`] for serde types).
 //! * [`wire`]: the framed, versioned wire format replicas and clients
-//!   share, and the [`wire::OpCodec`] that puts a service's operations on it.
+//!   share, and the [`wire::OpCodec`] that puts a service's operations on it;
+//!   [`ratelog`], the rate-limited warnings of everything that reads it
+//!   from the network.
 //!
 //! Conflicts are defined once, on keys: two commands conflict when one
 //! writes a key the other reads or writes. Everything else (class models,
@@ -37,6 +39,7 @@ mod class;
 mod command;
 mod digest;
 mod mapping;
+pub mod ratelog;
 mod service;
 pub mod snapshot;
 pub mod wire;

@@ -19,13 +19,13 @@ use psmr_core::guard::Refusal;
 use psmr_core::membership::Membership;
 use psmr_core::protocol::{Apply, Protocol, ProtocolIo, Stop};
 use psmr_core::transfer::SnapMsg;
+use psmr_model::ratelog::RateLimit;
 use psmr_model::wire::ServerMsg;
 use psmr_storage::Log;
 use psmr_transport::life::Life;
 use psmr_transport::msg::{Decision, Inbound, RequestReceiver};
 use psmr_transport::peer::{PeerSender, Peers};
 use psmr_transport::queue::{Receiver, Sender};
-use psmr_transport::ratelog::RateLimit;
 use psmr_transport::router::{Outgoing, Router};
 use psmr_transport::tls::PeerTlsContext;
 use psmr_transport::view::ClusterView;
@@ -225,7 +225,7 @@ impl ProtocolIo for Links {
 
     fn transfer_refused(&mut self, peer: u64, why: &str) {
         self.metrics.snapshots.transfer_refused();
-        psmr_transport::warn_limited!(REFUSED, peer, "refused a snapshot transfer message: {why}");
+        psmr_model::warn_limited!(REFUSED, peer, "refused a snapshot transfer message: {why}");
     }
 
     fn apply(&mut self, work: Apply) -> bool {
@@ -262,7 +262,7 @@ impl ProtocolIo for Links {
         self.counters.peer_refused.fetch_add(1, Ordering::Relaxed);
         self.metrics.peer_refused(why.rule);
         let (peer, kind) = (msg.from, msg.get_msg_type());
-        psmr_transport::warn_limited!(REFUSED, peer, kind = ?kind, "refused a raft message: {why}");
+        psmr_model::warn_limited!(REFUSED, peer, kind = ?kind, "refused a raft message: {why}");
     }
 
     fn proposed(&mut self, commands: u64, bytes: usize) {

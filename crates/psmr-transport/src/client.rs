@@ -24,17 +24,17 @@
 //!   (if idle for at least [`EVICTABLE_IDLE`]), so idle sockets cannot lock
 //!   clients out; otherwise the new one is refused.
 //!
-//! Warnings about bad connections are rate-limited ([`crate::ratelog`]).
+//! Warnings about bad connections are rate-limited ([`psmr_model::ratelog`]).
 
 use crate::life::Life;
 use crate::metrics::{ClientRefusal, CounterSet, Histogram, PendingRequests, ReplyClock};
 use crate::msg::RequestSender;
-use crate::ratelog::RateLimit;
 use crate::router::{Outbox, OutboxRx, Outgoing, Router};
 use crate::view::ClusterView;
 use parking_lot::Mutex;
 use psmr_core::request::{Lease, Refusal, Request};
 use psmr_core::Config;
+use psmr_model::ratelog::RateLimit;
 use psmr_model::wire::{
     frame_len, parse_frame, read_body_async, ClientMsg, Frame, MemberChange, Outcome, ReplicaStatus, ServerMsg,
     WireCommand, WireError,
@@ -171,7 +171,7 @@ impl ClientIo {
                 r = listener.accept() => match r {
                     Ok(x) => x,
                     Err(e) => {
-                        crate::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
+                        psmr_model::warn_limited!(REFUSED_CLIENT, "accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
@@ -181,7 +181,7 @@ impl ClientIo {
             let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
             let Some(open) = self.admit(conn) else {
                 self.port.metrics.refused(ClientRefusal::ConnectionLimit);
-                crate::warn_limited!(
+                psmr_model::warn_limited!(
                     REFUSED_CLIENT,
                     %peer,
                     "refusing a client: {} busy connections already",
@@ -233,7 +233,7 @@ impl ClientIo {
         match result {
             Ok(()) | Err(WireError::Closed) => debug!(%peer, "client disconnected"),
             Err(WireError::Io(e)) if e.kind() != io::ErrorKind::TimedOut => debug!(%peer, "client connection: {e}"),
-            Err(e) => crate::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
+            Err(e) => psmr_model::warn_limited!(BAD_CLIENT, %peer, "closing client connection: {e}"),
         }
     }
 

@@ -18,8 +18,7 @@
 //!   life (running, stopping, failed), and what it knows of the cluster
 //!   (who leads, the members) — as narrow handles rather than one shared
 //!   state.
-//! * [`metrics`]: the lock-free primitives the replica records with;
-//!   [`ratelog`]: warnings a flood cannot turn into a flood of log lines.
+//! * [`metrics`]: the lock-free primitives the replica records with.
 
 pub mod client;
 pub mod clock;
@@ -29,7 +28,6 @@ pub mod metrics;
 pub mod msg;
 pub mod peer;
 pub mod queue;
-pub mod ratelog;
 pub mod router;
 pub mod tls;
 pub mod view;

@@ -48,7 +48,7 @@
 //! * **Memory.** A frame's buffer grows as its bytes arrive, so a length
 //!   announced and not sent costs nothing.
 //! * **Logs.** Warnings about bad connections are rate-limited
-//!   ([`crate::ratelog`]).
+//!   ([`psmr_model::ratelog`]).
 //!
 //! # Incarnations
 //!
@@ -91,13 +91,13 @@
 use crate::life::Life;
 use crate::msg::Inbound;
 use crate::queue::{Meter, Weigh};
-use crate::ratelog::RateLimit;
 use crate::tls::{PeerTlsContext, TlsError, TlsStream};
 use crate::view::ClusterView;
 use crossbeam::channel::TrySendError;
 use parking_lot::Mutex;
 use psmr_core::transfer::SnapMsg;
 use psmr_core::Config;
+use psmr_model::ratelog::RateLimit;
 use psmr_model::wire::{frame_bytes, frame_len, parse_frame, read_frame, Decoder, Encoder, Frame, WireError};
 use raft::prelude::Message;
 use std::collections::HashMap;
@@ -508,7 +508,7 @@ fn sender<T: Outbound + Weigh>(
                     // The peer is up and something is wrong with who it is
                     // or who we are: worth telling, within limits.
                     PeerError::Tls(TlsError::Handshake(e)) if e.kind() == io::ErrorKind::InvalidData => {
-                        crate::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
+                        psmr_model::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
                     }
                     // Down, restarting, or too busy to take a handshake.
                     e => debug!(peer = to, "cannot reach peer: {e}"),
@@ -729,7 +729,7 @@ pub fn spawn_listener(
             match listener.accept() {
                 Ok((stream, from)) => {
                     let Some(slot) = pool.try_handshake() else {
-                        crate::warn_limited!(
+                        psmr_model::warn_limited!(
                             BUSY,
                             %from,
                             "peer port busy ({HANDSHAKES_MAX} handshakes in progress): closing a new connection"
@@ -741,14 +741,14 @@ pub fn spawn_listener(
                         .name("psmr-peer-rcv".into())
                         .spawn(move || receiver(&peers, &pool, slot, stream, from, tls.as_deref(), &inbound));
                     if let Err(e) = spawned {
-                        crate::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
+                        psmr_model::warn_limited!(ACCEPT, "cannot start a peer receiver: {e}");
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 Err(e) => {
-                    crate::warn_limited!(ACCEPT, "peer accept failed: {e}");
+                    psmr_model::warn_limited!(ACCEPT, "peer accept failed: {e}");
                     // Out of descriptors, say: give connections time to end.
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -779,7 +779,7 @@ fn receiver(
         Err(e @ PeerError::Idle(_)) if snapshots => debug!(%from, "closing a snapshot lane: {e}"),
         // Only an authenticated peer gets this far: no flood to fear.
         Err(e @ PeerError::Idle(_)) => info!(%from, "closing peer connection: {e}"),
-        Err(e) => crate::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
+        Err(e) => psmr_model::warn_limited!(BAD_PEER, %from, "closing peer connection: {e}"),
     }
 }
 

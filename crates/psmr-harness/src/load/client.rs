@@ -1,6 +1,7 @@
 //! One closed-loop client of a load: its stream of commands, its loop and
 //! what it counts.
 
+use super::gaps::Completions;
 use super::recorder::Recorder;
 use super::{LoadError, LoadSpec, Ops};
 use crate::kv_stream::{self, XorShift};
@@ -194,6 +195,7 @@ pub(super) struct Driver {
     pub per: usize,
     pub window: Window,
     pub recorder: Option<Arc<Recorder>>,
+    pub completions: Arc<Completions>,
 }
 
 impl Driver {
@@ -219,6 +221,7 @@ impl Driver {
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
+            self.completions.record(done);
             if now >= self.window.measure_from && done <= self.window.measure_to {
                 let us = done.duration_since(now).as_micros().clamp(1, u128::from(LATENCY_MAX_US)) as u64;
                 tally.record(&kinds, us, self.window.second(done))?;

@@ -31,6 +31,7 @@
 //! ```
 
 mod client;
+mod gaps;
 mod recorder;
 mod sample;
 mod summary;
@@ -38,6 +39,8 @@ mod summary;
 use crate::cpu::ReplicaCpu;
 use crate::probe::Probe;
 use client::{histogram, ClientTally, Driver, Generator, Window};
+use gaps::Completions;
+pub use gaps::{longest_gap, TICK};
 use hdrhistogram::Histogram;
 use psmr_client::{Client, ClientConfig, ClientError};
 use psmr_services::list::{ListModel, OpStream};
@@ -237,6 +240,9 @@ pub struct LoadResult {
     pub request_latency: Histogram<u64>,
     /// Commands completed in each second of the window.
     pub timeline: Vec<u64>,
+    /// Requests completed in each [`TICK`] since the load's start, warm-up
+    /// included: where the cluster answered nothing ([`longest_gap`]).
+    pub completed: Vec<u32>,
     /// Per replica and stage: busy, waiting for a CPU, blocked.
     pub stages: Vec<StageRow>,
     /// Per replica and execution worker (early schedulers).
@@ -324,6 +330,7 @@ pub fn run_with_cpu(
         Some(path) => Some(Arc::new(Recorder::create(path, window.start)?)),
         None => None,
     };
+    let completions = Arc::new(Completions::new(window.start, spec.warmup + spec.duration));
     let mut handles = Vec::with_capacity(spec.clients);
     for i in 0..spec.clients {
         let driver = Driver {
@@ -332,6 +339,7 @@ pub fn run_with_cpu(
             per: spec.per_request,
             window,
             recorder: recorder.clone(),
+            completions: completions.clone(),
         };
         handles.push(std::thread::spawn(move || driver.run()));
     }
@@ -344,6 +352,7 @@ pub fn run_with_cpu(
         latency: BTreeMap::new(),
         request_latency: histogram()?,
         timeline: vec![0; window.buckets],
+        completed: Vec::new(),
         stages: sampled.stages,
         workers: sampled.workers,
         worker_timeline: sampled.worker_timeline,
@@ -354,6 +363,7 @@ pub fn run_with_cpu(
     for h in handles {
         result.add(h.join().map_err(|_| LoadError::Panicked)??)?;
     }
+    result.completed = completions.counts();
     if let Some(r) = recorder {
         r.flush()?;
     }

@@ -2,9 +2,11 @@
 //! flood of log lines (a disk filled with warnings is a denial of service
 //! of its own). Each kind of warning has its own budget per interval;
 //! warnings over budget are counted and the count is reported with the
-//! next warning that passes.
+//! next warning that passes. Here, below every part that reads from the
+//! network (the peer and client ports, the Redis gateway), so that none
+//! depends on another for it.
 
-use parking_lot::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A budget of `burst` warnings per `interval`.
@@ -35,7 +37,7 @@ impl RateLimit {
     }
 
     fn allow_at(&self, now: Instant) -> Option<u64> {
-        let mut w = self.state.lock();
+        let mut w = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if w.start.map_or(true, |s| now.duration_since(s) >= self.interval) {
             w.start = Some(now);
             w.passed = 0;
@@ -51,7 +53,8 @@ impl RateLimit {
 }
 
 /// Logs a warning through `limit` (a `static RateLimit`), adding how many
-/// were suppressed before it.
+/// were suppressed before it (with `tracing`, which the calling crate
+/// depends on).
 #[macro_export]
 macro_rules! warn_limited {
     ($limit:expr, $($arg:tt)+) => {
