@@ -167,7 +167,7 @@ pub fn inject(cluster: &Mutex<ProcessCluster>, faults: &Faults, start: Instant, 
         injector.pending.push((at, Action::Kill(id)));
     }
     while let Some((at, action)) = injector.next() {
-        if !wait_until(start + at, stop) {
+        if !nemesis::sleep_until(start + at, stop) {
             break;
         }
         // A poisoned lock: the load's side panicked, nothing to serve.
@@ -175,20 +175,6 @@ pub fn inject(cluster: &Mutex<ProcessCluster>, faults: &Faults, start: Instant, 
         injector.apply(&mut cluster, at, action);
     }
     injector.events
-}
-
-/// Sleeps until `deadline`; false if `stop` was set first.
-fn wait_until(deadline: Instant, stop: &AtomicBool) -> bool {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return true;
-        }
-        if stop.load(Ordering::SeqCst) {
-            return false;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(10)));
-    }
 }
 
 /// What the injector does next.
@@ -290,12 +276,5 @@ mod tests {
         assert_eq!(events[1].gap_ms, Some(60.0));
         assert_eq!(events[4].gap_ms, Some(0.0));
         assert_eq!(events[2].gap_ms, None);
-    }
-
-    #[test]
-    fn waiting_stops_when_asked() {
-        let stop = AtomicBool::new(true);
-        assert!(!wait_until(Instant::now() + Duration::from_secs(60), &stop));
-        assert!(wait_until(Instant::now(), &stop));
     }
 }

@@ -355,8 +355,8 @@ fn heal(cluster: &Mutex<ProcessCluster>, links: &Links, undo: Undo) -> Result<()
     }
 }
 
-/// Sleeps until `deadline`; false if `stop` was set first.
-fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
+/// Sleeps until `deadline`; false if `stop` was set first (within 10 ms).
+pub fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -372,6 +372,13 @@ fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sleeping_stops_when_asked() {
+        let stop = AtomicBool::new(true);
+        assert!(!sleep_until(Instant::now() + Duration::from_secs(60), &stop));
+        assert!(sleep_until(Instant::now(), &stop));
+    }
 
     #[test]
     fn kinds_parse_and_unknown_ones_are_named() {

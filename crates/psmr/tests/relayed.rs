@@ -30,14 +30,13 @@ fn until(probe: &Probe, what: &str, ok: impl Fn(&[psmr::model::wire::ReplicaStat
     }
 }
 
-#[test]
-fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
+/// Three replicas on 127.0.0.`first`, `first + 1` and `first + 2`, each
+/// behind a relay, ready; dropping the directory last removes their data.
+fn relayed(first: u8, storage: Storage) -> (ClusterDir, Relays, ProcessCluster) {
     let dir = ClusterDir::scratch("psmr-relayed-test-").unwrap();
-    let mut spec = ClusterSpec {
-        hosts: ["127.0.0.41", "127.0.0.42", "127.0.0.43"].map(String::from).to_vec(),
-        ..ClusterSpec::default()
-    };
-    spec.base.storage = Storage::Memory;
+    let hosts = (first..first + 3).map(|i| format!("127.0.0.{i}")).collect();
+    let mut spec = ClusterSpec { hosts, ..ClusterSpec::default() };
+    spec.base.storage = storage;
     let config = spec.config(dir.path()).unwrap();
     let file = dir.write(&config).unwrap();
     let relays = Relays::new(&config.replicas).unwrap();
@@ -45,6 +44,12 @@ fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
     let logs = dir.path().join("logs");
     let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(&logs), relays.listen()).unwrap();
     cluster.wait_ready(Duration::from_secs(30)).unwrap();
+    (dir, relays, cluster)
+}
+
+#[test]
+fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
+    let (_dir, relays, mut cluster) = relayed(41, Storage::Memory);
     let mut client = ServiceClient::connect(cluster.addrs().to_vec(), KvCodec).unwrap();
     for k in 0..10 {
         put(&mut client, k);
@@ -76,19 +81,7 @@ fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
 #[test]
 fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_is_lost() {
     use psmr::harness::nemesis::{self, Drawn, Kind, Step, Target};
-    let dir = ClusterDir::scratch("psmr-nemesis-test-").unwrap();
-    let mut spec = ClusterSpec {
-        hosts: ["127.0.0.51", "127.0.0.52", "127.0.0.53"].map(String::from).to_vec(),
-        ..ClusterSpec::default()
-    };
-    spec.base.storage = Storage::Disk;
-    let config = spec.config(dir.path()).unwrap();
-    let file = dir.write(&config).unwrap();
-    let relays = Relays::new(&config.replicas).unwrap();
-    let exe = Path::new(env!("CARGO_BIN_EXE_psmr"));
-    let logs = dir.path().join("logs");
-    let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(&logs), relays.listen()).unwrap();
-    cluster.wait_ready(Duration::from_secs(30)).unwrap();
+    let (_dir, relays, cluster) = relayed(51, Storage::Disk);
     let addrs = cluster.addrs().to_vec();
     let cluster = std::sync::Mutex::new(cluster);
 
