@@ -140,11 +140,15 @@ pub const AFTER_HEAL: Duration = Duration::from_secs(5);
 /// `events` with the nemesis's `windows` as events of their own, its start
 /// and its heal, in order of time; the heal says the longest the clients
 /// went without an answer from the fault's start to [`AFTER_HEAL`] after
-/// it, from `completed` (requests completed per
+/// it (or to the next fault's start, if sooner), from `completed` (requests completed per
 /// [`psmr_harness::load::TICK`] since the load's start).
-pub fn with_windows(mut events: Vec<Event>, windows: Vec<Window>, completed: &[u32]) -> Vec<Event> {
-    for w in windows {
-        let (from, to) = (Duration::from_secs_f64(w.start_s), Duration::from_secs_f64(w.end_s) + AFTER_HEAL);
+pub fn with_windows(mut events: Vec<Event>, mut windows: Vec<Window>, completed: &[u32]) -> Vec<Event> {
+    windows.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    let next_starts: Vec<f64> = windows.iter().skip(1).map(|w| w.start_s).chain([f64::INFINITY]).collect();
+    for (w, next) in windows.into_iter().zip(next_starts) {
+        // Up to the next fault's start, whose wait is its own.
+        let until = (w.end_s + AFTER_HEAL.as_secs_f64()).min(next.max(w.end_s));
+        let (from, to) = (Duration::from_secs_f64(w.start_s), Duration::from_secs_f64(until));
         let gap = psmr_harness::load::longest_gap(completed, from, to);
         let action = format!("{}: {}", w.kind, w.what);
         events.push(Event { at_s: w.start_s, action, replica: 0, error: None, gap_ms: None });
@@ -276,5 +280,9 @@ mod tests {
         assert_eq!(events[1].gap_ms, Some(60.0));
         assert_eq!(events[4].gap_ms, Some(0.0));
         assert_eq!(events[2].gap_ms, None);
+        // A fault whose heal the next one follows closely does not take
+        // the next one's silence.
+        let events = with_windows(Vec::new(), vec![window(0.05, 0.08), window(0.09, 0.2)], &completed);
+        assert_eq!((events[1].gap_ms, events[3].gap_ms), (Some(0.0), Some(60.0)));
     }
 }

@@ -286,9 +286,13 @@ struct Applied {
 }
 
 fn apply(cluster: &mut ProcessCluster, links: &Links, replicas: &[u64], step: &Step) -> Result<Applied, String> {
+    // Whether a fault hit the leader is what its cost depends on: said
+    // even of a replica drawn by id.
+    let leader = cluster.leader();
+    let who = |id: u64| if leader == Some(id) { " (leader)".to_string() } else { String::new() };
     let resolve = |t: Target| match t {
-        Target::Replica(id) => Ok((id, String::new())),
-        Target::Leader => cluster.leader().map(|id| (id, " (leader)".to_string())).ok_or("no leader".to_string()),
+        Target::Replica(id) => Ok((id, who(id))),
+        Target::Leader => leader.map(|id| (id, who(id))).ok_or("no leader".to_string()),
     };
     let applied = |what: String, undo| Ok(Applied { what, undo });
     match step {
