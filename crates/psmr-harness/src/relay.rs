@@ -76,6 +76,8 @@ struct Shared {
     hosts: HashMap<IpAddr, u64>,
     /// Bytes carried per link.
     carried: Mutex<HashMap<(u64, u64), Arc<AtomicU64>>>,
+    /// Connections the relays accepted, from replicas or not.
+    accepted: AtomicU64,
 }
 
 /// The links of one cluster and their faults; the relays share them.
@@ -87,7 +89,13 @@ pub struct Links {
 impl Links {
     /// Links among the replicas of `hosts`: the address each dials from.
     pub fn new(hosts: HashMap<IpAddr, u64>) -> Self {
-        let shared = Shared { state: Mutex::default(), changed: Condvar::new(), hosts, carried: Mutex::default() };
+        let shared = Shared {
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            hosts,
+            carried: Mutex::default(),
+            accepted: AtomicU64::new(0),
+        };
         Self { shared: Arc::new(shared) }
     }
 
@@ -119,6 +127,13 @@ impl Links {
             }
         }
         cut.len()
+    }
+
+    /// Connections the relays have accepted and dealt with so far: dropped
+    /// (not from a replica), or handed on (waiting while their link is
+    /// held).
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
     }
 
     /// Bytes carried so far over link `from → to`.
@@ -224,11 +239,23 @@ impl Drop for Relay {
     }
 }
 
+/// Counts one when dropped.
+struct Counted<'a>(&'a AtomicU64);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 fn accept_loop(shared: &Arc<Shared>, to: u64, listener: &TcpListener, target: SocketAddr, stop: &AtomicBool) {
     while let Ok((client, peer)) = listener.accept() {
         if stop.load(Ordering::SeqCst) {
             return;
         }
+        // Counted once decided: a stranger is dropped, and a replica's
+        // connection over a held link waits before it reaches its target.
+        let _counted = Counted(&shared.accepted);
         let Some(&from) = shared.hosts.get(&peer.ip()) else {
             // Not a replica of this cluster: nothing to relay for it.
             continue;
@@ -406,6 +433,16 @@ mod tests {
         buf
     }
 
+    /// Waits (at most 30 s) until the relays have dealt with `n`
+    /// connections: after that, one they did not hand on never will be.
+    fn handled(links: &Links, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while links.accepted() < n {
+            assert!(Instant::now() < deadline, "the relay took {} connections of {n}", links.accepted());
+            std::thread::yield_now();
+        }
+    }
+
     /// Nothing arrives on `s` within a while (the only way to see that a
     /// link carries nothing; what is held is then checked to arrive).
     fn silent(mut s: &TcpStream) {
@@ -437,8 +474,8 @@ mod tests {
         let p = pair();
         p.links.set(1, 2, Fault::Held);
         let late = dial_from("127.0.0.21", p._relay.addr());
+        handled(&p.links, 2);
         p.target.set_nonblocking(true).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
         assert!(p.target.accept().is_err(), "not carried on while held");
         p.target.set_nonblocking(false).unwrap();
         p.links.set(1, 2, Fault::Up);
@@ -475,8 +512,8 @@ mod tests {
     fn a_stranger_is_not_relayed() {
         let p = pair();
         let _stranger = dial_from("127.0.0.99", p._relay.addr());
+        handled(&p.links, 2);
         p.target.set_nonblocking(true).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
         assert!(p.target.accept().is_err(), "an address no replica dials from");
     }
 }
