@@ -24,9 +24,12 @@
 
 use crate::report::Event;
 use crate::scenario::Point;
+use psmr_harness::disk::SmallDisks;
+use psmr_harness::history::Operation;
 use psmr_harness::launch::ProcessCluster;
-use psmr_harness::nemesis::{self, Drawn, Kind, Window};
+use psmr_harness::nemesis::{self, Drawn, Kind, Victims, Window};
 use psmr_harness::relay::Links;
+use psmr_harness::verdict;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -77,7 +80,7 @@ impl Faults {
     /// Whether replicas are killed and restarted, which memory storage
     /// cannot survive.
     fn restarts(&self) -> bool {
-        self.kill_leader_every.is_some() || self.kill_replica.is_some() || self.nemesis.contains(&Kind::Kill)
+        self.kill_leader_every.is_some() || self.kill_replica.is_some() || self.nemesis.iter().any(|k| k.restarts())
     }
 
     /// Checks that the faults fit `point`: restarts need disk storage, and
@@ -97,10 +100,13 @@ impl Faults {
 }
 
 /// The nemesis of a run: the links of a relayed cluster, its replicas,
-/// and the faults drawn for them ([`psmr_harness::nemesis::schedule`]).
+/// their small disks if they have them, and the faults drawn for them
+/// ([`psmr_harness::nemesis::schedule`]).
 pub struct Nemesis<'a> {
     /// The relays' links.
     pub links: &'a Links,
+    /// The replicas' small disks (`disk-full`).
+    pub disks: Option<&'a SmallDisks>,
     /// The replicas' ids.
     pub replicas: Vec<u64>,
     /// The faults, times after the load's start.
@@ -122,8 +128,8 @@ pub fn during<T>(
     std::thread::scope(|scope| {
         let injector = kills.any().then(|| scope.spawn(|| inject(cluster, &kills, start, &stop)));
         let hurting = nemesis.as_ref().map(|n| {
-            let run = || nemesis::run(cluster, n.links, &n.replicas, &n.drawn, (start, &stop));
-            scope.spawn(run)
+            let (victims, stop) = (Victims { cluster, links: n.links, disks: n.disks, replicas: &n.replicas }, &stop);
+            scope.spawn(move || nemesis::run(&victims, &n.drawn, (start, stop)))
         });
         let result = work();
         stop.store(true, Ordering::SeqCst);
@@ -138,26 +144,71 @@ pub fn during<T>(
 pub const AFTER_HEAL: Duration = Duration::from_secs(5);
 
 /// `events` with the nemesis's `windows` as events of their own, its start
-/// and its heal, in order of time; the heal says the longest the clients
+/// and its heal, in order of time. The heal says the longest the clients
 /// went without an answer from the fault's start to [`AFTER_HEAL`] after
-/// it (or to the next fault's start, if sooner), from `completed` (requests completed per
-/// [`psmr_harness::load::TICK`] since the load's start).
-pub fn with_windows(mut events: Vec<Event>, mut windows: Vec<Window>, completed: &[u32]) -> Vec<Event> {
+/// it (or to the next fault's start, if sooner), from `completed`
+/// (requests completed per [`psmr_harness::load::TICK`] since the load's
+/// start); the p99 latency of the operations of `history` that completed
+/// during the fault and in the [`AFTER_HEAL`] after it; and how long the
+/// replicas took to catch up.
+pub fn with_windows(
+    mut events: Vec<Event>,
+    mut windows: Vec<Window>,
+    completed: &[u32],
+    history: &[Operation],
+) -> Vec<Event> {
     windows.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
     let next_starts: Vec<f64> = windows.iter().skip(1).map(|w| w.start_s).chain([f64::INFINITY]).collect();
+    let ns = |s: f64| (s * 1e9) as u64;
+    let ms = |us: Option<u64>| us.map(|us| us as f64 / 1e3);
     for (w, next) in windows.into_iter().zip(next_starts) {
         // Up to the next fault's start, whose wait is its own.
         let until = (w.end_s + AFTER_HEAL.as_secs_f64()).min(next.max(w.end_s));
         let (from, to) = (Duration::from_secs_f64(w.start_s), Duration::from_secs_f64(until));
         let gap = psmr_harness::load::longest_gap(completed, from, to);
         let action = format!("{}: {}", w.kind, w.what);
-        events.push(Event { at_s: w.start_s, action, replica: 0, error: None, gap_ms: None });
-        let action = format!("heal {}", w.kind);
-        let gap_ms = Some(gap.as_secs_f64() * 1e3);
-        events.push(Event { at_s: w.end_s, action, replica: 0, error: w.error, gap_ms });
+        events.push(Event { at_s: w.start_s, action, ..Event::default() });
+        events.push(Event {
+            at_s: w.end_s,
+            action: format!("heal {} of {:.1} s", w.kind, w.start_s),
+            error: w.error,
+            gap_ms: Some(gap.as_secs_f64() * 1e3),
+            p99_during_ms: ms(verdict::p99_between(history, ns(w.start_s), ns(w.end_s))),
+            p99_after_ms: ms(verdict::p99_between(history, ns(w.end_s), ns(w.end_s + AFTER_HEAL.as_secs_f64()))),
+            converged_ms: w.converged_ms,
+            ..Event::default()
+        });
     }
     events.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     events
+}
+
+/// What keeps a nemesis run from passing: a fault of `kinds` that could
+/// not be injected (or a kind never injected), and the judgement's
+/// findings, one line each; empty when it passed.
+pub fn nemesis_failures(kinds: &[Kind], events: &[Event], judgement: Option<&verdict::Judgement>) -> Vec<String> {
+    let mut out: Vec<String> =
+        events.iter().filter_map(|e| e.error.as_ref().map(|err| format!("{}: {err}", e.action))).collect();
+    for kind in kinds {
+        let heal = format!("heal {kind} of ");
+        let injected = events.iter().any(|e| e.error.is_none() && e.action.starts_with(&heal));
+        if !injected {
+            out.push(format!("no {kind} fault was injected"));
+        }
+    }
+    match judgement {
+        None => out.push("the run was not judged".into()),
+        Some(j) => {
+            out.extend(j.lost.iter().cloned());
+            if j.linearizable != "yes" {
+                out.push(format!("linearizable: {}", j.linearizable));
+            }
+            if j.converged_ms.is_none() {
+                out.push(format!("the replicas did not converge: {}", j.replicas.join(", ")));
+            }
+        }
+    }
+    out
 }
 
 /// Injects `faults` into `cluster`, times counted from `start`, until
@@ -238,7 +289,7 @@ impl Injector<'_> {
 
     fn record(&mut self, action: &str, replica: u64, result: Result<(), String>) {
         let at_s = self.start.elapsed().as_secs_f64();
-        self.events.push(Event { at_s, action: action.into(), replica, error: result.err(), gap_ms: None });
+        self.events.push(Event { at_s, action: action.into(), replica, error: result.err(), ..Event::default() });
     }
 }
 
@@ -270,11 +321,32 @@ mod tests {
         let mut completed = vec![3u32; 1_000];
         completed[10..16].fill(0);
         completed[70..72].fill(0);
-        let window = |start_s, end_s| Window { kind: Kind::Pause, what: "pause 2".into(), start_s, end_s, error: None };
-        let kill = Event { at_s: 0.5, action: "kill".into(), replica: 1, error: None, gap_ms: None };
-        let events = with_windows(vec![kill], vec![window(1.2, 1.3), window(0.05, 0.08)], &completed);
+        let window = |start_s, end_s| Window {
+            kind: Kind::Pause,
+            what: "pause 2".into(),
+            start_s,
+            end_s,
+            error: None,
+            converged_ms: Some(7),
+        };
+        let kill = Event { at_s: 0.5, action: "kill".into(), replica: 1, ..Event::default() };
+        // One slow operation during the first fault, fast ones after it.
+        let op = |invoke_ms: u64, took_ms: u64| psmr_harness::history::Operation {
+            client: 1,
+            op: psmr_harness::history::OpKind::Read,
+            key: "1".into(),
+            value: None,
+            result: serde_json::Value::Null,
+            invoke_ns: invoke_ms * 1_000_000,
+            complete_ns: (invoke_ms + took_ms) * 1_000_000,
+            status: psmr_harness::history::Status::Ok,
+        };
+        let history = [op(10, 60), op(100, 2), op(101, 3)];
+        let events = with_windows(vec![kill], vec![window(1.2, 1.3), window(0.05, 0.08)], &completed, &history);
         let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
-        assert_eq!(actions, ["pause: pause 2", "heal pause", "kill", "pause: pause 2", "heal pause"]);
+        assert_eq!(actions, ["pause: pause 2", "heal pause of 0.1 s", "kill", "pause: pause 2", "heal pause of 1.2 s"]);
+        assert_eq!((events[1].p99_during_ms, events[1].p99_after_ms), (Some(60.0), Some(3.0)));
+        assert_eq!((events[4].p99_during_ms, events[1].converged_ms), (None, Some(7)));
         // The first window reaches the silence at 100-159 within 5 s of
         // its heal; the second ends before the one at 700.
         assert_eq!(events[1].gap_ms, Some(60.0));
@@ -282,7 +354,37 @@ mod tests {
         assert_eq!(events[2].gap_ms, None);
         // A fault whose heal the next one follows closely does not take
         // the next one's silence.
-        let events = with_windows(Vec::new(), vec![window(0.05, 0.08), window(0.09, 0.2)], &completed);
+        let events = with_windows(Vec::new(), vec![window(0.05, 0.08), window(0.09, 0.2)], &completed, &[]);
         assert_eq!((events[1].gap_ms, events[3].gap_ms), (Some(0.0), Some(60.0)));
+    }
+
+    #[test]
+    fn a_nemesis_run_fails_on_a_fault_not_injected_a_kind_missing_or_a_bad_judgement() {
+        let heal = |kind: &str, error: Option<&str>| Event {
+            action: format!("heal {kind} of 1.0 s"),
+            error: error.map(str::to_string),
+            ..Event::default()
+        };
+        let good = verdict::Judgement {
+            operations: 10,
+            keys_read: 2,
+            lost: Vec::new(),
+            linearizable: "yes".into(),
+            converged_ms: Some(5),
+            replicas: Vec::new(),
+        };
+        let kinds = [Kind::Pause, Kind::Kill];
+        let both = [heal("pause", None), heal("kill", None)];
+        assert!(nemesis_failures(&kinds, &both, Some(&good)).is_empty());
+        let failed = nemesis_failures(&kinds, &[heal("pause", None), heal("kill", Some("no leader"))], Some(&good));
+        assert_eq!(failed, ["heal kill of 1.0 s: no leader", "no kill fault was injected"]);
+        assert_eq!(nemesis_failures(&kinds, &both, None), ["the run was not judged"]);
+        let bad = verdict::Judgement {
+            lost: vec!["key \"1\": gone".into()],
+            linearizable: "no: key \"1\"".into(),
+            converged_ms: None,
+            ..good
+        };
+        assert_eq!(nemesis_failures(&kinds, &both, Some(&bad)).len(), 3);
     }
 }

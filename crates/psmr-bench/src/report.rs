@@ -3,6 +3,7 @@
 
 use crate::scenario::{Point, Scenario, Sweep};
 use psmr_harness::cpu::{self, ReplicaCpu};
+use psmr_harness::verdict::Judgement;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,7 +43,7 @@ impl Machine {
 }
 
 /// Something done to the cluster during a point (`psmr bench` faults).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Event {
     /// Seconds since the point's load started (warm-up included).
     pub at_s: f64,
@@ -57,6 +58,17 @@ pub struct Event {
     /// answer, from the fault's start until a while after the heal, ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gap_ms: Option<f64>,
+    /// A heal: the p99 latency of operations completed during the fault,
+    /// ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_during_ms: Option<f64>,
+    /// A heal: the same in the seconds after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_after_ms: Option<f64>,
+    /// A heal: how long until every replica had applied what the most
+    /// advanced had at the heal, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub converged_ms: Option<u64>,
 }
 
 /// The measurements of one point.
@@ -109,6 +121,10 @@ pub struct PointResult {
     /// `status` says (`auto` names its choice), by replica in id order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub running: Vec<String>,
+    /// A nemesis run's judgement: acknowledged updates lost,
+    /// linearizability, convergence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judgement: Option<Judgement>,
 }
 
 impl PointResult {
@@ -134,6 +150,7 @@ impl PointResult {
             cpu_note: None,
             mapping_spec: None,
             running: Vec::new(),
+            judgement: None,
         }
     }
 }
@@ -210,6 +227,11 @@ pub fn write_all(
     }
     if let Some(svg) = crate::timeline::svg(scenario.name, points) {
         files.push(("timeline.svg".to_string(), svg));
+    }
+    for (i, p) in points.iter().enumerate() {
+        if let Some(svg) = crate::timeline::faults_svg(p) {
+            files.push((format!("faults-{i}.svg"), svg));
+        }
     }
     write_files(dir, files)
 }
@@ -418,6 +440,9 @@ pub struct Mark {
     pub label: String,
     /// Its color: dashed grey for `false`, red for `true`.
     pub strong: bool,
+    /// With an end: a band from `x` to it (a fault's window) rather than
+    /// a line.
+    pub until: Option<f64>,
 }
 
 /// [`chart`] with vertical `marks` (phase boundaries, decisions).
@@ -495,6 +520,13 @@ pub fn chart_marked(
         escape(y_label)
     );
     for m in marks {
+        if let Some(until) = m.until {
+            let (x, width) = (sx(m.x), (sx(until) - sx(m.x)).max(1.0));
+            let _ = writeln!(
+                s,
+                r##"<rect x="{x:.1}" y="{top}" width="{width:.1}" height="{ph}" fill="#d62728" fill-opacity="0.12"/>"##
+            );
+        }
         let (x, color, dash) =
             (sx(m.x), if m.strong { "#d62728" } else { "#888" }, if m.strong { "2,2" } else { "6,4" });
         let _ = writeln!(
@@ -743,30 +775,85 @@ pub fn markdown(scenario: &Scenario, sweeps: &[Sweep], points: &[PointResult], m
             }
         }
     }
-    let faults: Vec<&PointResult> = points.iter().filter(|p| !p.events.is_empty()).collect();
-    if !faults.is_empty() {
-        let _ = writeln!(s, "\n## Faults\n");
-        let _ = writeln!(
-            s,
-            "| point | at (s) | action | replica | longest without an answer (ms) | failed requests in the point |"
-        );
-        let _ = writeln!(s, "| --- | ---: | --- | ---: | ---: | ---: |");
-        for p in faults {
-            for e in &p.events {
-                let what = match &e.error {
-                    Some(err) => format!("{} (failed: {err})", e.action),
-                    None => e.action.clone(),
-                };
-                let replica = if e.replica == 0 { "-".to_string() } else { e.replica.to_string() };
-                let gap = e.gap_ms.map_or_else(String::new, |g| format!("{g:.0}"));
-                let _ =
-                    writeln!(s, "| {} | {:.1} | {what} | {replica} | {gap} | {} |", p.name, e.at_s, p.failed_requests);
-            }
-        }
-        let _ = writeln!(s, "\nThe per-second `timeline` in `results.json` shows what each fault cost.");
-    }
+    s.push_str(&faults_section(points));
+    s.push_str(&judgement_section(points));
     let _ =
         writeln!(s, "\nThroughput per second of each point: `results.json` (`timeline`); every number: `results.csv`.");
+    s
+}
+
+/// The faults of every point, with what each nemesis fault cost.
+fn faults_section(points: &[PointResult]) -> String {
+    let mut s = String::new();
+    let faults: Vec<&PointResult> = points.iter().filter(|p| !p.events.is_empty()).collect();
+    if faults.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "\n## Faults\n");
+    let _ = writeln!(s, "At a nemesis fault's heal: the longest the clients went without an answer from the fault's start until 5 s after its heal (or the next fault); the p99 latency of the operations completed during the fault and in the 5 s after it; and how long after the heal every replica had applied what the most advanced one had.\n");
+    let _ = writeln!(
+        s,
+        "| point | at (s) | action | replica | longest without an answer (ms) | p99 during (ms) | p99 after (ms) | caught up after (ms) | failed requests in the point |"
+    );
+    let _ = writeln!(s, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let ms = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.0}"));
+    for p in faults {
+        for e in &p.events {
+            let what = match &e.error {
+                Some(err) => format!("{} (failed: {err})", e.action),
+                None => e.action.clone(),
+            };
+            let replica = if e.replica == 0 { "-".to_string() } else { e.replica.to_string() };
+            let caught_up = match (e.converged_ms, e.gap_ms) {
+                (Some(c), _) => c.to_string(),
+                (None, Some(_)) => "not within 30 s".into(),
+                (None, None) => String::new(),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {:.1} | {what} | {replica} | {} | {} | {} | {caught_up} | {} |",
+                p.name,
+                e.at_s,
+                ms(e.gap_ms),
+                ms(e.p99_during_ms),
+                ms(e.p99_after_ms),
+                p.failed_requests
+            );
+        }
+    }
+    let _ = writeln!(s, "\nThe per-second `timeline` in `results.json` shows what each fault cost.");
+    s
+}
+
+/// The judgement of every nemesis point.
+fn judgement_section(points: &[PointResult]) -> String {
+    let mut s = String::new();
+    let judged: Vec<(&PointResult, &Judgement)> =
+        points.iter().filter_map(|p| Some((p, p.judgement.as_ref()?))).collect();
+    if judged.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "\n## Judgement\n");
+    let _ = writeln!(s, "After the load: a final read of every key an acknowledged update touched, the history with those reads checked for linearizability, and the replicas' applied index and digest.\n");
+    let _ = writeln!(s, "| point | operations | keys read back | acknowledged updates lost | linearizable | replicas agreed after (ms) |");
+    let _ = writeln!(s, "| --- | ---: | ---: | ---: | --- | ---: |");
+    for (p, j) in &judged {
+        let agreed = j.converged_ms.map_or_else(|| format!("not: {}", j.replicas.join(", ")), |ms| ms.to_string());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {agreed} |",
+            p.name,
+            j.operations,
+            j.keys_read,
+            j.lost.len(),
+            j.linearizable
+        );
+    }
+    for (p, j) in judged {
+        for line in j.lost.iter().take(10) {
+            let _ = writeln!(s, "\n- {}: {line}", p.name);
+        }
+    }
     s
 }
 

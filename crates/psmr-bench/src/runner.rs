@@ -26,10 +26,13 @@ use crate::report::{Event, Percentiles, PointResult};
 use crate::scenario::{self, Params, Point, Scenario, ScenarioError, Sweep, CLUSTER_KEYS};
 use hdrhistogram::Histogram;
 use psmr_client::ClientConfig;
+use psmr_harness::disk::{self, SmallDisks};
+use psmr_harness::history::{self, MAX_STATES_DEFAULT};
 use psmr_harness::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster};
 use psmr_harness::load::{self, CpuSource, LoadError, LoadResult, LoadSpec, Ops};
-use psmr_harness::nemesis;
+use psmr_harness::nemesis::{self, Kind};
 use psmr_harness::relay::Relays;
+use psmr_harness::verdict::{self, Judgement};
 use psmr_model::ClassModel;
 use psmr_sched_bench::{class_frequencies, computed_mapping, BenchError, MappingSource};
 use psmr_services::kv::{self, KvModel};
@@ -106,6 +109,12 @@ pub enum RunError {
     /// The fault injector panicked.
     #[error("the fault thread panicked")]
     FaultThread,
+    /// The nemesis's small disks cannot be set up.
+    #[error("{0}")]
+    Disks(psmr_harness::disk::DiskError),
+    /// A nemesis run cannot be judged (its history, its final reads).
+    #[error("judging the run: {0}")]
+    Judge(String),
     /// The nemesis's relays cannot be set up.
     #[error("the nemesis's relays: {0}")]
     Relays(std::io::Error),
@@ -305,39 +314,41 @@ pub struct Runner {
 impl Runner {
     /// Runs `point`: its cluster (unless the target exists), its load with
     /// its history written to `history` if given, its faults; the
-    /// replicas' logs go to `logs`.
+    /// replicas' logs go to `logs`. A nemesis run always records its
+    /// history (into `logs` unless given) and is judged by it.
     pub fn run(&self, point: &Point, history: Option<PathBuf>, logs: &Path) -> Result<PointResult, RunError> {
+        let judged = !self.faults.nemesis.is_empty() && matches!(self.target, Target::Local { .. });
+        let history = match history {
+            None if judged => {
+                std::fs::create_dir_all(logs).map_err(|e| RunError::Judge(format!("{}: {e}", logs.display())))?;
+                Some(logs.join("history.jsonl"))
+            }
+            h => h,
+        };
         // `load::run` checks the spec again; `check_point` checked it first.
         let spec = load_spec(&point.params, history, self.seed)?;
-        let (load, events, mapping, running) = match &self.target {
+        let (load, local) = match &self.target {
             Target::Existing(addrs) => {
                 // Another machine's pids, or ours by chance: not guessed at.
                 let cpu = CpuSource::Off("n/a: the replicas of --cluster are not processes psmr bench started".into());
                 let load = load::run_with_cpu(addrs, || ClientConfig::new(addrs.clone()), &spec, &cpu)?;
-                (load, Vec::new(), None, running(addrs))
+                let running = running(addrs);
+                (load, Local { running, ..Local::default() })
             }
-            Target::Local { exe } => {
-                let (load, events, mapping, running) = self.run_local(exe, &point.params, &spec, logs)?;
-                (load, events, Some(mapping), running)
-            }
+            Target::Local { exe } => self.run_local(exe, &point.params, &spec, logs)?,
         };
         let mut result = to_result(point, &load);
-        result.running = running;
-        result.events = events;
-        result.mapping_spec = mapping.filter(|m| m != "default");
+        result.running = local.running;
+        result.events = local.events;
+        result.mapping_spec = local.mapping.filter(|m| m != "default");
+        result.judgement = local.judgement;
         Ok(result)
     }
 
     /// A fresh cluster for `p`, `spec` against it with the faults, the
-    /// cluster stopped and its data removed; with the mapping it ran.
-    fn run_local(
-        &self,
-        exe: &Path,
-        p: &Params,
-        spec: &LoadSpec,
-        logs: &Path,
-    ) -> Result<(LoadResult, Vec<Event>, String, Vec<String>), RunError> {
-        // Dropped last: the cluster stops before its data goes.
+    /// cluster stopped and its data removed; with what happened to it.
+    fn run_local(&self, exe: &Path, p: &Params, spec: &LoadSpec, logs: &Path) -> Result<(LoadResult, Local), RunError> {
+        // Dropped last: the cluster stops, then its disks go, then its data.
         let dir = ClusterDir::scratch("psmr-bench-")?;
         let mut cluster_spec = cluster_spec(p)?;
         let hurt = !self.faults.nemesis.is_empty();
@@ -347,6 +358,11 @@ impl Runner {
         }
         let config = cluster_spec.config(dir.path())?;
         let file = dir.write(&config)?;
+        let ids: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
+        let disks = match self.faults.nemesis.contains(&Kind::DiskFull) {
+            true => Some(SmallDisks::mount(&config.data_dir, &ids, disk::DISK_BYTES).map_err(RunError::Disks)?),
+            false => None,
+        };
         let relays = hurt.then(|| Relays::new(&config.replicas)).transpose().map_err(RunError::Relays)?;
         let listen = relays.as_ref().map(Relays::listen).unwrap_or_default();
         let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(logs), listen)?;
@@ -354,24 +370,54 @@ impl Runner {
         let addrs = cluster.addrs().to_vec();
         let cluster = Mutex::new(cluster);
         let nemesis = relays.as_ref().map(|r| {
-            let ids: Vec<u64> = config.replicas.iter().map(|m| m.id).collect();
             let plan = nemesis::Plan::new(self.faults.nemesis.clone(), self.seed);
             let drawn = nemesis::schedule(&plan, &ids, spec.warmup + spec.duration);
-            faults::Nemesis { links: r.links(), replicas: ids, drawn }
+            faults::Nemesis { links: r.links(), disks: disks.as_ref(), replicas: ids.clone(), drawn }
         });
         let (result, events, windows) = faults::during(&cluster, &self.faults, nemesis, || {
             load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local)
         });
         let result = result?;
-        let events = faults::with_windows(events, windows, &result.completed);
+        let history = match (hurt, &spec.history) {
+            (true, Some(file)) => read_history(file)?,
+            _ => Vec::new(),
+        };
+        let events = faults::with_windows(events, windows, &result.completed, &history);
+        let judgement = match hurt {
+            true => Some(
+                verdict::judge(&addrs, history, MAX_STATES_DEFAULT, SETTLE)
+                    .map_err(|e| RunError::Judge(e.to_string()))?,
+            ),
+            false => None,
+        };
         let running = running(&addrs);
         let mut cluster = cluster.into_inner().map_err(|_| RunError::FaultThread)?;
         if let Some((id, status)) = cluster.exited().into_iter().next() {
             return Err(RunError::Exited { id, status });
         }
         // The mapping the replicas ran, computed once for their configuration.
-        Ok((result, events, config.scheduler.mapping, running))
+        let mapping = Some(config.scheduler.mapping);
+        Ok((result, Local { events, mapping, running, judgement }))
     }
+}
+
+/// What a run of a local cluster adds to its load's result.
+#[derive(Default)]
+struct Local {
+    events: Vec<Event>,
+    mapping: Option<String>,
+    running: Vec<String>,
+    judgement: Option<Judgement>,
+}
+
+/// How long a judged run waits for its replicas to agree once the load
+/// is over.
+const SETTLE: Duration = Duration::from_secs(60);
+
+fn read_history(file: &Path) -> Result<Vec<history::Operation>, RunError> {
+    let judge = |e: String| RunError::Judge(format!("{}: {e}", file.display()));
+    let f = std::fs::File::open(file).map_err(|e| judge(e.to_string()))?;
+    history::read(std::io::BufReader::new(f)).map_err(|e| judge(e.to_string()))
 }
 
 /// What each replica at `addrs` executes with now, as its status says

@@ -441,6 +441,10 @@ pub enum ScenarioKind {
     /// stopped and restarted under load ([`crate::catch_up`]): one run, no
     /// sweeps.
     CatchUp,
+    /// A cluster under load and every kind of the nemesis's faults at
+    /// once unless `--nemesis` names others, judged at the end
+    /// ([`psmr_harness::verdict`]): one point, no sweeps.
+    Nemesis,
 }
 
 /// A named end-to-end experiment.
@@ -684,6 +688,22 @@ pub fn scenarios() -> Vec<Scenario> {
             sweeps: Vec::new(),
         },
         Scenario {
+            kind: ScenarioKind::Nemesis,
+            name: "nemesis",
+            source: "Jepsen's nemesis against the real processes",
+            about: "a 3-replica disk cluster, 8 clients x 10 commands (half writes) over 10 000 keys, under every kind of fault of --nemesis all, two at a time, on a schedule from --seed; each fault's cost, and at the end a final read of every acknowledged key, the history checked for linearizability and the replicas' digests (--set duration_s=1800 for the 30-minute soak)",
+            base: Params {
+                storage: "disk".into(),
+                scheduler: "auto".into(),
+                clients: 8,
+                per_request: 10,
+                write_pct: 50,
+                duration_s: 60.0,
+                ..Params::default()
+            },
+            sweeps: Vec::new(),
+        },
+        Scenario {
             kind: ScenarioKind::BitmapSimulation,
             name: "bitmap-false-positives",
             source: "004 Table I (a simulation, no cluster)",
@@ -856,7 +876,8 @@ mod tests {
             // `--quick` must finish in under two minutes: about 4 s a point.
             assert!(!points.is_empty() && points.len() <= 24, "{}: {} points", s.name, points.len());
             // The simulation and the catch-up are one run each, unswept.
-            let one_run = matches!(s.kind, ScenarioKind::BitmapSimulation | ScenarioKind::CatchUp);
+            let one_run =
+                matches!(s.kind, ScenarioKind::BitmapSimulation | ScenarioKind::CatchUp | ScenarioKind::Nemesis);
             assert_eq!(one_run, s.sweeps.is_empty(), "{}", s.name);
             assert_eq!(find(s.name).unwrap().name, s.name);
         }

@@ -88,12 +88,13 @@ pub fn svg(title: &str, points: &[PointResult]) -> Option<String> {
             x: end * k as f64 / labels.len() as f64,
             label: format!("phase {}: {l}", k + 1),
             strong: false,
+            until: None,
         })
         .collect();
     for p in &shifting {
         for s in &p.switches {
             let port = s.replica.rsplit(':').next().unwrap_or(&s.replica);
-            marks.push(Mark { x: s.at_s, label: format!(":{port} {}", s.scheduler), strong: true });
+            marks.push(Mark { x: s.at_s, label: format!(":{port} {}", s.scheduler), strong: true, until: None });
         }
     }
     Some(chart_marked(
@@ -101,6 +102,45 @@ pub fn svg(title: &str, points: &[PointResult]) -> Option<String> {
         "second of the window",
         "commands/s",
         &lines,
+        &[],
+        &marks,
+    ))
+}
+
+/// Commands per second of `p`, second by second, with its faults drawn
+/// over them: each nemesis fault a band from its start to its heal, and
+/// each kill or restart a line; `None` without faults.
+pub fn faults_svg(p: &PointResult) -> Option<String> {
+    if p.events.is_empty() {
+        return None;
+    }
+    let warmup: f64 = p.params.get("warmup_s").and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let mut marks = Vec::new();
+    let mut healed = vec![false; p.events.len()];
+    for e in &p.events {
+        let x = e.at_s - warmup;
+        let Some((kind, _)) = e.action.split_once(": ") else {
+            if !e.action.starts_with("heal ") {
+                marks.push(Mark { x, label: format!("{} {}", e.action, e.replica), strong: true, until: None });
+            }
+            continue;
+        };
+        // Its heal: the first heal of its kind after it not yet taken.
+        let heal = p.events.iter().enumerate().find(|(k, h)| {
+            let healing = h.action.strip_prefix("heal ").and_then(|a| a.split_once(" of "));
+            !healed[*k] && h.at_s >= e.at_s && healing.is_some_and(|(k, _)| k == kind)
+        });
+        let until = heal.map(|(k, h)| {
+            healed[k] = true;
+            h.at_s - warmup
+        });
+        marks.push(Mark { x, label: e.action.clone(), strong: false, until });
+    }
+    Some(chart_marked(
+        &format!("{}: commands per second under faults", p.name),
+        "second of the window (after the warm-up)",
+        "commands/s",
+        &[(String::new(), per_second(p))],
         &[],
         &marks,
     ))

@@ -162,6 +162,11 @@ pub struct AsyncClient {
     /// Where to try next.
     next_addr: usize,
     leader: Option<SocketAddr>,
+    /// A replica that let an attempt go unanswered, and until when it is
+    /// passed over. A paused or cut-off leader still accepts connections
+    /// and its followers still name it until they elect another: without
+    /// this, a client would spend another whole attempt on it.
+    suspect: Option<(SocketAddr, Instant)>,
 }
 
 impl AsyncClient {
@@ -171,7 +176,7 @@ impl AsyncClient {
             return Err(ClientError::NoAddresses);
         }
         let id = config.id.filter(|&i| i != 0).unwrap_or_else(random_id);
-        Ok(Self { config, id, next_seq: 1, conn: None, next_addr: 0, leader: None })
+        Ok(Self { config, id, next_seq: 1, conn: None, next_addr: 0, leader: None, suspect: None })
     }
 
     /// The client's id.
@@ -179,12 +184,23 @@ impl AsyncClient {
         self.id
     }
 
+    /// The replica to try: the leader last named, else the next in turn;
+    /// never the suspect while it is one, unless it is the only replica.
     fn pick(&mut self) -> SocketAddr {
-        if let Some(l) = self.leader.take() {
+        let now = Instant::now();
+        let suspect = self.suspect.filter(|&(_, until)| now < until).map(|(a, _)| a);
+        if let Some(l) = self.leader.take().filter(|&l| Some(l) != suspect) {
             return l;
         }
-        let a = self.config.cluster[self.next_addr % self.config.cluster.len()];
-        self.next_addr += 1;
+        let n = self.config.cluster.len();
+        let mut a = self.config.cluster[self.next_addr % n];
+        for _ in 0..n {
+            a = self.config.cluster[self.next_addr % n];
+            self.next_addr += 1;
+            if Some(a) != suspect {
+                break;
+            }
+        }
         a
     }
 
@@ -252,6 +268,13 @@ impl AsyncClient {
                     self.conn = None;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+                Err(Attempt::Silent(why)) => {
+                    debug!(client = self.id, "retrying elsewhere: {why}");
+                    last = why;
+                    if let Some((addr, _)) = self.conn.take() {
+                        self.suspect = Some((addr, Instant::now() + self.config.attempt_timeout));
+                    }
+                }
             }
             left = outcomes.iter().filter(|o| o.is_none()).count();
         }
@@ -271,7 +294,7 @@ impl AsyncClient {
         loop {
             let f = tokio::time::timeout(timeout, read_frame_async(stream, max))
                 .await
-                .map_err(|_| Attempt::Retry(format!("no answer within {timeout:?}")))?
+                .map_err(|_| Attempt::Silent(format!("no answer within {timeout:?}")))?
                 .map_err(|e| Attempt::Retry(format!("receive failed: {e}")))?;
             match ServerMsg::from_frame(&f).map_err(|e| Attempt::Retry(e.to_string()))? {
                 ServerMsg::Replies { client, replies } if client == id => {
@@ -526,7 +549,11 @@ const CHANGE_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const CHANGE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 enum Attempt {
+    /// Try again after a pause (a redirect, a lost connection).
     Retry(String),
+    /// No answer within the attempt's time: try another replica at once.
+    Silent(String),
+    /// The cluster refused the request.
     Refused(String),
 }
 
@@ -781,6 +808,40 @@ mod tests {
         assert_eq!(r, Err(refusal.to_string()));
         assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
         assert_eq!(got.await.unwrap(), vec![ClientMsg::ChangeMembership(MemberChange::Remove { id: 4 })]);
+    }
+
+    /// A replica that accepts connections and reads, and never answers;
+    /// counts the connections.
+    async fn silent_replica() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = count.clone();
+        tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                conns.push(s);
+            }
+        });
+        (addr, count)
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_went_silent_is_passed_over_even_when_a_follower_names_it() {
+        // The leader went silent; its follower still names it once (no
+        // election yet), then answers as the new leader.
+        let (old, old_conns) = silent_replica().await;
+        let reply = ServerMsg::Replies { client: 7, replies: vec![(1, Outcome::Ok(b"ok".to_vec()))] };
+        let (new, new_got) = fake_replica(vec![ServerMsg::Redirect { leader: 1, addr: old.to_string() }, reply]).await;
+        let mut cfg = ClientConfig::new(vec![old, new]);
+        cfg.id = Some(7);
+        cfg.attempt_timeout = Duration::from_millis(300);
+        let mut client = AsyncClient::new(cfg).unwrap();
+        let got = client.submit(vec![b"op".to_vec()]).await.unwrap();
+        assert_eq!(got, vec![Outcome::Ok(b"ok".to_vec())]);
+        assert_eq!(old_conns.load(std::sync::atomic::Ordering::SeqCst), 1, "the silent one tried once");
+        assert_eq!(new_got.await.unwrap().len(), 2);
     }
 
     #[tokio::test]

@@ -549,6 +549,22 @@ impl ProcessCluster {
             .collect()
     }
 
+    /// How replica `id` exited, if it exited on its own (not killed on
+    /// purpose).
+    pub fn exit_of(&mut self, id: u64) -> Option<ExitStatus> {
+        self.exited().into_iter().find(|(i, _)| *i == id).map(|(_, s)| s)
+    }
+
+    /// The last error replica `id` logged, without colours: its log's
+    /// last line that says `ERROR` or `error:` (none without `logs`).
+    pub fn last_error(&self, id: u64) -> Option<String> {
+        let file = self.logs.as_ref()?.join(format!("replica-{id}.log"));
+        let text = std::fs::read(file).ok()?;
+        let text = String::from_utf8_lossy(&text);
+        let line = text.lines().rev().find(|l| l.contains("ERROR") || l.contains("error:"))?;
+        Some(without_colours(line).trim().to_string())
+    }
+
     /// Waits until every replica answers and one of them leads.
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), LaunchError> {
         let deadline = Instant::now() + timeout;
@@ -588,6 +604,26 @@ impl ProcessCluster {
         }
         Ok(())
     }
+}
+
+/// `line` without its ANSI escape sequences (`ESC [ ... letter`).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        if chars.next() == Some('[') {
+            for e in chars.by_ref() {
+                if e.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 impl Drop for ProcessCluster {
@@ -634,6 +670,14 @@ mod tests {
         let path = dir.path().to_path_buf();
         drop(dir);
         assert!(!path.exists(), "a scratch directory goes with its owner");
+    }
+
+    #[test]
+    fn colours_come_off_log_lines() {
+        let line = "\x1b[2m2026\x1b[0m \x1b[31mERROR\x1b[0m cannot persist: no space";
+        assert_eq!(without_colours(line), "2026 ERROR cannot persist: no space");
+        assert_eq!(without_colours("plain"), "plain");
+        assert_eq!(without_colours("cut \x1b"), "cut ");
     }
 
     /// A stand-in for `psmr` that ignores its arguments and runs `body`.

@@ -11,8 +11,12 @@
 //!   bench`, against any cluster, with [`kv_stream`] its random keys and
 //!   values and [`cpu`] each replica process's CPU time from `/proc`;
 //! - [`relay`] cuts, stalls, resets and delays the links between
-//!   replicas of a local cluster, and [`nemesis`] hurts a cluster with
-//!   them, with pauses and with kills, on a schedule drawn from a seed;
+//!   replicas of a local cluster, [`disk`] puts each replica's data on a
+//!   small disk of its own that can fill up, and [`nemesis`] hurts a
+//!   cluster with them, with pauses and with kills, on a schedule drawn
+//!   from a seed, and [`verdict`] judges what the clients saw of it:
+//!   acknowledged writes still there, histories linearizable, replicas
+//!   agreeing;
 //! - [`fuzz`] is the seeded mutation fuzzer of the decoders that read the
 //!   network and the disk (`psmr fuzz`);
 //! - [`history`] holds client histories and checks them for
@@ -24,6 +28,8 @@
 
 #[cfg(feature = "clusters")]
 pub mod cpu;
+#[cfg(feature = "clusters")]
+pub mod disk;
 #[cfg(feature = "clusters")]
 pub mod fuzz;
 pub mod history;
@@ -39,3 +45,5 @@ pub mod nemesis;
 pub mod probe;
 #[cfg(feature = "clusters")]
 pub mod relay;
+#[cfg(feature = "clusters")]
+pub mod verdict;

@@ -62,7 +62,9 @@ struct Open {
 
 #[derive(Default)]
 struct State {
-    faults: HashMap<(u64, u64), Fault>,
+    /// The faults on each link, by who set them: faults that overlap in
+    /// time (the nemesis's, several at once) each lift only their own.
+    faults: HashMap<(u64, u64), BTreeMap<u64, Fault>>,
     open: HashMap<u64, Open>,
     next: u64,
     /// Replicas whose relays stopped: their connections' pumps go.
@@ -99,13 +101,32 @@ impl Links {
         Self { shared: Arc::new(shared) }
     }
 
-    /// Sets the fault of link `from → to`.
+    /// Sets the fault of link `from → to` (as owner 0: see
+    /// [`Links::add`]).
     pub fn set(&self, from: u64, to: u64, fault: Fault) {
-        self.shared.state.lock().faults.insert((from, to), fault);
+        self.add(0, from, to, fault);
+    }
+
+    /// Puts `fault` on link `from → to` for `owner`, replacing what that
+    /// owner had put there. A link with faults from several owners holds
+    /// if any holds it, else delays by the longest delay.
+    pub fn add(&self, owner: u64, from: u64, to: u64, fault: Fault) {
+        self.shared.state.lock().faults.entry((from, to)).or_default().insert(owner, fault);
         self.shared.changed.notify_all();
     }
 
-    /// The fault of link `from → to`.
+    /// Lifts every fault `owner` put on any link.
+    pub fn lift(&self, owner: u64) {
+        let mut state = self.shared.state.lock();
+        state.faults.values_mut().for_each(|f| {
+            f.remove(&owner);
+        });
+        state.faults.retain(|_, f| !f.is_empty());
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// The fault of link `from → to`: what its owners' faults add up to.
     pub fn fault(&self, from: u64, to: u64) -> Fault {
         self.shared.fault(from, to)
     }
@@ -166,16 +187,29 @@ fn abort(s: &TcpStream) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
+impl State {
+    /// The fault of link `from → to`: held if any owner holds it, else the
+    /// longest delay, else up.
+    fn fault(&self, from: u64, to: u64) -> Fault {
+        let Some(faults) = self.faults.get(&(from, to)) else { return Fault::Up };
+        faults.values().fold(Fault::Up, |sum, &f| match (sum, f) {
+            (Fault::Held, _) | (_, Fault::Held) => Fault::Held,
+            (Fault::Delay(a), Fault::Delay(b)) => Fault::Delay(a.max(b)),
+            (Fault::Up, f) | (f, Fault::Up) => f,
+        })
+    }
+}
+
 impl Shared {
     fn fault(&self, from: u64, to: u64) -> Fault {
-        self.state.lock().faults.get(&(from, to)).copied().unwrap_or_default()
+        self.state.lock().fault(from, to)
     }
 
     /// Waits while link `from → to` is held; false once the relay of
     /// replica `relay` stops.
     fn wait_carried(&self, relay: u64, from: u64, to: u64) -> bool {
         let mut state = self.state.lock();
-        while !state.stopped.contains(&relay) && state.faults.get(&(from, to)) == Some(&Fault::Held) {
+        while !state.stopped.contains(&relay) && state.fault(from, to) == Fault::Held {
             self.changed.wait(&mut state);
         }
         !state.stopped.contains(&relay)
@@ -190,7 +224,7 @@ impl Shared {
             if state.stopped.contains(&relay) {
                 return false;
             }
-            match state.faults.get(&(from, to)).copied().unwrap_or_default() {
+            match state.fault(from, to) {
                 Fault::Held => self.changed.wait(&mut state),
                 Fault::Delay(d) if Instant::now() < read_at + d => {
                     let _ = self.changed.wait_until(&mut state, read_at + d);
@@ -493,6 +527,22 @@ mod tests {
         assert_eq!(p.links.carried(2, 1), 0);
         p.links.heal();
         assert_eq!(recv(&p.one, 4), b"late");
+    }
+
+    #[test]
+    fn overlapping_faults_each_lift_only_their_own() {
+        let p = pair();
+        p.links.add(1, 1, 2, Fault::Held);
+        p.links.add(2, 1, 2, Fault::Delay(Duration::from_secs(3600)));
+        p.links.add(2, 2, 1, Fault::Delay(Duration::from_millis(5)));
+        assert_eq!(p.links.fault(1, 2), Fault::Held, "a hold wins over a delay");
+        send(&p.one, b"x");
+        p.links.lift(1);
+        assert_eq!(p.links.fault(1, 2), Fault::Delay(Duration::from_secs(3600)));
+        silent(&p.two);
+        p.links.lift(2);
+        assert_eq!((p.links.fault(1, 2), p.links.fault(2, 1)), (Fault::Up, Fault::Up));
+        assert_eq!(recv(&p.two, 1), b"x", "carried once the last fault lifts");
     }
 
     #[test]

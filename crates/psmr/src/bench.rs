@@ -82,13 +82,21 @@ pub struct BenchArgs {
     /// How long a killed replica stays down before it restarts.
     #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
     restart_after: Duration,
-    /// Faults against the replicas' processes and the links between them,
-    /// one after another on a schedule drawn from --seed: `all`, or a
-    /// comma-separated list of partition, one-way, reset, delay, pause and
-    /// kill. Each replica gets a loopback address of its own (127.0.0.11,
-    /// ...) and a relay in front of its peer port that cuts, stalls,
-    /// resets and delays its links; the report lists every fault and its
-    /// heal. `kill` restarts replicas, which needs disk storage.
+    /// Faults against the replicas' processes, their disks and the links
+    /// between them, on a schedule drawn from --seed: `all`, or a
+    /// comma-separated list of partition, one-way, reset, delay, pause,
+    /// kill and disk-full; with several kinds, two faults may be under way
+    /// at once. Each replica gets a loopback address of its own
+    /// (127.0.0.11, ...) and a relay in front of its peer port that cuts,
+    /// stalls, resets and delays its links; `disk-full` puts each
+    /// replica's data on a tmpfs of its own (needs root) and fills one.
+    /// `kill` and `disk-full` restart replicas, which needs disk storage.
+    /// The run records its history (logs/history.jsonl unless --history)
+    /// and is judged at the end: a final read of every acknowledged key,
+    /// linearizability, the replicas' digests. The report lists every
+    /// fault, what it cost and the judgement; a fault that could not be
+    /// injected, a kind never injected or a failed judgement fails the
+    /// run, printing the seed and the schedule to replay it.
     #[arg(long, value_name = "KINDS", value_parser = parse_nemesis)]
     nemesis: Option<String>,
 }
@@ -160,9 +168,17 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         ScenarioKind::BitmapSimulation => return simulation(&args, &scenario),
         ScenarioKind::Peers => return peers(&args, &scenario),
         ScenarioKind::CatchUp => return catch_up(&args, &scenario),
-        ScenarioKind::Cluster => {}
+        ScenarioKind::Cluster | ScenarioKind::Nemesis => {}
     }
-    let (faults, existing) = (args.faults(), !args.cluster.is_empty());
+    let (mut faults, existing) = (args.faults(), !args.cluster.is_empty());
+    if scenario.kind == ScenarioKind::Nemesis {
+        if existing {
+            bail!("scenario nemesis hurts a cluster of its own: drop --cluster");
+        }
+        if faults.nemesis.is_empty() {
+            faults.nemesis = psmr_harness::nemesis::Kind::ALL.to_vec();
+        }
+    }
     let plan = runner::plan(&scenario, &args.overrides()?, existing, &faults)?;
     for d in &plan.dropped {
         eprintln!("--cluster: the cluster's own settings replace the sweep {d}");
@@ -247,7 +263,38 @@ fn run_points(
             println!("wrote {}", f.display());
         }
     }
-    failure.map_or(Ok(()), Err)
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    judge_nemesis(&runner.faults.nemesis, &results, args.seed)
+}
+
+/// Fails a nemesis run that did not pass, with the seed and the schedule
+/// to replay it.
+fn judge_nemesis(kinds: &[psmr_harness::nemesis::Kind], results: &[report::PointResult], seed: u64) -> Result<()> {
+    if kinds.is_empty() {
+        return Ok(());
+    }
+    let mut failed = false;
+    for r in results {
+        let problems = psmr_bench::faults::nemesis_failures(kinds, &r.events, r.judgement.as_ref());
+        if problems.is_empty() {
+            continue;
+        }
+        failed = true;
+        eprintln!("point {} did not pass under the nemesis (seed {seed}):", r.name);
+        for p in &problems {
+            eprintln!("  {p}");
+        }
+        eprintln!("  its faults:");
+        for e in &r.events {
+            eprintln!("    {:>8.3} s  {}", e.at_s, e.action);
+        }
+    }
+    match failed {
+        true => bail!("the nemesis run did not pass; replay it with --seed {seed}"),
+        false => Ok(()),
+    }
 }
 
 /// `--out`, or `psmr-bench-out/SCENARIO`, created: an unusable output

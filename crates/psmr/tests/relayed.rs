@@ -4,6 +4,7 @@
 //! taking it back once the links heal.
 
 use psmr::client::ServiceClient;
+use psmr::harness::disk::{SmallDisks, DISK_BYTES};
 use psmr::harness::launch::{ClusterDir, ClusterSpec, ProcessCluster};
 use psmr::harness::probe::Probe;
 use psmr::harness::relay::{Fault, Relays};
@@ -30,26 +31,38 @@ fn until(probe: &Probe, what: &str, ok: impl Fn(&[psmr::model::wire::ReplicaStat
     }
 }
 
+/// A relayed cluster; dropped in order: the processes, the relays, the
+/// small disks, then the directory with their data.
+struct Relayed {
+    cluster: ProcessCluster,
+    relays: Relays,
+    disks: Option<SmallDisks>,
+    _dir: ClusterDir,
+}
+
 /// Three replicas on 127.0.0.`first`, `first + 1` and `first + 2`, each
-/// behind a relay, ready; dropping the directory last removes their data.
-fn relayed(first: u8, storage: Storage) -> (ClusterDir, Relays, ProcessCluster) {
+/// behind a relay (and with `small_disks`, on a small disk of its own),
+/// ready.
+fn relayed(first: u8, storage: Storage, small_disks: bool) -> Relayed {
     let dir = ClusterDir::scratch("psmr-relayed-test-").unwrap();
     let hosts = (first..first + 3).map(|i| format!("127.0.0.{i}")).collect();
     let mut spec = ClusterSpec { hosts, ..ClusterSpec::default() };
     spec.base.storage = storage;
     let config = spec.config(dir.path()).unwrap();
     let file = dir.write(&config).unwrap();
+    let disks = small_disks.then(|| SmallDisks::mount(&config.data_dir, &[1, 2, 3], DISK_BYTES).unwrap());
     let relays = Relays::new(&config.replicas).unwrap();
     let exe = Path::new(env!("CARGO_BIN_EXE_psmr"));
     let logs = dir.path().join("logs");
     let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(&logs), relays.listen()).unwrap();
     cluster.wait_ready(Duration::from_secs(30)).unwrap();
-    (dir, relays, cluster)
+    Relayed { cluster, relays, disks, _dir: dir }
 }
 
 #[test]
 fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
-    let (_dir, relays, mut cluster) = relayed(41, Storage::Memory);
+    let mut r = relayed(41, Storage::Memory, false);
+    let (cluster, relays) = (&r.cluster, &r.relays);
     let mut client = ServiceClient::connect(cluster.addrs().to_vec(), KvCodec).unwrap();
     for k in 0..10 {
         put(&mut client, k);
@@ -75,17 +88,20 @@ fn a_leader_cut_off_by_its_links_is_replaced_and_catches_up_once_they_heal() {
     until(&probe, "equal states", |st| {
         st.len() == 3 && st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied)
     });
-    assert!(cluster.exited().is_empty());
+    assert!(r.cluster.exited().is_empty());
 }
 
 #[test]
 fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_is_lost() {
-    use psmr::harness::nemesis::{self, Drawn, Kind, Step, Target};
-    let (_dir, relays, cluster) = relayed(51, Storage::Disk);
-    let addrs = cluster.addrs().to_vec();
+    use psmr::harness::nemesis::{self, Drawn, Kind, Step, Target, Victims};
+    let r = relayed(51, Storage::Disk, true);
+    let addrs = r.cluster.addrs().to_vec();
+    let Relayed { cluster, relays, disks, _dir } = r;
     let cluster = std::sync::Mutex::new(cluster);
 
-    // One fault of each kind, the leader's where a kind can take it.
+    // One fault of each kind, the leader's where a kind can take it. A
+    // full disk stops a replica once its log outgrows the space it
+    // allocated before (2 MiB at most): 4 KiB values for 3 s exceed it.
     let steps = [
         Step::Isolate(Target::Leader),
         Step::OneWay(Target::Leader, Target::Replica(1)),
@@ -93,15 +109,21 @@ fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_
         Step::Delay(2, 100),
         Step::Pause(Target::Leader),
         Step::Kill(Target::Leader),
+        Step::FillDisk(Target::Leader),
     ];
     let s = Duration::from_millis;
     let drawn: Vec<Drawn> = steps
         .into_iter()
         .enumerate()
-        .map(|(i, step)| Drawn { at: s(500 + 2500 * i as u64), hold: s(1500), step })
+        .map(|(i, step)| {
+            let hold = if step.kind() == Kind::DiskFull { s(3000) } else { s(1500) };
+            Drawn { lane: 0, at: s(500 + 2500 * i as u64), hold, step }
+        })
         .collect();
+    let value = |k: u64| format!("{k:>4096}").into_bytes();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let start = Instant::now();
+    let victims = Victims { cluster: &cluster, links: relays.links(), disks: disks.as_ref(), replicas: &[1, 2, 3] };
     let (windows, acked) = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let mut client = ServiceClient::connect(addrs.clone(), KvCodec).unwrap();
@@ -110,14 +132,13 @@ fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_
                 if stop.load(std::sync::atomic::Ordering::SeqCst) {
                     break;
                 }
-                let op = KvOp::Put { key: key_bytes(k), value: k.to_string().into_bytes() };
-                if client.call(op).is_ok() {
+                if client.call(KvOp::Put { key: key_bytes(k), value: value(k) }).is_ok() {
                     acked.push(k);
                 }
             }
             acked
         });
-        let windows = nemesis::run(&cluster, relays.links(), &[1, 2, 3], &drawn, (start, &stop));
+        let windows = nemesis::run(&victims, &drawn, (start, &stop));
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         (windows, writer.join().unwrap())
     });
@@ -126,17 +147,25 @@ fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_
     for w in &windows {
         assert!(w.error.is_none(), "{w:?}");
     }
+    let full = &windows[6].what;
+    assert!(full.contains("stopped (") && full.contains("and was restarted"), "{full}");
     assert!(acked.len() > 10, "writes went on: {}", acked.len());
 
     // Every acknowledged write is there, and the replicas agree.
     let mut client = ServiceClient::connect(addrs.clone(), KvCodec).unwrap();
     for &k in &acked {
         let got = client.call(KvOp::Read { key: key_bytes(k) }).unwrap();
-        assert_eq!(got, psmr::services::kv::KvReply::Value(Some(k.to_string().into_bytes())), "key {k}");
+        assert_eq!(got, psmr::services::kv::KvReply::Value(Some(value(k))), "key {k}");
     }
     let probe = Probe::new(&addrs).unwrap();
     until(&probe, "equal states", |st| {
         st.len() == 3 && st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied)
     });
-    assert!(cluster.lock().unwrap().exited().is_empty());
+    let mut cluster = cluster.into_inner().unwrap();
+    assert!(cluster.exited().is_empty());
+    // The processes stop before their disks go, and those before the data.
+    drop(cluster);
+    drop(relays);
+    drop(disks);
+    drop(_dir);
 }
