@@ -36,9 +36,10 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// This machine.
+    /// This machine, as far as this process may use it: its affinity mask
+    /// and its cgroup's CPU quota ([`psmr_sched::cpus`]).
     pub fn this() -> Self {
-        Self { cores: std::thread::available_parallelism().map_or(1, |n| n.get()) }
+        Self { cores: psmr_sched::cpus::Cpus::read().usable }
     }
 }
 
@@ -610,7 +611,7 @@ fn core_notes(s: &mut String, points: &[PointResult], machine: Machine) {
     let _ = writeln!(s, "\n## Cores\n");
     let _ = writeln!(
         s,
-        "This machine: {} cores. Every replica, and the clients, run on them: a parallel scheduler gains only where its workers have cores of their own.\n",
+        "This machine: {} cores usable (affinity mask and CPU quota; each replica's `psmr client status` says its own). Every replica, and the clients, run on them: a parallel scheduler gains only where its workers have cores of their own.\n",
         machine.cores
     );
     let _ = writeln!(

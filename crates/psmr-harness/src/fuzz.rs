@@ -634,6 +634,7 @@ fn corpus_wire_server() -> Vec<Vec<u8>> {
             scheduler: "auto: sequential".into(),
             decision: String::new(),
             transfers: "sending the snapshot at 9 to replica 4: 1.0 of 2.0 MiB, 3.0 MiB/s".into(),
+            cpus: String::new(),
         }),
         ServerMsg::Stats {
             at_ns: 5,

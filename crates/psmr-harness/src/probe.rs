@@ -165,7 +165,7 @@ impl ClusterStatus {
                 let mut v = match &r.status {
                     Ok(s) => serde_json::json!({"id": s.id, "addr": s.addr, "pid": s.pid, "applied": s.applied,
                         "digest": s.digest, "term": s.term, "leader": s.leader, "scheduler": s.scheduler,
-                        "decision": s.decision, "transfers": s.transfers}),
+                        "decision": s.decision, "transfers": s.transfers, "cpus": s.cpus}),
                     Err(e) => serde_json::json!({"addr": r.addr.to_string(), "error": e}),
                 };
                 v["metrics"] = match &r.numbers {
@@ -193,9 +193,9 @@ impl ClusterStatus {
                 Err(e) => writeln!(out, "  ? {:<22} error: {e}", r.addr),
             };
         }
-        let _ = writeln!(out, "\n{:>3} scheduler", "id");
+        let _ = writeln!(out, "\n{:>3} {:<40} usable CPUs", "id", "scheduler");
         for s in self.replicas.iter().filter_map(|r| r.status.as_ref().ok()) {
-            let _ = writeln!(out, "{:>3} {}", s.id, s.scheduler);
+            let _ = writeln!(out, "{:>3} {:<40} {}", s.id, s.scheduler, s.cpus);
             if !s.decision.is_empty() {
                 let _ = writeln!(out, "    last decision: {}", s.decision);
             }
@@ -338,6 +338,7 @@ mod tests {
             scheduler: String::new(),
             decision: String::new(),
             transfers: String::new(),
+            cpus: String::new(),
         }
     }
 

@@ -24,8 +24,9 @@ use thiserror::Error;
 /// The protocol version this build speaks. 2: stats carry the scheduler's
 /// per-worker counters; 3: status carries the running scheduler and the
 /// last decision of `auto`; 4: so do stats, for reading both every
-/// second without a status's drain of the pipeline.
-pub const WIRE_VERSION: u8 = 4;
+/// second without a status's drain of the pipeline; 5: status carries the
+/// CPUs the replica may use.
+pub const WIRE_VERSION: u8 = 5;
 
 /// Default limit on a frame's length (version, kind and body), in bytes.
 pub const FRAME_MAX_DEFAULT: usize = 4 << 20;
@@ -562,6 +563,8 @@ pub struct ReplicaStatus {
     /// Snapshot transfers in progress, to or from this replica (bytes
     /// done of the total, rate); empty if none.
     pub transfers: String,
+    /// The CPUs it may use, and why: `2 (affinity 2, no CPU quota)`.
+    pub cpus: String,
 }
 
 /// Messages from a replica to a client.
@@ -763,7 +766,7 @@ impl ServerMsg {
             }
             ServerMsg::Status(s) => {
                 e.u64(s.id).str(&s.addr).u32(s.pid).u64(s.leader).u64(s.term).u64(s.applied).str(&s.digest);
-                e.str(&s.scheduler).str(&s.decision).str(&s.transfers);
+                e.str(&s.scheduler).str(&s.decision).str(&s.transfers).str(&s.cpus);
                 K_STATUS_REPLY
             }
             ServerMsg::Stats { at_ns, threads, workers, scheduler, decision } => {
@@ -863,6 +866,7 @@ impl ServerMsg {
             scheduler: d.str()?,
             decision: d.str()?,
             transfers: d.str()?,
+            cpus: d.str()?,
         }))
     }
 
@@ -1008,6 +1012,7 @@ mod tests {
                 scheduler: "auto: early with 2 workers".into(),
                 decision: "fastest for this workload".into(),
                 transfers: "receiving the snapshot at 7 from replica 1: 0.5 of 1.0 MiB, 2.0 MiB/s".into(),
+                cpus: "1 (affinity 2, quota 1.00 CPUs)".into(),
             }),
         ] {
             assert_eq!(roundtrip_server(&m), m);

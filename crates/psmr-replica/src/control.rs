@@ -93,6 +93,7 @@ impl Control for ReplicaControl {
                 scheduler,
                 decision,
                 transfers: self.view.transfers_text(),
+                cpus: psmr_sched::cpus::Cpus::read().describe(),
             })
         })
     }

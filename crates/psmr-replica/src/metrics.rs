@@ -13,6 +13,9 @@
 //! | --- | --- | --- |
 //! | `psmr_replica_id` | gauge | this replica's id |
 //! | `psmr_raft_term` | gauge | current raft term |
+//! | `psmr_cpus_usable` | gauge | CPUs this replica can keep busy: the smaller of its affinity mask and its cgroup's CPU quota (rounded up) |
+//! | `psmr_cpus_affinity` | gauge | CPUs in its affinity mask |
+//! | `psmr_cpu_quota` | gauge | its cgroup's CPU quota in CPUs (v2 `cpu.max`, v1 `cpu.cfs_quota_us`); 0: none |
 //! | `psmr_raft_leader` | gauge | the leader this replica knows (0: none) |
 //! | `psmr_raft_is_leader` | gauge | 1 while this replica leads |
 //! | `psmr_raft_commit_index` | gauge | highest log index known committed (published by the protocol thread after every turn) |
@@ -77,9 +80,11 @@
 //! another method, 400 for a request line that does not parse, 431 for a
 //! request head over [`HttpLimits::head_max`]. Each connection has
 //! [`HttpLimits::timeout`] for the whole exchange, and at most
-//! [`HttpLimits::connections`] are served at once: more are closed at
-//! once. Scrapers need nothing more, and hostile input cannot make the
-//! replica hold more than that.
+//! [`HttpLimits::connections`] are open at once: one more pushes out the
+//! connection open longest (a scrape takes milliseconds, so that one is
+//! idling), so that idle connections cannot lock a scraper out. Scrapers
+//! need nothing more, and hostile input cannot make the replica hold more
+//! than that.
 
 use crate::error::ReplicaError;
 use crate::handles::{Applied, Counters, Scheduling};
@@ -99,15 +104,16 @@ use psmr_transport::metrics::{ClientRefusal, CounterSet, Histogram};
 use psmr_transport::peer::Peers;
 use psmr_transport::queue::Meter;
 use psmr_transport::view::ClusterView;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Semaphore};
 use tracing::info;
 
 /// The content type of the metrics text.
@@ -443,7 +449,12 @@ impl Sample {
         gauge(e, "psmr_raft_applied_index", "Last log index handed to the scheduler.", self.applied)?;
         counter(e, "psmr_entries_proposed", "Log entries proposed as leader.", self.entries_proposed)?;
         counter(e, "psmr_commands_proposed", "Client commands in the entries proposed.", self.commands_proposed)?;
-        counter(e, "psmr_peer_messages", "Raft messages received from peers.", self.peer_in)
+        counter(e, "psmr_peer_messages", "Raft messages received from peers.", self.peer_in)?;
+        // Read when scraped: a container's quota can change under it.
+        let cpus = psmr_sched::cpus::Cpus::read();
+        gauge(e, "psmr_cpus_usable", "CPUs this replica can keep busy: affinity and quota.", cpus.usable as u64)?;
+        gauge(e, "psmr_cpus_affinity", "CPUs in this replica's affinity mask.", cpus.affinity as u64)?;
+        gauge(e, "psmr_cpu_quota", "This replica's cgroup CPU quota in CPUs (0: none).", cpus.quota.unwrap_or(0.0))
     }
 
     fn encode_cache(&self, e: &mut DescriptorEncoder) -> fmt::Result {
@@ -511,7 +522,7 @@ pub struct HttpLimits {
     pub head_max: usize,
     /// Longest a connection may take, from accept to the response sent.
     pub timeout: Duration,
-    /// Connections served at once; more are closed at once.
+    /// Connections open at once; one more pushes out the oldest.
     pub connections: usize,
 }
 
@@ -569,9 +580,11 @@ pub async fn serve(
     render: Render,
     stop: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.connections.min(Semaphore::MAX_PERMITS)));
+    let permits = Arc::new(Semaphore::new(limits.connections.clamp(1, Semaphore::MAX_PERMITS)));
+    // Open connections in the order they came, each with what ends it.
+    let live: Arc<Mutex<BTreeMap<u64, oneshot::Sender<()>>>> = Arc::default();
     tokio::pin!(stop);
-    loop {
+    for id in 0u64.. {
         let mut stream = tokio::select! {
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
@@ -584,11 +597,29 @@ pub async fn serve(
             },
             _ = &mut stop => return,
         };
-        // At the limit the connection is closed at once (dropped).
-        let Ok(permit) = permits.clone().try_acquire_owned() else { continue };
-        let render = render.clone();
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                // At the limit the connection open longest goes: a scrape
+                // takes milliseconds, so that is one idling, and a scraper
+                // always gets in however many idle connections there are.
+                let oldest = live.lock().unwrap_or_else(|p| p.into_inner()).pop_first();
+                if let Some((_, end)) = oldest {
+                    let _ = end.send(());
+                }
+                let Ok(p) = permits.clone().acquire_owned().await else { return };
+                p
+            }
+        };
+        let (end, ended) = oneshot::channel();
+        live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, end);
+        let (render, live) = (render.clone(), live.clone());
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(limits.timeout, exchange(&mut stream, &limits, &render)).await;
+            tokio::select! {
+                _ = tokio::time::timeout(limits.timeout, exchange(&mut stream, &limits, &render)) => {}
+                _ = ended => {}
+            }
+            live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             // The slot is free before the client sees the connection end.
             drop(permit);
             drop(stream);
@@ -894,6 +925,8 @@ mod tests {
         for name in [
             "psmr_replica_id 7",
             "psmr_raft_term 3",
+            "psmr_cpus_usable ",
+            "psmr_cpu_quota ",
             "psmr_raft_commit_index 11",
             "psmr_raft_applied_index 0",
             "psmr_entries_proposed_total 0",
@@ -1030,14 +1063,24 @@ mod tests {
         let limits = HttpLimits { timeout: Duration::from_millis(200), connections: 1, ..HttpLimits::default() };
         let (addr, _stop) = server(limits).await;
         // Slowloris: half a request line, then nothing. The server gives
-        // up after its timeout; meanwhile it is the one connection allowed,
-        // so another is closed at once without an answer.
+        // up after its timeout, unanswered.
         let mut slow = TcpStream::connect(addr).await.unwrap();
         slow.write_all(b"GET /metr").await.unwrap();
-        let mut refused = TcpStream::connect(addr).await.unwrap();
-        assert_eq!(read_all(&mut refused).await, "");
         assert_eq!(read_all(&mut slow).await, "", "closed at the timeout, unanswered");
-        // The slot is free again.
+        // It holds the one slot allowed; a scraper pushes it out and gets
+        // its answer.
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /metr").await.unwrap();
+        let ok = ask(addr, b"GET /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert_eq!(read_all(&mut slow).await, "", "pushed out, unanswered");
+        // Many idle connections at once: the last scraper still gets in.
+        let limits = HttpLimits { connections: 4, ..HttpLimits::default() };
+        let (addr, _stop) = server(limits).await;
+        let mut idle = Vec::new();
+        for _ in 0..50 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
         let ok = ask(addr, b"GET /metrics HTTP/1.1\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
     }

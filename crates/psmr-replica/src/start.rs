@@ -336,6 +336,15 @@ fn start_io(
 /// schedulers, its mapping.
 fn sched_config<A: App>(config: &Config, app: &A, model: &ClassModel) -> Result<SchedConfig, ReplicaError> {
     let kind = config.scheduler_kind()?;
+    let cpus = psmr_sched::cpus::Cpus::read();
+    if config.scheduler.workers > cpus.usable && kind != psmr_sched::SchedulerKind::Sequential {
+        // `auto` caps itself; a fixed scheduler runs what it is told.
+        tracing::warn!(
+            workers = config.scheduler.workers,
+            cpus = %cpus.describe(),
+            "more execution workers than CPUs this replica can use: the extra ones only queue for a CPU"
+        );
+    }
     let mut sched = SchedConfig::new(kind, config.scheduler.workers);
     if kind.needs_mapping() {
         sched.mapping = Some(mapping(config, app, model)?);

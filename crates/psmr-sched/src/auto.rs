@@ -616,7 +616,8 @@ impl<S: Service> Auto<S> {
         sink: Arc<dyn ReplySink<S::Reply>>,
         probe: RunnableProbe,
     ) -> Result<Self, SchedError> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // The CPUs it can keep busy, quota included: no more threads.
+        let cores = crate::cpus::Cpus::read().usable;
         let controller = Controller::new(cores, config.workers);
         let first = SchedConfig { kind: SchedulerKind::Sequential, workers: 1, mapping: None, ..config.clone() };
         let replies = Arc::new(Counted { inner: sink, done: AtomicU64::new(0), failed: AtomicBool::new(false) });

@@ -27,6 +27,10 @@
 //! last command and join every thread. Replies leave through a [`ReplySink`]
 //! with the client id and sequence number of their command.
 //!
+//! How many CPUs there are to run on is [`cpus`]'s to say: the affinity
+//! mask and the cgroup's CPU quota, which `auto` and `early-busywait`'s
+//! spinning respect.
+//!
 //! The thread that calls `submit` is the scheduler thread of the papers: it
 //! inserts into the dependency graph (late) or dispatches to worker queues
 //! (early). `sequential` executes right there.
@@ -39,6 +43,7 @@
 pub mod auto;
 mod barrier;
 pub mod check;
+pub mod cpus;
 mod cycles;
 mod dag;
 mod early;
@@ -311,7 +316,7 @@ impl SchedConfig {
     /// choice described there.
     pub fn spin_budget(&self) -> u32 {
         self.spin.unwrap_or_else(|| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let cores = cpus::Cpus::read().usable;
             if self.workers <= cores {
                 SPIN_DEFAULT
             } else {

@@ -43,8 +43,11 @@
 //!   `frame_timeout_ms` of its first byte (a frame that trickles in is cut
 //!   off, however steady the trickle), and one silent for ten election
 //!   timeouts (at least [`IDLE_MIN`]) is closed: a live leader or follower
-//!   sends far more often, and the sender reconnects with its next
-//!   message (raft retransmits what was lost).
+//!   sends far more often. Two followers have nothing to say to each other
+//!   while a leader lives, so their links close; a sender notices the
+//!   close while it is quiet and connects again with its next message (a
+//!   vote when an election needs the link), which the new connection
+//!   carries.
 //! * **Memory.** A frame's buffer grows as its bytes arrive, so a length
 //!   announced and not sent costs nothing.
 //! * **Logs.** Warnings about bad connections are rate-limited
@@ -501,18 +504,18 @@ fn sender<T: Outbound + Weigh>(
 ) {
     let mut backoff = Duration::from_millis(20);
     while !peers.life.stopping() {
+        // Connected when there is something to send: a link that stays
+        // quiet (between two followers) is closed by its receiver, and
+        // reopened by the next message, which the new connection carries.
+        let first = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => m,
+            Err(crossbeam::channel::RecvTimeoutError::Timeout) => continue,
+            Err(_) => return,
+        };
         let stream = match connect(peers, to, addr, tls, T::LANE) {
             Ok(s) => s,
             Err(e) => {
-                match e {
-                    // The peer is up and something is wrong with who it is
-                    // or who we are: worth telling, within limits.
-                    PeerError::Tls(TlsError::Handshake(e)) if e.kind() == io::ErrorKind::InvalidData => {
-                        psmr_model::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
-                    }
-                    // Down, restarting, or too busy to take a handshake.
-                    e => debug!(peer = to, "cannot reach peer: {e}"),
-                }
+                unreachable_peer(to, addr, &e);
                 // Messages for an unreachable peer are stale by the time it
                 // is back; raft sends fresh ones. No sender left: the peer
                 // was removed.
@@ -529,31 +532,91 @@ fn sender<T: Outbound + Weigh>(
             }
         };
         backoff = Duration::from_millis(20);
-        let mut w = BufWriter::with_capacity(SEND_BUFFER, stream);
-        loop {
-            let msg = match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(m) => m,
-                Err(crossbeam::channel::RecvTimeoutError::Timeout) if !peers.life.stopping() => continue,
-                Err(_) => return,
-            };
-            let mut result = w.write_all(&msg.frame());
-            // Write whatever else is queued before flushing: one record
-            // and one system call for a burst of messages.
-            while result.is_ok() {
-                match rx.try_recv() {
-                    Ok(m) => result = w.write_all(&m.frame()),
-                    Err(_) => break,
-                }
-            }
-            if let Err(e) = result.and_then(|_| w.flush()) {
-                debug!(peer = to, "connection to peer lost: {e}");
-                // Dropped without the flush a `BufWriter` tries on drop:
-                // it would wait on the dead connection once more.
-                drop(w.into_parts());
-                break;
-            }
+        if !send_on(peers, to, stream, first, rx) {
+            return;
         }
     }
+}
+
+fn unreachable_peer(to: u64, addr: SocketAddr, e: &PeerError) {
+    match e {
+        // The peer is up and something is wrong with who it is or who we
+        // are: worth telling, within limits.
+        PeerError::Tls(TlsError::Handshake(e)) if e.kind() == io::ErrorKind::InvalidData => {
+            psmr_model::warn_limited!(SEND_AUTH, peer = to, %addr, "cannot authenticate: {e}")
+        }
+        // Down, restarting, or too busy to take a handshake.
+        e => debug!(peer = to, "cannot reach peer: {e}"),
+    }
+}
+
+/// Writes `first` and what follows over `stream` until the connection
+/// fails or its receiver closes it; false once the queue has no sender
+/// left (the peer was removed) or the replica stops.
+fn send_on<T: Outbound + Weigh>(
+    peers: &Peers,
+    to: u64,
+    stream: PeerStream,
+    first: T,
+    rx: &crate::queue::Receiver<T>,
+) -> bool {
+    let mut w = BufWriter::with_capacity(SEND_BUFFER, stream);
+    let mut next = Some(first);
+    loop {
+        let msg = match next.take().map_or_else(|| rx.recv_timeout(Duration::from_millis(100)), Ok) {
+            Ok(m) => m,
+            Err(crossbeam::channel::RecvTimeoutError::Timeout) if !peers.life.stopping() => {
+                // Quiet: a receiver that closed the link for its silence
+                // is noticed now, not by the next message, which would be
+                // lost on the dead connection (a vote, when an election
+                // needs this link after a leader's end).
+                if closed_by_peer(w.get_mut().sock()) {
+                    debug!(peer = to, "the peer closed the quiet link");
+                    drop(w.into_parts());
+                    return true;
+                }
+                continue;
+            }
+            Err(_) => return false,
+        };
+        let mut result = w.write_all(&msg.frame());
+        // Write whatever else is queued before flushing: one record
+        // and one system call for a burst of messages.
+        while result.is_ok() {
+            match rx.try_recv() {
+                Ok(m) => result = w.write_all(&m.frame()),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = result.and_then(|_| w.flush()) {
+            debug!(peer = to, "connection to peer lost: {e}");
+            // Dropped without the flush a `BufWriter` tries on drop:
+            // it would wait on the dead connection once more.
+            drop(w.into_parts());
+            return true;
+        }
+    }
+}
+
+/// Whether the receiving end closed `sock`'s connection. The sender
+/// never reads its connection: whatever the receiver sent after the
+/// handshake (a TLS session ticket) is read here and dropped, and an end
+/// of stream or an error means the link is gone.
+fn closed_by_peer(sock: &mut Sock) -> bool {
+    if sock.tcp.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut scratch = [0u8; 512];
+    let closed = loop {
+        match (&sock.tcp).read(&mut scratch) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break true,
+        }
+    };
+    closed || sock.tcp.set_nonblocking(false).is_err()
 }
 
 /// Connects to `addr` from address `from` (any port), as a replica on a
@@ -957,6 +1020,26 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, PeerStream::Plain(Sock::new(b, None)))
+    }
+
+    #[test]
+    fn a_sender_notices_that_its_receiver_closed_the_link() {
+        let (mut receiver, mut sender) = pair();
+        assert!(!closed_by_peer(sender.sock()), "open and quiet");
+        // What the receiver sends after the handshake is read and dropped.
+        receiver.write_all(b"ticket").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sender.sock().tcp.peek(&mut [0u8; 1]).is_err() {
+            assert!(Instant::now() < deadline, "the bytes never arrived");
+        }
+        assert!(!closed_by_peer(sender.sock()), "bytes from the receiver are not a close");
+        sender.sock().tcp.write_all(b"still blocking").unwrap();
+        drop(receiver);
+        // The close takes a moment to arrive: polled, within a bound.
+        while !closed_by_peer(sender.sock()) {
+            assert!(Instant::now() < deadline, "the close was never noticed");
+            std::thread::yield_now();
+        }
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn setup(tools: &Tools, base: &Params, seed: u64) -> Setup {
         seed,
         psmr: psmr_summary(base),
         data_dir: format!("{} ({fs}), for etcd and psmr alike", tmp.display()),
-        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cores: psmr_sched::cpus::Cpus::read().usable,
         load_average: load_average(),
     }
 }

@@ -1,0 +1,215 @@
+//! The CPUs this process may use: the CPUs of its affinity mask, and its
+//! cgroup's CPU quota (v2 `cpu.max`, v1 `cpu.cfs_quota_us` over
+//! `cpu.cfs_period_us`), as Go's runtime and tokio read them. A replica in
+//! a container with a quota of 1.5 CPUs on a 64-core host can keep 1.5
+//! cores busy, not 64: more execution threads than that only queue for
+//! them.
+//!
+//! `std::thread::available_parallelism` folds both into one number and
+//! says neither which bound it is nor what the quota is; [`Cpus::read`]
+//! keeps them apart for `status` and the metrics. The file formats are
+//! parsed by pure functions, tested on fixtures; a missing or unreadable
+//! file means no bound from it.
+
+use std::path::{Path, PathBuf};
+
+/// The CPUs a process may use, and why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cpus {
+    /// CPUs in its affinity mask.
+    pub affinity: usize,
+    /// Its cgroup's CPU quota, in CPUs (`None`: no quota).
+    pub quota: Option<f64>,
+    /// What it can keep busy: the smaller of the two, the quota rounded
+    /// up, at least 1.
+    pub usable: usize,
+}
+
+impl Cpus {
+    /// From `affinity` CPUs and `quota`.
+    pub fn new(affinity: usize, quota: Option<f64>) -> Self {
+        let by_quota = quota.map_or(usize::MAX, |q| q.ceil().max(1.0) as usize);
+        Self { affinity: affinity.max(1), quota, usable: affinity.min(by_quota).max(1) }
+    }
+
+    /// This process's, now.
+    pub fn read() -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let affinity = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .and_then(|l| cpu_list_len(l.trim()))
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        Self::new(affinity, quota(Path::new("/")))
+    }
+
+    /// For people: `2 (affinity 2, no CPU quota)`, `1 (affinity 2, quota
+    /// 1.00 CPUs)`.
+    pub fn describe(&self) -> String {
+        let quota = self.quota.map_or_else(|| "no CPU quota".to_string(), |q| format!("quota {q:.2} CPUs"));
+        format!("{} (affinity {}, {quota})", self.usable, self.affinity)
+    }
+}
+
+/// The number of CPUs in a list such as `0-3,8,10-11`; `None` if it does
+/// not parse.
+pub fn cpu_list_len(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.split(',').filter(|p| !p.trim().is_empty()) {
+        n += match part.trim().split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                b.checked_sub(a)? + 1
+            }
+            None => {
+                part.trim().parse::<usize>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
+}
+
+/// A v2 `cpu.max` (`max 100000`, `150000 100000`): the quota in CPUs.
+pub fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut words = text.split_whitespace();
+    let (quota, period) = (words.next()?, words.next().unwrap_or("100000"));
+    ratio(quota, period)
+}
+
+/// v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (`-1`: no quota): the
+/// quota in CPUs.
+pub fn parse_cfs(quota: &str, period: &str) -> Option<f64> {
+    ratio(quota.trim(), period.trim())
+}
+
+fn ratio(quota: &str, period: &str) -> Option<f64> {
+    let (q, p): (i64, i64) = (quota.parse().ok()?, period.parse().ok()?);
+    (q > 0 && p > 0).then(|| q as f64 / p as f64)
+}
+
+/// Where this process's cgroup of the CPU controller is, from
+/// `/proc/self/cgroup` and `/proc/self/mountinfo`: the directory, and
+/// whether it is v2. v1's `cpu` controller wins when both are mounted,
+/// as the kernel enforces the quota of the hierarchy that has it.
+pub fn cgroup_dir(cgroup: &str, mountinfo: &str, root: &Path) -> Option<(PathBuf, bool)> {
+    let v1 = cgroup.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    });
+    let v2 = cgroup.lines().find_map(|l| l.strip_prefix("0::"));
+    let (path, v2_only) = match (v1, v2) {
+        (Some(p), _) => (p, false),
+        (None, Some(p)) => (p, true),
+        (None, None) => return None,
+    };
+    let mount = mountinfo.lines().find_map(|l| {
+        // `id parent major:minor root mount-point options - fstype source super-options`
+        let (left, right) = l.split_once(" - ")?;
+        let fields: Vec<&str> = left.split_whitespace().collect();
+        let mut right = right.split_whitespace();
+        let (fstype, _, options) = (right.next()?, right.next()?, right.next().unwrap_or(""));
+        let fits = match v2_only {
+            true => fstype == "cgroup2",
+            false => fstype == "cgroup" && options.split(',').any(|o| o == "cpu"),
+        };
+        fits.then(|| (fields.get(3).copied(), fields.get(4).copied()))
+    })?;
+    let (mount_root, mount_point) = (mount.0?, mount.1?);
+    // The cgroup's path is relative to the hierarchy's root, of which the
+    // mount shows `mount_root`.
+    let inside = Path::new(path).strip_prefix(mount_root).unwrap_or(Path::new(path));
+    let dir = root.join(mount_point.trim_start_matches('/')).join(inside.to_string_lossy().trim_start_matches('/'));
+    Some((dir, v2_only))
+}
+
+/// The smallest quota on the way from this process's cgroup up to the
+/// root of its hierarchy (a parent's quota bounds its children), under
+/// the file system root `root` (`/` but in tests).
+pub fn quota(root: &Path) -> Option<f64> {
+    let read = |p: &Path| std::fs::read_to_string(root.join(p.strip_prefix("/").unwrap_or(p))).ok();
+    let (cgroup, mountinfo) = (read(Path::new("/proc/self/cgroup"))?, read(Path::new("/proc/self/mountinfo"))?);
+    let (dir, v2) = cgroup_dir(&cgroup, &mountinfo, root)?;
+    let mut best: Option<f64> = None;
+    for d in dir.ancestors().take_while(|d| d.starts_with(root)) {
+        let here = match v2 {
+            true => std::fs::read_to_string(d.join("cpu.max")).ok().and_then(|t| parse_cpu_max(&t)),
+            false => {
+                let q = std::fs::read_to_string(d.join("cpu.cfs_quota_us")).ok();
+                let p = std::fs::read_to_string(d.join("cpu.cfs_period_us")).ok();
+                q.zip(p).and_then(|(q, p)| parse_cfs(&q, &p))
+            }
+        };
+        best = match (best, here) {
+            (Some(b), Some(h)) => Some(b.min(h)),
+            (b, h) => b.or(h),
+        };
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_quotas_and_the_usable_count_parse() {
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        assert_eq!(cpu_list_len("0"), Some(1));
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len("x"), None);
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
+        assert_eq!(parse_cpu_max("garbage"), None);
+        assert_eq!(parse_cfs("-1\n", "100000\n"), None);
+        assert_eq!(parse_cfs("50000\n", "100000\n"), Some(0.5));
+        assert_eq!(Cpus::new(8, Some(1.5)).usable, 2);
+        assert_eq!(Cpus::new(2, Some(6.0)).usable, 2);
+        assert_eq!(Cpus::new(4, Some(0.2)).usable, 1);
+        assert_eq!(Cpus::new(2, None).describe(), "2 (affinity 2, no CPU quota)");
+        assert_eq!(Cpus::new(2, Some(1.0)).describe(), "1 (affinity 2, quota 1.00 CPUs)");
+    }
+
+    fn fixture(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = root.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        root
+    }
+
+    const MOUNTS_V2: &str = "25 30 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n";
+    const MOUNTS_V1: &str = "24 23 0:21 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                             26 23 0:23 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+
+    #[test]
+    fn a_v2_quota_is_read_from_the_cgroup_and_its_parents() {
+        let root = fixture(&[
+            ("proc/self/cgroup", "0::/app/web\n"),
+            ("proc/self/mountinfo", MOUNTS_V2),
+            ("sys/fs/cgroup/app/web/cpu.max", "max 100000\n"),
+            ("sys/fs/cgroup/app/cpu.max", "250000 100000\n"),
+        ]);
+        assert_eq!(quota(root.path()), Some(2.5), "the parent's quota bounds the child");
+        std::fs::write(root.path().join("sys/fs/cgroup/app/web/cpu.max"), "50000 100000").unwrap();
+        assert_eq!(quota(root.path()), Some(0.5), "the smallest on the way up");
+    }
+
+    #[test]
+    fn a_v1_quota_is_read_from_the_cpu_hierarchy() {
+        let root = fixture(&[
+            ("proc/self/cgroup", "4:memory:/x\n1:cpu:/psmr\n0::/\n"),
+            ("proc/self/mountinfo", MOUNTS_V1),
+            ("sys/fs/cgroup/cpu/psmr/cpu.cfs_quota_us", "150000\n"),
+            ("sys/fs/cgroup/cpu/psmr/cpu.cfs_period_us", "100000\n"),
+            ("sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n"),
+            ("sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n"),
+        ]);
+        assert_eq!(quota(root.path()), Some(1.5));
+        let none = fixture(&[("proc/self/cgroup", "1:cpu:/\n"), ("proc/self/mountinfo", MOUNTS_V1)]);
+        assert_eq!(quota(none.path()), None, "no quota files: no quota");
+    }
+}
