@@ -9,7 +9,11 @@
 //! Leader discovery: the client tries the replica it last succeeded with,
 //! then the others in turn; a follower answers with a redirect to the
 //! leader, which the client follows. An attempt that hears nothing for
-//! `attempt_timeout` moves on to another replica; a request that has not
+//! `attempt_timeout` moves on to another replica at once, and the silent
+//! one is passed over, even when a follower still names it, for another
+//! `attempt_timeout`: a paused or cut-off leader still accepts
+//! connections, and its followers name it until they elect another, so
+//! following them back would cost a whole attempt more. A request that has not
 //! completed after `deadline` fails with [`ClientError::Timeout`], naming
 //! the last problem seen.
 //!
