@@ -929,7 +929,7 @@ mod tests {
             }];
         }
         let md = markdown(&scenario, &scenario.sweeps, &points, Machine { cores: 2 });
-        assert!(md.contains("This machine: 2 cores."), "{md}");
+        assert!(md.contains("This machine: 2 cores usable"), "{md}");
         let line = md.lines().find(|l| l.starts_with("| scheduler=early |") && l.contains("x |")).unwrap();
         assert!(line.contains("| 3 | 1 | 6 | 0.50x | loses to sequential for lack of cores"), "{line}");
         assert!(line.contains("without a CPU 25 %"), "{line}");
