@@ -507,10 +507,18 @@ fn sender<T: Outbound + Weigh>(
         // Connected when there is something to send: a link that stays
         // quiet (between two followers) is closed by its receiver, and
         // reopened by the next message, which the new connection carries.
-        let first = match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(m) => m,
-            Err(crossbeam::channel::RecvTimeoutError::Timeout) => continue,
-            Err(_) => return,
+        // A repaired replica that has not caught up connects at once: its
+        // `Hello` is what tells a leader to forget what it acknowledged
+        // before, and it may have nothing else to say (it drops the
+        // heartbeats that commit beyond its empty log).
+        let first = if T::LANE == LANE_RAFT && peers.view.repaired() {
+            None
+        } else {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(m) => Some(m),
+                Err(crossbeam::channel::RecvTimeoutError::Timeout) => continue,
+                Err(_) => return,
+            }
         };
         let stream = match connect(peers, to, addr, tls, T::LANE) {
             Ok(s) => s,
@@ -550,18 +558,18 @@ fn unreachable_peer(to: u64, addr: SocketAddr, e: &PeerError) {
     }
 }
 
-/// Writes `first` and what follows over `stream` until the connection
-/// fails or its receiver closes it; false once the queue has no sender
-/// left (the peer was removed) or the replica stops.
+/// Writes `first` (if any) and what follows over `stream` until the
+/// connection fails or its receiver closes it; false once the queue has
+/// no sender left (the peer was removed) or the replica stops.
 fn send_on<T: Outbound + Weigh>(
     peers: &Peers,
     to: u64,
     stream: PeerStream,
-    first: T,
+    first: Option<T>,
     rx: &crate::queue::Receiver<T>,
 ) -> bool {
     let mut w = BufWriter::with_capacity(SEND_BUFFER, stream);
-    let mut next = Some(first);
+    let mut next = first;
     loop {
         let msg = match next.take().map_or_else(|| rx.recv_timeout(Duration::from_millis(100)), Ok) {
             Ok(m) => m,
