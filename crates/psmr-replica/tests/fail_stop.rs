@@ -98,3 +98,52 @@ fn a_panic_in_a_stage_thread_stops_the_replica() {
     replica.stop();
     scenario.teardown();
 }
+
+/// A panic on an execution thread outside the service (a bug in psmr,
+/// injected where a worker hands a reply on) stops the replica with the
+/// reason under every scheduler, and its stop returns: no scheduler wait
+/// outlives the dead worker (for `sequential` the thread is the
+/// manager's own). The whole check runs on a thread of its own so that a
+/// hang fails with the scheduler's name.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_dead_execution_thread_stops_the_replica_under_every_scheduler() {
+    let scenario = fail::FailScenario::setup();
+    for kind in psmr_sched::SchedulerKind::ALL {
+        fail::remove("sched-deliver");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let config = common::one_replica_config(|c| {
+                c.scheduler.kind = kind.name().into();
+                c.scheduler.workers = 2;
+            });
+            let kv = KvApp::new(&config.service_section().unwrap()).unwrap();
+            let replica = Replica::start(config, 1, kv).unwrap();
+            let mut cc = ClientConfig::new(vec![replica.client_addr()]);
+            cc.deadline = Duration::from_secs(20);
+            let put = |k: &str| vec![KvOp::Put { key: k.as_bytes().to_vec(), value: b"v".to_vec() }];
+            let ok = Client::new(cc).unwrap().call(&KvCodec, &put("1")).unwrap();
+            assert!(ok[0].is_ok(), "{kind}: {ok:?}");
+            fail::cfg("sched-deliver", "panic(injected)").unwrap();
+            let mut cc = ClientConfig::new(vec![replica.client_addr()]);
+            cc.deadline = Duration::from_millis(300);
+            let mut client = Client::new(cc).unwrap();
+            // Several commands, so that every worker has one to hand on.
+            let _ = client.call(&KvCodec, &(0..8).flat_map(|i| put(&format!("k{i}"))).collect::<Vec<_>>());
+            let why = stopped_by_itself(&replica);
+            replica.stop();
+            let _ = tx.send(why);
+        });
+        let why = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{kind}: the replica did not stop after its execution thread died"));
+        // A worker's death is the scheduler's to report; `sequential` (and
+        // `auto` while it runs sequentially) execute on the manager thread.
+        assert!(
+            why.contains("worker thread") && why.contains("panicked: injected")
+                || why.contains("thread psmr-manager panicked: injected"),
+            "{kind}: {why}"
+        );
+    }
+    scenario.teardown();
+}

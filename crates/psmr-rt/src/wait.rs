@@ -137,9 +137,16 @@ impl Patience {
 /// notifier takes the lock before it notifies, so the sleeper is either
 /// still before its last check (which then sees the change) or already
 /// waiting.
+///
+/// A signal can be *abandoned* ([`Signal::abandon`]) when the thread that
+/// would end its waits is gone (a worker died): every wait on it ends at
+/// once, now and later, whether or not its condition holds, and the
+/// waiter asks [`Signal::abandoned`] to tell the two apart. Abandoning is
+/// a change published like any other, so no sleeper misses it.
 #[derive(Debug, Default)]
 pub struct Signal {
     sleepers: AtomicUsize,
+    abandoned: AtomicBool,
     lock: Mutex<()>,
     cvar: Condvar,
 }
@@ -150,11 +157,26 @@ impl Signal {
         Self::default()
     }
 
-    /// Waits until `done` holds, with `patience`, sleeping as `naps` says.
+    /// Waits until `done` holds, with `patience`, sleeping as `naps` says;
+    /// or until the signal is abandoned.
     pub fn wait_until(&self, mut patience: Patience, naps: Naps, done: impl Fn() -> bool) {
-        while !done() {
+        while !done() && !self.abandoned() {
             patience.snooze(self, naps, &done);
         }
+    }
+
+    /// Nobody will end the waits on this signal (the thread that would is
+    /// gone): wakes every sleeper, and every wait, now or later, ends at
+    /// once.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+        self.notify_all();
+    }
+
+    /// Whether [`Signal::abandon`] was called: a wait that ended without
+    /// its condition ended for that.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
     }
 
     /// Wakes one sleeper, if any; call after publishing the change.
@@ -188,7 +210,7 @@ impl Signal {
         self.sleepers.fetch_add(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let mut guard = self.lock();
-        if !done() {
+        if !done() && !self.abandoned() {
             guard = match nap {
                 None => self.cvar.wait(guard).unwrap_or_else(|e| e.into_inner()),
                 Some(nap) => self.nap(guard, nap),
@@ -241,6 +263,19 @@ mod tests {
         flag.store(true, Ordering::Release);
         signal.notify_all();
         waiter.join().unwrap();
+    }
+
+    #[test]
+    fn abandoning_a_signal_ends_a_wait_whose_condition_never_holds() {
+        let signal = Arc::new(Signal::new());
+        let s = signal.clone();
+        let waiter = std::thread::spawn(move || {
+            s.wait_until(Patience::new(0), Naps::Notified, || false);
+            s.abandoned()
+        });
+        assert!(!signal.abandoned());
+        signal.abandon();
+        assert!(waiter.join().unwrap(), "the wait ended because the signal was abandoned");
     }
 
     #[test]

@@ -73,4 +73,11 @@ impl Barrier {
         self.signal
             .wait_until(Patience::brief(), Naps::Notified, || self.generation.load(Ordering::Acquire) != generation);
     }
+
+    /// A party died and will never arrive: every wait at this barrier,
+    /// now or later, returns at once (check the failure that caused it
+    /// before relying on what the others did).
+    pub fn abandon(&self) {
+        self.signal.abandon();
+    }
 }

@@ -89,6 +89,12 @@ impl CycleCounters {
         self.signal.wait_until(patience, Naps::Notified, || self.released(cycle));
     }
 
+    /// A party died and will never arrive or execute: every wait on these
+    /// counters, now or later, returns at once.
+    pub fn abandon(&self) {
+        self.signal.abandon();
+    }
+
     /// Where waiters sleep: a waiter that does something else while it
     /// waits (steals) naps here between its attempts, and `done` ends the
     /// nap.

@@ -201,6 +201,18 @@ impl<S: Service> Crew for Shared<S> {
     fn close(&self) {
         self.queues.iter().for_each(WsQueue::close);
     }
+
+    fn abandon(&self) {
+        self.queues.iter().for_each(WsQueue::abandon);
+        self.credits.abandon();
+        for plan in &self.plans {
+            match plan {
+                ClassPlan::Barrier { barrier, .. } | ClassPlan::Semi { barrier, .. } => barrier.abandon(),
+                ClassPlan::Cycles(counters) => counters.abandon(),
+                ClassPlan::Concurrent | ClassPlan::Alone => {}
+            }
+        }
+    }
 }
 
 impl<S: Service> Shared<S> {
@@ -466,6 +478,10 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
     let mut thief = Thief::new(me, shared.plans.len());
     let mut batch = Vec::new();
     loop {
+        if shared.exec.failure.dead_worker().is_some() {
+            // A worker died: the meetings it belongs to never complete.
+            return counters.executed.load(Ordering::Relaxed);
+        }
         own.take_all_into(&mut batch);
         if !batch.is_empty() {
             for (d, _) in batch.drain(..) {
@@ -526,10 +542,13 @@ impl<S: Service> Scheduler<S> for Early<S> {
             // Published to the workers by the queue's lock.
             job.left.store(self.runs.len() as u32, Ordering::Relaxed);
             let shared = self.pool.crew();
-            shared.credits.acquire(w);
+            if !shared.credits.acquire(w) {
+                self.runs.clear();
+                break;
+            }
             shared.queues[w].push_all(&mut self.runs);
         }
-        Ok(())
+        self.pool.crew().exec.failure.check()
     }
 
     fn metrics(&self) -> Option<Arc<Metrics>> {

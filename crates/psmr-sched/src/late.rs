@@ -325,6 +325,11 @@ impl<S: Service> Crew for Shared<S> {
         drop(g);
         self.work.notify_all();
     }
+
+    fn abandon(&self) {
+        self.work.abandon();
+        self.room.abandon();
+    }
 }
 
 /// The three late schedulers.
@@ -347,7 +352,9 @@ impl<S: Service> Late<S> {
         Ok(Self { kind: config.kind, pool, classes })
     }
 
-    fn insert(&self, item: Item<S::Op>) {
+    /// Inserts `item`, waiting for room in the graph; an error if a
+    /// worker died meanwhile (the graph then never drains).
+    fn insert(&self, item: Item<S::Op>) -> Result<(), SchedError> {
         let shared = self.pool.crew();
         let mut g = shared.lock();
         if g.len() >= shared.graph_max {
@@ -356,6 +363,7 @@ impl<S: Service> Late<S> {
             shared
                 .room
                 .wait_until(Patience::brief(), Naps::Notified, || shared.len_hint.load(Ordering::Relaxed) <= half);
+            shared.exec.failure.check()?;
             g = shared.lock();
         }
         let free = g.insert(item, shared.test);
@@ -364,6 +372,7 @@ impl<S: Service> Late<S> {
         if free {
             shared.work.notify_one();
         }
+        Ok(())
     }
 }
 
@@ -372,7 +381,9 @@ fn worker<S: Service>(id: usize, shared: &Shared<S>) -> u64 {
     let mut g = shared.lock();
     loop {
         let Some((slot, item)) = g.take() else {
-            if g.closed && g.len() == 0 {
+            // A worker that died holds its node for ever: nothing that
+            // depends on it will be free.
+            if (g.closed && g.len() == 0) || shared.exec.failure.dead_worker().is_some() {
                 return executed;
             }
             // When commands are light the next node is usually
@@ -427,7 +438,7 @@ impl<S: Service> Scheduler<S> for Late<S> {
             return Ok(());
         }
         for item in nodes(batch, self.pool.crew().test) {
-            self.insert(item);
+            self.insert(item)?;
         }
         Ok(())
     }

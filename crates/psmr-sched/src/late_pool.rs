@@ -32,7 +32,7 @@ use psmr_model::{Batch, Service};
 use psmr_rt::{Handle, Pool, PoolConfig};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 type Node<O> = Arc<DagNode<Item<O>>>;
 
@@ -50,11 +50,10 @@ struct Jobs<S: Service> {
     /// `graph_max` bounds.
     len: CachePadded<AtomicUsize>,
     /// The scheduler waits here for room in the graph, and `finish` for
-    /// the graph to empty.
+    /// the graph to empty. Abandoned when a job panics outside the service
+    /// (a bug in psmr): its node never finishes, so nobody waits for the
+    /// graph any more.
     room: Signal,
-    /// The worker whose job panicked outside the service (a bug in psmr):
-    /// its node never finishes, so nobody waits for the graph any more.
-    panicked: OnceLock<usize>,
     pool: Handle,
     /// Commands executed by each worker, a cache line each: every job
     /// adds to its worker's.
@@ -85,7 +84,6 @@ impl<S: Service> LatePool<S> {
             scan: Mutex::new(Vec::with_capacity(config.graph_max)),
             len: CachePadded::new(AtomicUsize::new(0)),
             room: Signal::new(),
-            panicked: OnceLock::new(),
             pool: pool.handle(),
             executed: (0..config.workers).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
         });
@@ -95,13 +93,12 @@ impl<S: Service> LatePool<S> {
     /// Inserts a node, waiting for room in the graph, and spawns it if it
     /// is free. As in `late`, a scheduler blocked on a full graph goes on
     /// once the graph has drained to half, not at every removal.
-    fn insert(&self, item: Item<S::Op>) {
+    fn insert(&self, item: Item<S::Op>) -> Result<(), SchedError> {
         let jobs = &self.jobs;
         if jobs.len.load(Ordering::Acquire) >= jobs.graph_max {
             let half = jobs.graph_max / 2;
-            jobs.room.wait_until(Patience::brief(), Naps::Notified, || {
-                jobs.len.load(Ordering::Acquire) <= half || jobs.panicked.get().is_some()
-            });
+            jobs.room.wait_until(Patience::brief(), Naps::Notified, || jobs.len.load(Ordering::Acquire) <= half);
+            jobs.exec.failure.check()?;
         }
         let mine = item.signature(jobs.test);
         let node = DagNode::new(item);
@@ -123,6 +120,7 @@ impl<S: Service> LatePool<S> {
         if node.inserted() {
             spawn(jobs, node);
         }
+        Ok(())
     }
 }
 
@@ -135,10 +133,8 @@ fn spawn<S: Service>(jobs: &Arc<Jobs<S>>, node: Node<S::Op>) {
     jobs.pool.spawn_fn(move || {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| run(&j, node))) {
             let id = j.pool.worker_index().unwrap_or(0);
-            if j.panicked.set(id).is_ok() {
-                j.exec.job_panicked(id, payload.as_ref());
-            }
-            j.room.notify_all();
+            j.exec.worker_died(id, payload.as_ref());
+            j.room.abandon();
             resume_unwind(payload);
         }
     });
@@ -185,15 +181,12 @@ impl<S: Service> Scheduler<S> for LatePool<S> {
 
     fn submit(&mut self, batch: Batch<S::Op>) -> Result<(), SchedError> {
         self.jobs.exec.failure.check()?;
-        if let Some(&id) = self.jobs.panicked.get() {
-            return Err(SchedError::WorkerPanicked(id));
-        }
         check_classes(&batch, self.classes)?;
         if batch.is_empty() {
             return Ok(());
         }
         for item in nodes(batch, self.jobs.test) {
-            self.insert(item);
+            self.insert(item)?;
         }
         Ok(())
     }
@@ -216,17 +209,15 @@ impl<S: Service> Scheduler<S> for LatePool<S> {
 
     fn finish(mut self: Box<Self>) -> Result<SchedStats, SchedError> {
         let jobs = &self.jobs;
-        jobs.room.wait_until(Patience::brief(), Naps::Notified, || {
-            jobs.len.load(Ordering::Acquire) == 0 || jobs.panicked.get().is_some()
-        });
+        jobs.room.wait_until(Patience::brief(), Naps::Notified, || jobs.len.load(Ordering::Acquire) == 0);
         let pool = self.pool.take().expect("finish runs once");
-        let joined = match (pool.shutdown(), jobs.panicked.get()) {
+        let joined = match (pool.shutdown(), jobs.exec.failure.dead_worker()) {
             (Ok(_), None) => jobs.executed.iter().map(|e| Ok(e.load(Ordering::Relaxed))).collect(),
             (outcome, panicked) => {
                 if let Err(e) = outcome {
                     tracing::error!("late scheduler pool: {e}");
                 }
-                vec![Err(panicked.copied().unwrap_or(0))]
+                vec![Err(panicked.unwrap_or(0))]
             }
         };
         stats_of(joined, &jobs.exec.failure)

@@ -379,8 +379,13 @@ pub enum SchedError {
         message: String,
     },
     /// A worker thread died outside the service (a bug in psmr).
-    #[error("worker thread {0} panicked")]
-    WorkerPanicked(usize),
+    #[error("worker thread {worker} panicked: {message}")]
+    WorkerPanicked {
+        /// The worker's id in its pool.
+        worker: usize,
+        /// The panic message.
+        message: String,
+    },
     /// The operating system refused a thread.
     #[error("cannot spawn worker thread: {0}")]
     Spawn(String),

@@ -21,6 +21,13 @@ pub(crate) trait Crew: Send + Sync + 'static {
     /// No more work will come: each worker finishes what it holds and
     /// returns. Called once, by the pool.
     fn close(&self);
+
+    /// A worker died outside the service (its [`Failure`] says which):
+    /// what it held is never given back, so every wait of the crew's
+    /// threads and of the scheduler thread must end. Abandons every
+    /// [`crate::Signal`] they wait on; each waiter then finds the failure
+    /// and gives up (a worker returns, `submit` and `finish` report it).
+    fn abandon(&self);
 }
 
 /// The threads of one scheduler, sharing `crew`.
@@ -42,8 +49,11 @@ impl<C: Crew> Pool<C> {
     ) -> Result<Self, SchedError> {
         let mut pool = Self { crew, handles: Vec::with_capacity(workers) };
         for id in 0..workers {
-            let crew = pool.crew.clone();
-            match exec.spawn_worker(format!("psmr-{name}-{id}"), id, move || body(id, &crew)) {
+            let (crew, mourner) = (pool.crew.clone(), pool.crew.clone());
+            // A worker that dies abandons the crew before anyone joins it,
+            // so that the threads waiting for it stop waiting (fail-stop).
+            let abandon = move || mourner.abandon();
+            match exec.spawn_worker(format!("psmr-{name}-{id}"), id, move || body(id, &crew), abandon) {
                 Ok(h) => pool.handles.push(h),
                 Err(e) => {
                     pool.join();
@@ -111,12 +121,22 @@ impl Credits {
     }
 
     /// Scheduler side: waits for room in worker `w`'s queue, takes a slot.
-    pub(crate) fn acquire(&self, w: usize) {
+    /// False if the wait was abandoned (a worker died): nothing taken.
+    pub(crate) fn acquire(&self, w: usize) -> bool {
         let pending = &self.pending[w];
         if pending.load(Ordering::Acquire) >= self.depth {
             self.room.wait_until(Patience::brief(), Naps::Notified, || pending.load(Ordering::Acquire) <= self.low());
+            if self.room.abandoned() {
+                return false;
+            }
         }
         pending.fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// A worker died: the scheduler thread stops waiting for room.
+    pub(crate) fn abandon(&self) {
+        self.room.abandon();
     }
 
     /// Worker side: one batch of worker `w` is done.

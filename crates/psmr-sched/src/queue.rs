@@ -245,6 +245,12 @@ impl<T> WsQueue<T> {
         self.signal.notify_one();
     }
 
+    /// A worker died: the owner stops waiting for work and for its
+    /// stealers ([`Signal::abandon`]).
+    pub fn abandon(&self) {
+        self.signal.abandon();
+    }
+
     /// Owner side: waits, with `patience`, until no stealer holds work
     /// taken from this queue.
     pub fn wait_for_stealers(&self, patience: Patience) {

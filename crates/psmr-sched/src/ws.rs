@@ -179,7 +179,7 @@ pub(crate) fn steal_until<S: Service>(
     let naps = Naps::Capped { first: Duration::from_micros(8), cap: Duration::from_micros(256) };
     let mut busy = 0;
     let mut patience = Patience::new(shared.spin());
-    while !done() {
+    while !done() && !signal.abandoned() {
         match steal_once(thief, shared, avoid) {
             Some(ns) => {
                 busy += ns;

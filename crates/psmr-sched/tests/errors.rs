@@ -116,24 +116,68 @@ impl ReplySink<u64> for Brittle {
     }
 }
 
-#[test]
-fn a_panic_in_a_pool_job_outside_the_service_stops_the_scheduler_and_tells_the_sink() {
-    for kind in [SchedulerKind::LateBatchBitmapPool, SchedulerKind::LateCbasePool] {
-        for workers in [1, 2] {
+/// A worker of `kind` panics outside the service (its sink breaks on
+/// one reply): `submit` or `finish` reports it, the sink hears of it once,
+/// and nothing waits for the dead worker: every thread is joined. Run on
+/// a thread of its own, so that a hang fails the test with its name
+/// instead of stalling the suite (the bound is generous; a run takes
+/// milliseconds).
+fn a_dead_worker_stops_the_scheduler(kind: SchedulerKind) {
+    for workers in [1, 2, 4] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             let service = Arc::new(Fragile { boom: u64::MAX, executed: AtomicU64::new(0) });
             let sink = Arc::new(Brittle { boom: 1234, failed: Mutex::new(Vec::new()) });
             let mut s = build(&config(kind, workers), service, &model(), sink.clone()).unwrap();
             let submit_err = submit_until_error(&mut *s);
             let err = s.finish().expect_err("finish must report the panic");
-            assert!(matches!(err, SchedError::WorkerPanicked(_)), "{kind}/{workers}: {err}");
-            if let Some(e) = submit_err {
-                assert!(matches!(e, SchedError::WorkerPanicked(_)), "{kind}/{workers}: {e}");
-            }
-            let failed = sink.failed.lock().unwrap();
-            assert_eq!(failed.len(), 1, "{kind}/{workers}: told {failed:?}");
-            assert!(failed[0].contains("panicked"), "{failed:?}");
+            let failed = sink.failed.lock().unwrap().clone();
+            let _ = tx.send((submit_err, err, failed));
+        });
+        let (submit_err, err, failed) = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("{kind}/{workers}: a wait outlived the dead worker"));
+        let broke = |e: &SchedError| matches!(e, SchedError::WorkerPanicked { message, .. } if message.contains("the sink broke"));
+        assert!(broke(&err), "{kind}/{workers}: {err}");
+        if let Some(e) = submit_err {
+            assert!(broke(&e), "{kind}/{workers}: {e}");
         }
+        assert_eq!(failed.len(), 1, "{kind}/{workers}: told {failed:?}");
+        assert!(failed[0].contains("panicked: assertion") && failed[0].contains("the sink broke"), "{failed:?}");
     }
+}
+
+macro_rules! dead_worker_tests {
+    ($($name:ident: $kind:ident,)*) => {$(
+        #[test]
+        fn $name() {
+            a_dead_worker_stops_the_scheduler(SchedulerKind::$kind);
+        }
+    )*};
+}
+
+dead_worker_tests! {
+    a_dead_worker_stops_late_cbase: LateCbase,
+    a_dead_worker_stops_late_batch_keys: LateBatchKeys,
+    a_dead_worker_stops_late_batch_bitmap: LateBatchBitmap,
+    a_dead_worker_stops_late_cbase_pool: LateCbasePool,
+    a_dead_worker_stops_late_batch_bitmap_pool: LateBatchBitmapPool,
+    a_dead_worker_stops_early: Early,
+    a_dead_worker_stops_early_busywait: EarlyBusyWait,
+    a_dead_worker_stops_early_ws_queue: EarlyWsQueue,
+    a_dead_worker_stops_early_ws_semi: EarlyWsSemi,
+    a_dead_worker_stops_early_ws_nonblocking: EarlyWsNonBlocking,
+    a_dead_worker_stops_early_ws_optimistic: EarlyWsOptimistic,
+}
+
+/// Every kind that runs workers has its test above (`sequential` runs on
+/// the caller's thread, `auto` on one of the others).
+#[test]
+fn every_kind_with_workers_is_tested_for_a_dead_worker() {
+    let tested = 11;
+    let with_workers =
+        SchedulerKind::ALL.iter().filter(|k| !matches!(k, SchedulerKind::Sequential | SchedulerKind::Auto)).count();
+    assert_eq!(with_workers, tested, "a new scheduler kind needs a dead-worker test");
 }
 
 #[test]

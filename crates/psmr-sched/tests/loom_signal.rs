@@ -59,6 +59,24 @@ fn notify_all_wakes_every_sleeper() {
     });
 }
 
+/// A waiter whose condition never holds is woken by the signal's
+/// abandonment (its notifier died) and knows why its wait ended; a wait
+/// that starts after the abandonment does not sleep at all.
+#[test]
+fn an_abandoned_signal_ends_every_wait() {
+    model(|| {
+        let signal = Arc::new(Signal::new());
+        let s = signal.clone();
+        let waiter = thread::spawn(move || {
+            s.wait_until(Patience::new(0), Naps::Notified, || false);
+            assert!(s.abandoned());
+        });
+        signal.abandon();
+        waiter.join().unwrap();
+        signal.wait_until(Patience::new(0), Naps::Notified, || false);
+    });
+}
+
 /// A waiter woken for a change that does not end its wait sleeps again,
 /// and the second notification ends it.
 #[test]
