@@ -76,6 +76,17 @@ impl Patience {
         Self { spin: BRIEF_SPIN, yields: BRIEF_YIELDS, step: 0, nap: None }
     }
 
+    /// Spin `spin` rounds, then yield `yields` times, then sleep.
+    pub fn with_yields(spin: u32, yields: u32) -> Self {
+        Self { spin, yields, step: 0, nap: None }
+    }
+
+    /// True while the wait has not gone past its spin budget: a wait
+    /// that ends now ended by spinning.
+    pub fn spinning(&self) -> bool {
+        self.step < self.spin
+    }
+
     /// True once spinning and yielding are over: the next step sleeps.
     pub fn tired(&self) -> bool {
         self.step >= self.spin.saturating_add(self.yields)
@@ -124,6 +135,80 @@ impl Patience {
     }
 }
 
+/// Smallest budget of an [`AdaptiveSpin`]: a few hundred nanoseconds, so
+/// that a thread whose partners start arriving at once again finds out.
+pub const ADAPTIVE_SPIN_MIN: u32 = 32;
+/// Spin rounds per yield of an [`AdaptiveSpin`]'s waits: 2 000 rounds
+/// come with 62 yields (what [`Patience::new`] gives), the floor with one.
+const SPINS_PER_YIELD: u32 = 32;
+
+/// A budget of active waiting (spins, then yields) that follows whether
+/// it pays, for one thread's waits of one kind (000 §6.1: busy-waiting
+/// pays only while the awaited thread runs on another core).
+///
+/// Each wait starts with the current budget. A wait that ends while
+/// still spinning doubles it (up to the configured most); any other
+/// halves it (down to [`ADAPTIVE_SPIN_MIN`]): a wait that a yield ended
+/// was won by giving the core away, which the spinning did not help. Where the threads have
+/// cores of their own, partners arrive within the spin and the budget
+/// stays at its most; where they share cores (more threads than cores, a
+/// CPU quota, other processes), the awaited thread is usually not
+/// running, and a yield hands the core to some other process's thread:
+/// in the 3-replica main job on 2 cores, `early`'s workers spent half
+/// their CPU time in `sched_yield` and its context switches. There the
+/// waits fail, and within a few of them the thread spins a few hundred
+/// nanoseconds and yields once before it sleeps: the active waiting the
+/// machine cannot use is not spent. The measure is the outcome of the
+/// waits themselves, so it needs no reading of the kernel's counters.
+#[derive(Clone, Copy, Debug)]
+pub struct AdaptiveSpin {
+    budget: u32,
+    max: u32,
+}
+
+impl AdaptiveSpin {
+    /// Starts at `max`, the most it will spin.
+    pub fn new(max: u32) -> Self {
+        Self { budget: max, max }
+    }
+
+    /// The budget now.
+    pub fn budget(&self) -> u32 {
+        self.budget
+    }
+
+    /// The patience of the next wait.
+    pub fn patience(&self) -> Patience {
+        Patience::with_yields(self.budget, self.budget.div_ceil(SPINS_PER_YIELD))
+    }
+
+    /// The patience of the next wait when the cores are `contended` (more
+    /// runnable threads than cores): no spinning and no yielding at all,
+    /// since the awaited thread may be queued for the very core a spinner
+    /// holds; otherwise [`AdaptiveSpin::patience`]. A wait that did not
+    /// spin teaches nothing.
+    pub fn patience_if(&self, contended: bool) -> Patience {
+        if contended {
+            Patience::with_yields(0, 0)
+        } else {
+            self.patience()
+        }
+    }
+
+    /// Learns from a wait that just ended with `patience`.
+    pub fn learn(&mut self, patience: &Patience) {
+        if patience.spin == 0 && patience.yields == 0 {
+            return;
+        }
+        let floor = ADAPTIVE_SPIN_MIN.min(self.max);
+        self.budget = if patience.spinning() {
+            self.budget.saturating_mul(2).clamp(floor, self.max)
+        } else {
+            (self.budget / 2).max(floor)
+        };
+    }
+}
+
 /// Where waiting threads sleep and are woken: an event count.
 ///
 /// A waiter that has waited actively long enough registers as a sleeper,
@@ -158,11 +243,13 @@ impl Signal {
     }
 
     /// Waits until `done` holds, with `patience`, sleeping as `naps` says;
-    /// or until the signal is abandoned.
-    pub fn wait_until(&self, mut patience: Patience, naps: Naps, done: impl Fn() -> bool) {
+    /// or until the signal is abandoned. Returns the patience, which says
+    /// how the wait ended (for [`AdaptiveSpin::learn`]).
+    pub fn wait_until(&self, mut patience: Patience, naps: Naps, done: impl Fn() -> bool) -> Patience {
         while !done() && !self.abandoned() {
             patience.snooze(self, naps, &done);
         }
+        patience
     }
 
     /// Nobody will end the waits on this signal (the thread that would is
@@ -276,6 +363,36 @@ mod tests {
         assert!(!signal.abandoned());
         signal.abandon();
         assert!(waiter.join().unwrap(), "the wait ended because the signal was abandoned");
+    }
+
+    #[test]
+    fn an_adaptive_spin_halves_on_vain_spins_and_doubles_on_quick_waits() {
+        let signal = Signal::new();
+        let mut spin = AdaptiveSpin::new(1024);
+        let spin_of = |budget: u32| AdaptiveSpin { budget, max: 1024 };
+        // A wait that spins and yields its whole budget, in vain.
+        let vain = |budget: u32| {
+            let mut p = spin_of(budget).patience();
+            while !p.tired() {
+                p.snooze(&signal, Naps::Notified, &|| true);
+            }
+            p
+        };
+        for expected in [512, 256, 128, 64, 32, 32] {
+            spin.learn(&vain(spin.budget()));
+            assert_eq!(spin.budget(), expected);
+        }
+        // Waits that end at once.
+        for expected in [64, 128, 256, 512, 1024, 1024] {
+            spin.learn(&spin.patience());
+            assert_eq!(spin.budget(), expected);
+        }
+        // Yields follow the spins: 1 024 rounds come with 32.
+        assert_eq!(spin.patience().yields, 32);
+        // A budget set below the floor is kept.
+        let mut tiny = AdaptiveSpin::new(0);
+        tiny.learn(&tiny.patience());
+        assert_eq!(tiny.budget(), 0);
     }
 
     #[test]

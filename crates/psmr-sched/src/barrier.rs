@@ -70,8 +70,10 @@ impl Barrier {
             return;
         }
         drop(st);
-        self.signal
-            .wait_until(Patience::brief(), Naps::Notified, || self.generation.load(Ordering::Acquire) != generation);
+        // Where more threads are runnable than there are cores, the last
+        // party may be queued for the core a spinner holds: sleep at once.
+        let patience = if crate::cpus::contended() { Patience::with_yields(0, 0) } else { Patience::brief() };
+        self.signal.wait_until(patience, Naps::Notified, || self.generation.load(Ordering::Acquire) != generation);
     }
 
     /// A party died and will never arrive: every wait at this barrier,

@@ -12,6 +12,12 @@
 //! file means no bound from it.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How often [`contended`] looks at the machine, at most.
+pub const CONTENTION_REFRESH: Duration = Duration::from_millis(1);
 
 /// The CPUs a process may use, and why.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -49,6 +55,63 @@ impl Cpus {
         let quota = self.quota.map_or_else(|| "no CPU quota".to_string(), |q| format!("quota {q:.2} CPUs"));
         format!("{} (affinity {}, {quota})", self.usable, self.affinity)
     }
+}
+
+/// Whether, a moment ago, the machine had more than twice as many
+/// runnable threads as this process has usable CPUs: then a thread that
+/// waits for another one should not spin (000 §6.1: spinning pays only
+/// while the awaited thread runs on a core of its own, and here a spinner
+/// takes a core that runnable threads, maybe the awaited one, are queued
+/// for).
+///
+/// Why twice: the count includes the spinners themselves. One process
+/// with two workers and its dispatching thread on 2 cores (`psmr
+/// sched-bench`) has 3 runnable threads, and there spinning and stealing
+/// pay (the skewed list workloads run 1.3 to 5 times faster with them);
+/// three replicas and their clients on 2 cores (the main job) keep 5 to 7
+/// runnable, most of them waiting (`auto` reports 3.4 to 4.8 runnable
+/// without a CPU on average), and there a spinning worker delivered a
+/// fifth of what a sleeping one does.
+///
+/// The count is the kernel's runnable threads now (`/proc/loadavg`,
+/// before the slash), read at most once per [`CONTENTION_REFRESH`] by
+/// whichever caller comes first (about 5 µs, so at most half a percent of
+/// one core); the others read the last answer, one atomic load. Where the
+/// file is missing, never contended.
+pub fn contended() -> bool {
+    // Loom explores interleavings of its own primitives: an answer that
+    // changes with the machine's load would make its runs disagree.
+    if cfg!(loom) {
+        return false;
+    }
+    struct Gauge {
+        start: Instant,
+        usable: usize,
+        next_ns: AtomicU64,
+        contended: AtomicBool,
+    }
+    static GAUGE: OnceLock<Gauge> = OnceLock::new();
+    let g = GAUGE.get_or_init(|| Gauge {
+        start: Instant::now(),
+        usable: Cpus::read().usable,
+        next_ns: AtomicU64::new(0),
+        contended: AtomicBool::new(false),
+    });
+    let now = g.start.elapsed().as_nanos() as u64;
+    let next = g.next_ns.load(Ordering::Relaxed);
+    let refresh = now + CONTENTION_REFRESH.as_nanos() as u64;
+    if now >= next && g.next_ns.compare_exchange(next, refresh, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let runnable = parse_loadavg_runnable(&text).unwrap_or(0);
+        g.contended.store(runnable > 2 * g.usable, Ordering::Relaxed);
+    }
+    g.contended.load(Ordering::Relaxed)
+}
+
+/// The runnable threads of `/proc/loadavg` (`0.52 0.58 0.59 3/467 12345`:
+/// 3); `None` if it does not parse.
+pub fn parse_loadavg_runnable(text: &str) -> Option<usize> {
+    text.split_whitespace().nth(3)?.split_once('/')?.0.parse().ok()
 }
 
 /// The number of CPUs in a list such as `0-3,8,10-11`; `None` if it does
@@ -152,6 +215,17 @@ pub fn quota(root: &Path) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runnable_count_of_loadavg_parses() {
+        assert_eq!(parse_loadavg_runnable("0.52 0.58 0.59 3/467 12345\n"), Some(3));
+        assert_eq!(parse_loadavg_runnable("0.52 0.58 0.59 x/467 12345"), None);
+        assert_eq!(parse_loadavg_runnable(""), None);
+        // On Linux it reads, and the answer is stable between refreshes.
+        if std::path::Path::new("/proc/loadavg").exists() {
+            let _ = contended();
+        }
+    }
 
     #[test]
     fn lists_quotas_and_the_usable_count_parse() {

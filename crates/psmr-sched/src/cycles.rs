@@ -85,8 +85,9 @@ impl CycleCounters {
 
     /// A waiter waits for the command of `cycle`, with `patience`, then
     /// sleeping until `done` wakes it.
-    pub fn wait(&self, cycle: usize, patience: Patience) {
-        self.signal.wait_until(patience, Naps::Notified, || self.released(cycle));
+    /// Returns the patience, which says how the wait ended.
+    pub fn wait(&self, cycle: usize, patience: Patience) -> Patience {
+        self.signal.wait_until(patience, Naps::Notified, || self.released(cycle))
     }
 
     /// A party died and will never arrive or execute: every wait on these

@@ -40,9 +40,9 @@ use crate::plan::{at_barrier, on_cycles, ClassPlan, Meeting};
 use crate::pool::{Credits, Crew, Pool};
 use crate::queue::{ClassSet, WsQueue};
 use crate::sink::ReplySink;
-use crate::sync::{fence, Naps, Patience, RwLock, RwLockReadGuard};
+use crate::sync::{fence, Naps, RwLock, RwLockReadGuard};
 use crate::withdraw::Returns;
-use crate::ws::{conflicting, steal_once, steal_until, Thief};
+use crate::ws::{conflicting, steal_round, steal_until, Thief};
 use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims, Withdrawal};
 use crossbeam::channel::Receiver;
 use psmr_model::{Batch, ClassModel, Command, Mapping, Mode, Service};
@@ -207,7 +207,11 @@ impl<S: Service> Crew for Shared<S> {
         self.credits.abandon();
         for plan in &self.plans {
             match plan {
-                ClassPlan::Barrier { barrier, .. } | ClassPlan::Semi { barrier, .. } => barrier.abandon(),
+                ClassPlan::Barrier { barrier, .. } => barrier.abandon(),
+                ClassPlan::Semi { barrier, signal, .. } => {
+                    barrier.abandon();
+                    signal.abandon();
+                }
                 ClassPlan::Cycles(counters) => counters.abandon(),
                 ClassPlan::Concurrent | ClassPlan::Alone => {}
             }
@@ -225,11 +229,6 @@ impl<S: Service> Shared<S> {
     /// if it steals while it waits.
     fn avoid(&self, class: usize) -> Option<&[u64]> {
         self.stealing.as_ref().and_then(|s| s.avoid.get(class)).map(Vec::as_slice)
-    }
-
-    /// The spin budget of its waits.
-    pub(crate) fn spin(&self) -> u32 {
-        self.spin
     }
 
     fn run(&self, me: usize, cmd: &Command<S::Op>) {
@@ -407,7 +406,8 @@ fn wait_for_stealers<S: Service>(thief: &mut Thief, shared: &Shared<S>, class: u
     let waited = shared.clock();
     let busy = match shared.avoid(class) {
         None => {
-            own.wait_for_stealers(Patience::new(shared.spin));
+            let patience = own.wait_for_stealers(thief.spin.patience_if(crate::cpus::contended()));
+            thief.spin.learn(&patience);
             0
         }
         Some(avoid) => steal_until(thief, shared, avoid, own.signal(), || own.no_stealers()),
@@ -444,7 +444,8 @@ fn meet<S: Service>(thief: &mut Thief, plan: &ClassPlan, cmd: &Command<S::Op>, s
                     let busy = match avoid {
                         Some(avoid) => steal_until(thief, shared, avoid, counters.signal(), || counters.released(c)),
                         None => {
-                            counters.wait(c, Patience::new(shared.spin));
+                            let patience = counters.wait(c, thief.spin.patience_if(crate::cpus::contended()));
+                            thief.spin.learn(&patience);
                             0
                         }
                     };
@@ -453,16 +454,17 @@ fn meet<S: Service>(thief: &mut Thief, plan: &ClassPlan, cmd: &Command<S::Op>, s
             );
             thief.cycles[cmd.class.index()] = cycle;
         }
-        ClassPlan::Semi { barrier, mark, parties } => {
+        ClassPlan::Semi { barrier, mark, parties, signal } => {
             let mut busy = 0;
             if mark.fetch_add(1, Ordering::AcqRel) + 1 == *parties {
                 // The last to arrive executes.
                 shared.run(me, cmd);
                 mark.store(0, Ordering::Release);
+                signal.notify_all();
             } else {
                 // Steal while the others arrive and the executor runs.
-                let (avoid, own) = (avoid.unwrap_or(&[]), &shared.queues[me]);
-                busy = steal_until(thief, shared, avoid, own.signal(), || mark.load(Ordering::Acquire) == 0);
+                let avoid = avoid.unwrap_or(&[]);
+                busy = steal_until(thief, shared, avoid, signal, || mark.load(Ordering::Acquire) == 0);
             }
             barrier.wait();
             WorkerCounters::add_since_less(idle, waited, busy);
@@ -475,7 +477,7 @@ fn meet<S: Service>(thief: &mut Thief, plan: &ClassPlan, cmd: &Command<S::Op>, s
 fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
     let own = &shared.queues[me];
     let counters = shared.metrics.worker(me);
-    let mut thief = Thief::new(me, shared.plans.len());
+    let mut thief = Thief::new(me, shared.plans.len(), shared.spin);
     let mut batch = Vec::new();
     loop {
         if shared.exec.failure.dead_worker().is_some() {
@@ -495,28 +497,40 @@ fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
         let waited = shared.clock();
         match &shared.stealing {
             None if own.drained() => return counters.executed.load(Ordering::Relaxed),
-            None => own
-                .signal()
-                .wait_until(Patience::new(shared.spin.min(200)), Naps::Notified, || own.has_ready() || own.drained()),
+            None => {
+                let patience = thief.idle.patience_if(crate::cpus::contended());
+                let patience = own.signal().wait_until(patience, Naps::Notified, || own.has_ready() || own.drained());
+                thief.idle.learn(&patience);
+            }
             Some(_) => {
-                if steal_once(&mut thief, shared, &[]).is_some() {
+                if steal_round(&mut thief, shared, &[]).is_some() {
                     continue;
                 }
-                // A worker leaves only when no queue will ever hold work
-                // again: until then it may still steal from busy ones.
-                if shared.queues.iter().all(WsQueue::drained) {
+                // A worker leaves when no queue will ever hold work again:
+                // until then it may still steal from busy ones; but where
+                // the cores are contended there is no core to steal with,
+                // and it leaves once its own queue is done.
+                let contended = crate::cpus::contended();
+                if shared.queues.iter().all(WsQueue::drained) || (contended && own.drained()) {
                     return counters.executed.load(Ordering::Relaxed);
                 }
                 // Stealing chances wake nobody (whoever makes one does not
                 // know who could use it), so a sleeping worker also wakes
                 // by itself, after 50 µs, then twice as long each time, up
-                // to 1 ms.
-                let naps = Naps::Capped { first: Duration::from_micros(50), cap: Duration::from_millis(1) };
-                own.signal().wait_until(Patience::new(shared.spin.min(200)), naps, || {
+                // to when its next steal round is due (at least 1 ms);
+                // except where the cores are contended: there is no core
+                // to run stolen work on, and it sleeps until work comes.
+                let cap = thief.backoff.nap_cap(Duration::from_millis(1));
+                let naps =
+                    if contended { Naps::Notified } else { Naps::Capped { first: Duration::from_micros(50), cap } };
+                let backoff = &thief.backoff;
+                let patience = own.signal().wait_until(thief.idle.patience_if(contended), naps, || {
                     own.has_ready()
-                        || shared.queues.iter().any(WsQueue::stealable)
+                        || (!contended && backoff.may_try() && shared.queues.iter().any(WsQueue::stealable))
+                        || (contended && own.drained())
                         || shared.queues.iter().all(WsQueue::drained)
                 });
+                thief.idle.learn(&patience);
             }
         }
         WorkerCounters::add_since(&counters.queue_idle_ns, waited);

@@ -71,7 +71,7 @@ pub use psmr_optimizer as optimizer;
 pub use queue::WsQueue;
 pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 pub use switch::{Overlap, SwitchError, Switchable};
-pub use sync::{Naps, Patience, Signal};
+pub use sync::{AdaptiveSpin, Naps, Patience, Signal};
 pub use withdraw::{Gate, Withdrawal};
 pub use ws::Victims;
 
@@ -266,11 +266,14 @@ pub struct SchedConfig {
     /// `workers`).
     pub mapping: Option<Mapping>,
     /// Busy-waiting schedulers (`early-busywait` and the stealing ones):
-    /// rounds a waiting thread spins before it starts yielding and napping
-    /// (`0..=SPIN_MAX`). `None` chooses: spin
+    /// the most rounds a waiting thread spins before it starts yielding and
+    /// napping (`0..=SPIN_MAX`). `None` chooses: spin
     /// [`SPIN_DEFAULT`] rounds when every worker can have a core of its own,
     /// not at all when there are more workers than cores (a spinning thread
-    /// would then take the core from the thread it waits for).
+    /// would then take the core from the thread it waits for). Each worker
+    /// spins less than this where spinning does not pay
+    /// ([`AdaptiveSpin`]), and not at all while the machine has more
+    /// runnable threads than the process has CPUs ([`cpus::contended`]).
     pub spin: Option<u32>,
     /// Early: time synchronization and queue idleness for [`Metrics`]
     /// (counts are always kept).

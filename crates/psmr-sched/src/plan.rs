@@ -4,7 +4,7 @@
 
 use crate::barrier::Barrier;
 use crate::cycles::{CycleCounters, Role};
-use crate::sync::AtomicUsize;
+use crate::sync::{AtomicUsize, Signal};
 use crossbeam::utils::CachePadded;
 use psmr_model::{Mapping, Mode};
 
@@ -34,8 +34,9 @@ pub(crate) enum ClassPlan {
     Barrier { barrier: Barrier, executor: usize },
     /// See [`Meeting::Cycles`].
     Cycles(CycleCounters),
-    /// See [`Meeting::Semi`].
-    Semi { barrier: Barrier, mark: CachePadded<AtomicUsize>, parties: usize },
+    /// See [`Meeting::Semi`]; the executor notifies `signal` once it has
+    /// run the command, which ends the others' stealing waits.
+    Semi { barrier: Barrier, mark: CachePadded<AtomicUsize>, parties: usize, signal: Signal },
 }
 
 impl ClassPlan {
@@ -55,6 +56,7 @@ impl ClassPlan {
                     barrier: Barrier::new(n),
                     mark: CachePadded::new(AtomicUsize::new(0)),
                     parties: n,
+                    signal: Signal::new(),
                 },
             })
             .collect()

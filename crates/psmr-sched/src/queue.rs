@@ -253,8 +253,9 @@ impl<T> WsQueue<T> {
 
     /// Owner side: waits, with `patience`, until no stealer holds work
     /// taken from this queue.
-    pub fn wait_for_stealers(&self, patience: Patience) {
-        self.signal.wait_until(patience, Naps::Notified, || self.no_stealers());
+    /// Returns the patience, which says how the wait ended.
+    pub fn wait_for_stealers(&self, patience: Patience) -> Patience {
+        self.signal.wait_until(patience, Naps::Notified, || self.no_stealers())
     }
 
     /// Where the owner sleeps: [`WsQueue::push`], [`WsQueue::close`] and

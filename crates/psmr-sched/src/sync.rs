@@ -4,6 +4,6 @@
 //! loom's under `--cfg loom` so that those protocols can be
 //! model-checked (`tests/loom_*.rs`).
 
-pub use psmr_rt::wait::{Naps, Patience, Signal};
+pub use psmr_rt::wait::{AdaptiveSpin, Naps, Patience, Signal};
 
 pub(crate) use psmr_rt::wait::{fence, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};

@@ -57,7 +57,7 @@
 
 use crate::early::{execute_entry, Shared};
 use crate::metrics::WorkerCounters;
-use crate::sync::{Naps, Patience, Signal};
+use crate::sync::{AdaptiveSpin, Naps, Signal};
 use crate::SchedError;
 use psmr_model::{ClassModel, Service};
 use std::fmt;
@@ -111,13 +111,26 @@ pub(crate) struct Thief {
     pub(crate) me: usize,
     rng: u64,
     pub(crate) cycles: Vec<usize>,
+    pub(crate) backoff: StealBackoff,
+    /// The spin budget of its waits for other threads.
+    pub(crate) spin: AdaptiveSpin,
+    /// The spin budget of its waits for work (at most 200 rounds: the
+    /// scheduler thread sends work per batch, far apart).
+    pub(crate) idle: AdaptiveSpin,
 }
 
 impl Thief {
-    pub(crate) fn new(me: usize, classes: usize) -> Self {
+    pub(crate) fn new(me: usize, classes: usize, spin: u32) -> Self {
         // Seeded by the worker id: victim choice changes timing, never
         // results.
-        Self { me, rng: 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1), cycles: vec![0; classes] }
+        Self {
+            me,
+            rng: 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1),
+            cycles: vec![0; classes],
+            backoff: StealBackoff::new(),
+            spin: AdaptiveSpin::new(spin),
+            idle: AdaptiveSpin::new(spin.min(200)),
+        }
     }
 
     fn start(&mut self, victims: Victims, workers: usize) -> usize {
@@ -164,10 +177,86 @@ pub(crate) fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoi
     None
 }
 
+/// The first pause after a fruitless steal round.
+pub(crate) const STEAL_RETRY_FIRST: Duration = Duration::from_micros(4);
+/// The longest pause between fruitless steal rounds.
+pub(crate) const STEAL_RETRY_MAX: Duration = Duration::from_millis(32);
+
+/// When a worker may try to steal again: after a fruitless round it
+/// leaves the victims alone for [`STEAL_RETRY_FIRST`], then twice as long
+/// after each further one, up to [`STEAL_RETRY_MAX`]; a steal that
+/// succeeds starts over.
+///
+/// Why: a steal chance appears when a victim's ready queue holds
+/// concurrent work and the batch it executes holds no sequential command.
+/// Where batches carry sequential commands (most of a kv store's write
+/// mix) that almost never holds, and a stealer that retried whenever a
+/// hint said "ready" tried 146 million times in 5 s for one success,
+/// taking victims' locks and the cores their owners needed. A round costs
+/// a lock per victim, about a microsecond when contended, so retrying
+/// after 4 µs at first keeps a stealer that does find work as quick as
+/// before (a free worker gets the next concurrent run within a few
+/// rounds), and the doubling bounds fruitless rounds to about
+/// log2(32 ms / 4 µs) = 13 plus one per 32 ms: about 30 a second per
+/// worker where stealing never pays, instead of millions.
+#[derive(Debug)]
+pub(crate) struct StealBackoff {
+    pause: Duration,
+    not_before: Option<std::time::Instant>,
+}
+
+impl StealBackoff {
+    pub(crate) fn new() -> Self {
+        Self { pause: STEAL_RETRY_FIRST, not_before: None }
+    }
+
+    /// Whether the pause after the last fruitless round is over.
+    pub(crate) fn may_try(&self) -> bool {
+        self.not_before.map_or(true, |t| std::time::Instant::now() >= t)
+    }
+
+    /// The round found nothing: pause, longer each time.
+    pub(crate) fn failed(&mut self) {
+        self.not_before = Some(std::time::Instant::now() + self.pause);
+        self.pause = (self.pause * 2).min(STEAL_RETRY_MAX);
+    }
+
+    /// The round stole: the next may come at once.
+    pub(crate) fn succeeded(&mut self) {
+        *self = Self::new();
+    }
+
+    /// How long a sleeping stealer may nap at most: until its next
+    /// round is due, and never less than `floor`.
+    pub(crate) fn nap_cap(&self, floor: Duration) -> Duration {
+        self.pause.max(floor)
+    }
+}
+
+/// A steal round ([`steal_once`]) if `thief`'s backoff allows one.
+pub(crate) fn steal_round<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoid: &[u64]) -> Option<u64> {
+    if !thief.backoff.may_try() {
+        return None;
+    }
+    let stolen = steal_once(thief, shared, avoid);
+    match stolen {
+        Some(_) => thief.backoff.succeeded(),
+        None => thief.backoff.failed(),
+    }
+    stolen
+}
+
 /// Waits until `done` holds, stealing work free of the classes in `avoid`
-/// meanwhile (000 Alg. 11 and 13); between fruitless attempts it spins,
-/// yields, then naps on `signal`, which whoever makes `done` true
-/// notifies. Returns the nanoseconds spent executing stolen work.
+/// meanwhile (000 Alg. 11 and 13), as often as `thief`'s backoff allows;
+/// between rounds it spins, yields, then naps on `signal`, which whoever
+/// makes `done` true notifies. A chance to steal wakes nobody, so the
+/// naps end by themselves, and it tries again; where the cores are
+/// contended they start longer (every nap that ends without a
+/// notification costs a wake-up on a core other threads are queued for),
+/// but they still end: the stealing is what gets the threads out when
+/// the others wait for work only this one is free to run (000 Alg. 11;
+/// `tests/stealing.rs` stages it). Returns the nanoseconds spent
+/// executing stolen work.
 pub(crate) fn steal_until<S: Service>(
     thief: &mut Thief,
     shared: &Shared<S>,
@@ -175,19 +264,25 @@ pub(crate) fn steal_until<S: Service>(
     signal: &Signal,
     done: impl Fn() -> bool,
 ) -> u64 {
-    // A chance to steal wakes nobody: the naps stay short.
-    let naps = Naps::Capped { first: Duration::from_micros(8), cap: Duration::from_micros(256) };
     let mut busy = 0;
-    let mut patience = Patience::new(shared.spin());
+    let contended = crate::cpus::contended();
+    let mut patience = thief.spin.patience_if(contended);
+    let first = if contended { Duration::from_micros(256) } else { Duration::from_micros(8) };
     while !done() && !signal.abandoned() {
-        match steal_once(thief, shared, avoid) {
+        match steal_round(thief, shared, avoid) {
             Some(ns) => {
                 busy += ns;
                 patience.reset();
             }
-            None => patience.snooze(signal, naps, &done),
+            None => {
+                // A chance to steal wakes nobody: nap until the next round
+                // is due (`done` still ends a nap at once).
+                let naps = Naps::Capped { first, cap: thief.backoff.nap_cap(first) };
+                patience.snooze(signal, naps, &done);
+            }
         }
     }
+    thief.spin.learn(&patience);
     busy
 }
 
@@ -211,10 +306,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fruitless_steal_rounds_pause_twice_as_long_each_time_up_to_the_cap() {
+        let mut b = StealBackoff::new();
+        assert!(b.may_try(), "the first round goes at once");
+        let mut rounds = 0;
+        while b.pause < STEAL_RETRY_MAX {
+            let before = b.pause;
+            b.failed();
+            assert!(b.not_before.is_some());
+            assert_eq!(b.pause, (before * 2).min(STEAL_RETRY_MAX));
+            rounds += 1;
+        }
+        // 4 µs doubled 13 times is past 32 ms.
+        assert_eq!(rounds, 13);
+        b.failed();
+        assert_eq!(b.pause, STEAL_RETRY_MAX, "capped");
+        assert_eq!(b.nap_cap(Duration::from_millis(1)), STEAL_RETRY_MAX);
+        b.succeeded();
+        assert!(b.may_try(), "a steal starts over");
+        assert_eq!(b.pause, STEAL_RETRY_FIRST);
+        assert_eq!(b.nap_cap(Duration::from_millis(1)), Duration::from_millis(1));
+    }
+
+    #[test]
     fn victims_are_visited_once_each_and_never_the_stealer() {
         let order: Vec<usize> = victim_order(2, 4, 3).collect();
         assert_eq!(order, vec![3, 0, 1]);
-        let mut thief = Thief::new(1, 0);
+        let mut thief = Thief::new(1, 0, 0);
         assert_eq!(thief.start(Victims::First, 4), 0);
         assert_eq!(thief.start(Victims::Next, 4), 2);
         for _ in 0..10 {
