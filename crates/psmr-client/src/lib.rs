@@ -13,9 +13,11 @@
 //! one is passed over, even when a follower still names it, for another
 //! `attempt_timeout`: a paused or cut-off leader still accepts
 //! connections, and its followers name it until they elect another, so
-//! following them back would cost a whole attempt more. A request that has not
-//! completed after `deadline` fails with [`ClientError::Timeout`], naming
-//! the last problem seen.
+//! following them back would cost a whole attempt more (a replica that
+//! answered part of a request and then fell silent is asked again: it
+//! dropped the rest of the replies because they were taken too slowly). A
+//! request that gets no further outcome for `deadline` fails with
+//! [`ClientError::Timeout`], naming the last problem seen.
 //!
 //! [`AsyncClient`] is the tokio API; [`Client`] wraps it for blocking use
 //! with a private single-threaded runtime. Both are generic over nothing:
@@ -40,6 +42,9 @@ use psmr_model::wire::{
 use psmr_model::App;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+pub mod order;
+pub use order::{Deliver, InOrder, Offered};
 use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -84,7 +89,8 @@ pub struct ClientConfig {
     pub id: Option<u64>,
     /// Longest wait for an answer from one replica.
     pub attempt_timeout: Duration,
-    /// Longest time a request may take, retries included.
+    /// Longest time a request may go without a further outcome, retries
+    /// included.
     pub deadline: Duration,
     /// Longest frame accepted from a replica.
     pub frame_max: usize,
@@ -126,12 +132,14 @@ pub trait Session: Send + 'static {
     /// The client id of the session.
     fn id(&self) -> u64;
 
-    /// Orders and executes `ops` (encoded operations) as one request;
-    /// their outcomes in order.
-    fn submit(
+    /// Orders and executes `ops` (encoded operations) as one request,
+    /// handing each outcome to `to` in order as soon as it and all before
+    /// it are in ([`order`]).
+    fn submit<D: Deliver>(
         &mut self,
         ops: Vec<Vec<u8>>,
-    ) -> impl std::future::Future<Output = Result<Vec<Outcome>, ClientError>> + Send;
+        to: &mut D,
+    ) -> impl std::future::Future<Output = Result<(), ClientError>> + Send;
 }
 
 /// A cluster reached over the network: each session is an
@@ -152,8 +160,9 @@ impl Session for AsyncClient {
         AsyncClient::id(self)
     }
 
-    async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
-        AsyncClient::submit(self, ops).await
+    async fn submit<D: Deliver>(&mut self, ops: Vec<Vec<u8>>, to: &mut D) -> Result<(), ClientError> {
+        let mut order = InOrder::new(self.reserve(ops.len()), ops.len());
+        self.resume(&ops, &mut order, to).await
     }
 }
 
@@ -224,9 +233,9 @@ impl AsyncClient {
     /// Orders and executes `ops` (encoded operations) as one request;
     /// returns their outcomes in order.
     pub async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
-        let first = self.reserve(ops.len());
-        let outcomes = vec![None; ops.len()];
-        self.resume(first, ops, outcomes).await
+        let mut outcomes = Vec::with_capacity(ops.len());
+        Session::submit(self, ops, &mut outcomes).await?;
+        Ok(outcomes)
     }
 
     /// Takes the next `n` sequence numbers for a request this client's
@@ -239,33 +248,47 @@ impl AsyncClient {
         first
     }
 
-    /// Finishes the request of `ops` as commands `first..` (reserved with
-    /// [`AsyncClient::reserve`]) over the network, sending those whose
-    /// `outcomes` are not known yet; every replica's reply cache answers a
-    /// command that already executed with its outcome, so none executes
-    /// twice. `outcomes` holds a slot per operation (missing ones are
-    /// unknown).
-    pub async fn resume(
+    /// Finishes the request of `ops` (commands `order.first()..`, reserved
+    /// with [`AsyncClient::reserve`]) over the network, asking for the
+    /// commands whose outcomes `order` misses, until every one is
+    /// delivered to `to`; every replica's reply cache answers a command
+    /// that already executed with its outcome, so none executes twice.
+    pub async fn resume<D: Deliver>(
         &mut self,
-        first: u64,
-        ops: Vec<Vec<u8>>,
-        mut outcomes: Vec<Option<Outcome>>,
-    ) -> Result<Vec<Outcome>, ClientError> {
-        outcomes.resize(ops.len(), None);
-        let commands: Vec<WireCommand> =
-            ops.into_iter().enumerate().map(|(i, op)| WireCommand { seq: first + i as u64, op }).collect();
-        let start = Instant::now();
+        ops: &[Vec<u8>],
+        order: &mut InOrder,
+        to: &mut D,
+    ) -> Result<(), ClientError> {
+        let mut start = Instant::now();
         let mut last = String::from("none");
-        let mut left = outcomes.iter().filter(|o| o.is_none()).count();
-        while left > 0 {
+        let mut delivered = order.delivered();
+        while !order.done() {
+            if order.delivered() > delivered {
+                // The deadline bounds a wait for the cluster, not the time
+                // `to` takes over what it was given.
+                (start, delivered) = (Instant::now(), order.delivered());
+            }
             if start.elapsed() >= self.config.deadline {
                 return Err(ClientError::Timeout { after: self.config.deadline, last });
             }
+            let first = order.first();
             let pending: Vec<WireCommand> =
-                commands.iter().zip(&outcomes).filter(|(_, o)| o.is_none()).map(|(c, _)| c.clone()).collect();
-            match self.attempt(pending, first, &mut outcomes).await {
+                order.to_ask().into_iter().map(|i| WireCommand { seq: first + i as u64, op: ops[i].clone() }).collect();
+            let mut kept = 0;
+            let result = self.attempt(pending, order, to, &mut kept).await;
+            if matches!(result, Ok(()) | Err(Attempt::Partial(_))) {
+                order.asked(kept, result.is_ok());
+            }
+            match result {
                 Ok(()) => {}
                 Err(Attempt::Refused(m)) => return Err(ClientError::Refused(m)),
+                Err(Attempt::Partial(why)) => {
+                    debug!(client = self.id, "asking again: {why}");
+                    last = why;
+                    // Over a new connection: replies to the old one may
+                    // still be on their way.
+                    self.leader = self.conn.take().map(|(addr, _)| addr);
+                }
                 Err(Attempt::Retry(why)) => {
                     debug!(client = self.id, "retrying: {why}");
                     last = why;
@@ -280,36 +303,57 @@ impl AsyncClient {
                     }
                 }
             }
-            left = outcomes.iter().filter(|o| o.is_none()).count();
         }
-        Ok(outcomes.into_iter().map(|o| o.expect("every command has its outcome")).collect())
+        Ok(())
     }
 
-    async fn attempt(
+    /// Sends `pending` once and takes replies until each of them was
+    /// answered (delivered, held or forgotten by `order`), counting those
+    /// `kept`.
+    async fn attempt<D: Deliver>(
         &mut self,
         pending: Vec<WireCommand>,
-        first: u64,
-        outcomes: &mut [Option<Outcome>],
+        order: &mut InOrder,
+        to: &mut D,
+        kept: &mut usize,
     ) -> Result<(), Attempt> {
         let (id, timeout, max) = (self.id, self.config.attempt_timeout, self.config.frame_max);
+        let mut unanswered = pending.len();
         let frame = ClientMsg::Request { client: id, commands: pending }.to_frame();
         let stream = self.connection().await.map_err(Attempt::Retry)?;
         stream.write_all(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
-        loop {
+        drop(frame);
+        let asked = unanswered;
+        while unanswered > 0 {
             let f = tokio::time::timeout(timeout, read_frame_async(stream, max))
                 .await
-                .map_err(|_| Attempt::Silent(format!("no answer within {timeout:?}")))?
+                .map_err(|_| {
+                    let why = format!("no answer within {timeout:?}");
+                    // A replica that answered part of the request lives: the
+                    // rest was dropped (its outbox for us was full while we
+                    // delivered slowly). Ask it again rather than pass it over.
+                    if unanswered < asked {
+                        Attempt::Partial(format!("{why} to {unanswered} of {asked} commands"))
+                    } else {
+                        Attempt::Silent(why)
+                    }
+                })?
                 .map_err(|e| Attempt::Retry(format!("receive failed: {e}")))?;
             match ServerMsg::from_frame(&f).map_err(|e| Attempt::Retry(e.to_string()))? {
                 ServerMsg::Replies { client, replies } if client == id => {
+                    drop(f);
                     for (seq, outcome) in replies {
-                        if let Some(slot) = seq.checked_sub(first).and_then(|i| outcomes.get_mut(i as usize)) {
-                            *slot = Some(outcome);
+                        let offered = order.offer(seq, outcome, to);
+                        *kept += usize::from(offered == Offered::Kept);
+                        if offered != Offered::Ignored {
+                            // A forgotten command answered twice counts once.
+                            unanswered = unanswered.saturating_sub(1);
                         }
                     }
-                    if outcomes.iter().all(Option::is_some) {
-                        return Ok(());
-                    }
+                    // Delivering may wait for a slow receiver; meanwhile
+                    // this socket is not read, and the replica's bounded
+                    // outbox for it takes the back-pressure.
+                    order.flush(to).await;
                 }
                 ServerMsg::Replies { .. }
                 | ServerMsg::Status(_)
@@ -329,6 +373,7 @@ impl AsyncClient {
                 ServerMsg::Error(m) => return Err(Attempt::Refused(m)),
             }
         }
+        Ok(())
     }
 
     /// Encodes `ops` with `codec`, submits them as one request and decodes
@@ -557,6 +602,9 @@ enum Attempt {
     Retry(String),
     /// No answer within the attempt's time: try another replica at once.
     Silent(String),
+    /// Part of the request answered, then silence: the replica dropped the
+    /// rest (its outbox for us was full). Ask it again at once, for fewer.
+    Partial(String),
     /// The cluster refused the request.
     Refused(String),
 }

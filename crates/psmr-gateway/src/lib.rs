@@ -29,11 +29,16 @@
 //! held against one budget of `client_buffer_bytes_max` for all
 //! connections; a request must arrive whole within `frame_timeout_ms`; an
 //! idle connection closes after `client_idle_timeout_ms`; at most
-//! `max_connections` Redis connections are open. A protocol error is
+//! `max_connections` Redis connections are open. Replies are written as
+//! their outcomes come, within bounded bytes (the `answers` module): a client
+//! that reads slowly slows its own pipeline down and holds nothing more. A protocol error is
 //! answered with Redis's `-ERR Protocol error: ...` and closes the
 //! connection, as Redis does; an unknown command or wrong arity is a
 //! `-ERR` reply and the connection lives on.
 
+mod answers;
+
+use answers::{Answers, Replier, Step};
 use bytes::{Bytes, BytesMut};
 use psmr_client::{Session, Submit};
 use psmr_model::ratelog::RateLimit;
@@ -105,6 +110,9 @@ pub struct Gateway<A: App, C, S> {
     info: Info,
     connections: Arc<Semaphore>,
     buffered: Arc<Semaphore>,
+    /// Bytes of outcomes held ahead of their turn, over all connections
+    /// (the `answers` module).
+    held: Arc<Semaphore>,
 }
 
 /// A pinned, boxed, sendable future of nothing.
@@ -135,7 +143,8 @@ where
     pub fn new(limits: GatewayLimits, submit: S, app: Arc<A>, commands: C, info: Info) -> Self {
         let connections = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
         let buffered = Arc::new(Semaphore::new(limits.buffered_max.min(Semaphore::MAX_PERMITS)));
-        Self { limits, submit, app, commands, codec: A::Codec::default(), info, connections, buffered }
+        let held = Arc::new(Semaphore::new(limits.buffered_max.min(Semaphore::MAX_PERMITS)));
+        Self { limits, submit, app, commands, codec: A::Codec::default(), info, connections, buffered, held }
     }
 
     async fn accept_loop(self: Arc<Self>, listener: TcpListener, stop: Stop, fail: Fail) {
@@ -186,6 +195,23 @@ where
     }
 }
 
+impl<A, C, S> Replier<A::Op> for Gateway<A, C, S>
+where
+    A: App,
+    C: Commands<Op = A::Op, Reply = A::Reply>,
+    S: Submit,
+{
+    fn reply(&self, op: &A::Op, outcome: Outcome) -> Reply {
+        match outcome {
+            Outcome::Ok(bytes) => match self.codec.decode_reply(&bytes) {
+                Ok(reply) => self.commands.reply(op, reply),
+                Err(e) => Reply::error(format!("ERR undecodable reply: {e}")),
+            },
+            Outcome::Rejected(why) => error_reply(&why),
+        }
+    }
+}
+
 impl<A, C, S> Serve for Gateway<A, C, S>
 where
     A: App,
@@ -195,18 +221,6 @@ where
     fn serve(self: Arc<Self>, listener: TcpListener, stop: Stop, fail: Fail) -> BoxFuture {
         Box::pin(self.accept_loop(listener, stop, fail))
     }
-}
-
-/// What a request turns into, in its place among the replies.
-enum Step<Op> {
-    /// Answered here.
-    Local(Reply),
-    /// Submitted to the cluster, with its encoding.
-    Execute(Op, Vec<u8>),
-    /// Changes the protocol version, then answers.
-    Hello(Version, Reply),
-    /// Answers, then closes.
-    Quit,
 }
 
 struct Connection<'g, A: App, C, S: Submit> {
@@ -442,54 +456,24 @@ where
     }
 
     /// Submits the operations among `steps` as one request and writes
-    /// every reply in order; Ok(true) when the client asked to quit.
+    /// every reply in order as it comes; Ok(true) when the client asked to
+    /// quit.
     async fn execute(&mut self, mut steps: Vec<Step<C::Op>>) -> Result<bool, String> {
         let encoded: Vec<Vec<u8>> = steps
             .iter_mut()
             .filter_map(|s| if let Step::Execute(_, e) = s { Some(std::mem::take(e)) } else { None })
             .collect();
-        let count = encoded.len();
-        let mut outcomes = if count == 0 {
-            Vec::new()
+        let gateway = self.gateway;
+        let (stall, held) = (gateway.limits.idle_timeout, gateway.held.clone());
+        let mut answers = Answers::new(steps, gateway, &mut self.stream, &mut self.version, stall, held);
+        // The commands may or may not have executed: the client is told,
+        // and decides, as after a lost connection.
+        let failed = if encoded.is_empty() {
+            None
         } else {
-            match self.client.submit(encoded).await {
-                Ok(outcomes) => outcomes,
-                // The commands may or may not have executed: the client is
-                // told, and decides, as after a lost connection.
-                Err(e) => (0..count).map(|_| Outcome::Rejected(format!("cluster unavailable: {e}"))).collect(),
-            }
-        }
-        .into_iter();
-        let mut out = Vec::new();
-        let mut quit = false;
-        for step in steps {
-            let reply = match step {
-                Step::Local(reply) => reply,
-                Step::Execute(op, _) => self.reply(&op, outcomes.next()),
-                Step::Hello(version, reply) => {
-                    self.version = version;
-                    reply
-                }
-                Step::Quit => {
-                    quit = true;
-                    Reply::ok()
-                }
-            };
-            reply.encode(self.version, &mut out);
-        }
-        self.stream.write_all(&out).await.map_err(|e| e.to_string())?;
-        Ok(quit)
-    }
-
-    fn reply(&self, op: &C::Op, outcome: Option<Outcome>) -> Reply {
-        match outcome {
-            Some(Outcome::Ok(bytes)) => match self.gateway.codec.decode_reply(&bytes) {
-                Ok(reply) => self.gateway.commands.reply(op, reply),
-                Err(e) => Reply::error(format!("ERR undecodable reply: {e}")),
-            },
-            Some(Outcome::Rejected(why)) => error_reply(&why),
-            None => Reply::error("ERR no outcome for the command"),
-        }
+            self.client.submit(encoded, &mut answers).await.err().map(|e| format!("cluster unavailable: {e}"))
+        };
+        answers.finish(failed.as_deref()).await
     }
 
     async fn answer_now(&mut self, replies: &[Reply]) {

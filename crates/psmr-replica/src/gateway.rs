@@ -4,9 +4,8 @@
 
 use crate::error::ReplicaError;
 use crate::start::Handles;
-use psmr_client::{AsyncClient, ClientConfig, ClientError, Session, Submit};
+use psmr_client::{AsyncClient, ClientConfig, ClientError, Deliver, InOrder, Offered, Session, Submit};
 use psmr_gateway::{Gateway, GatewayLimits, Info, Serve};
-use psmr_model::wire::Outcome;
 use psmr_model::App;
 use psmr_transport::client::ClientIo;
 use psmr_transport::life::Life;
@@ -57,15 +56,49 @@ impl Session for Both {
         self.net.id()
     }
 
-    async fn submit(&mut self, ops: Vec<Vec<u8>>) -> Result<Vec<Outcome>, ClientError> {
-        let first = self.net.reserve(ops.len());
-        let mut outcomes = vec![None; ops.len()];
-        match self.local.submit(first, &ops, &mut outcomes, self.patience).await {
-            Ok(()) => return Ok(outcomes.into_iter().flatten().collect()),
+    async fn submit<D: Deliver>(&mut self, ops: Vec<Vec<u8>>, to: &mut D) -> Result<(), ClientError> {
+        let mut order = InOrder::new(self.net.reserve(ops.len()), ops.len());
+        match self.here(&ops, &mut order, to).await {
+            Ok(()) => return Ok(()),
             Err(LocalError::Refused(why)) => return Err(ClientError::Refused(why)),
-            Err(LocalError::Elsewhere(_)) => {}
+            Err(LocalError::Elsewhere(_) | LocalError::Dropped) => {}
         }
-        self.net.resume(first, ops, outcomes).await
+        self.net.resume(&ops, &mut order, to).await
+    }
+}
+
+impl Both {
+    /// Serves the request in this replica: queues the commands whose
+    /// outcomes `order` misses, and again any it had to forget, until
+    /// every outcome is delivered.
+    async fn here<D: Deliver>(&mut self, ops: &[Vec<u8>], order: &mut InOrder, to: &mut D) -> Result<(), LocalError> {
+        while !order.done() {
+            let first = order.first();
+            let asking = order.to_ask();
+            self.local.queue(asking.iter().map(|&i| (first + i as u64, ops[i].as_slice()))).await?;
+            let (mut unanswered, mut kept) = (asking.len(), 0);
+            while unanswered > 0 {
+                // Patience counts from the last reply: a receiver that
+                // takes its time over each does not send the request away.
+                let (seq, outcome) = match self.local.next(self.patience).await {
+                    Ok(reply) => reply,
+                    Err(LocalError::Dropped) if kept > 0 => break,
+                    // Not one outcome got through (the replica's replies to
+                    // all clients are at their bound): the network way
+                    // paces its retries.
+                    Err(e) => return Err(e),
+                };
+                let offered = order.offer(seq, outcome, to);
+                kept += usize::from(offered == Offered::Kept);
+                if offered != Offered::Ignored {
+                    unanswered = unanswered.saturating_sub(1);
+                }
+                order.flush(to).await;
+            }
+            order.asked(kept, unanswered == 0);
+        }
+        self.local.answered();
+        Ok(())
     }
 }
 

@@ -26,6 +26,8 @@
 //! | `psmr_reply_cache_clients` | gauge | clients the reply cache remembers |
 //! | `psmr_reply_cache_seqs` | gauge | sequence numbers it remembers |
 //! | `psmr_reply_cache_bytes` | gauge | bytes of outcomes it keeps |
+//! | `psmr_client_outbox_bytes` | gauge | bytes of replies waiting for client connections and the Redis gateway's sessions (at most `client_buffer_bytes_max`, and 64 MiB per connection) |
+//! | `psmr_client_replies_dropped_total` | counter | replies dropped because their connection's outbox was full; the client (or the gateway) asks for them again |
 //! | `psmr_thread_cpu_seconds_total{thread}` | counter | CPU time of the threads of that name (a stage: `psmr-protocol`, `psmr-client-io`, a worker...) |
 //! | `psmr_thread_runqueue_seconds_total{thread}` | counter | time those threads were ready to run but waited for a CPU |
 //! | `psmr_threads{thread}` | gauge | threads of that name |
@@ -103,6 +105,7 @@ use psmr_transport::life::Life;
 use psmr_transport::metrics::{ClientRefusal, CounterSet, Histogram};
 use psmr_transport::peer::Peers;
 use psmr_transport::queue::Meter;
+use psmr_transport::router::Router;
 use psmr_transport::view::ClusterView;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -326,6 +329,7 @@ pub(crate) struct Observed {
     pub(crate) peers: Arc<Peers>,
     pub(crate) scheduling: Arc<Scheduling>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) router: Arc<Router>,
 }
 
 /// The replica's metrics as OpenMetrics text: those read now from its
@@ -362,6 +366,8 @@ struct Sample {
     entries_proposed: u64,
     commands_proposed: u64,
     peer_in: u64,
+    /// Bytes of replies queued for clients, and replies dropped.
+    outboxes: (usize, u64),
     /// Clients, sequence numbers and bytes of the reply cache.
     cache: Option<(usize, usize, usize)>,
     workers: Vec<WorkerSample>,
@@ -384,6 +390,7 @@ impl Sample {
             entries_proposed: c.entries_proposed.load(Ordering::Acquire),
             commands_proposed: c.commands_proposed.load(Ordering::Acquire),
             peer_in: o.peers.received.load(Ordering::Acquire),
+            outboxes: (o.router.queued_bytes(), o.router.dropped.load(Ordering::Relaxed)),
             cache: o.metrics.cache.get().map(|sizes| sizes()),
             workers: o.scheduling.workers(),
             threads: threads_by_name(),
@@ -464,6 +471,13 @@ impl Sample {
         gauge(e, "psmr_reply_cache_bytes", "Bytes of outcomes the reply cache keeps.", bytes)
     }
 
+    fn encode_outboxes(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let (bytes, dropped) = self.outboxes;
+        gauge(e, "psmr_client_outbox_bytes", "Bytes of replies waiting for client connections and sessions.", bytes)?;
+        let help = "Replies dropped because their connection's outbox was full (asked for again).";
+        counter(e, "psmr_client_replies_dropped", help, dropped)
+    }
+
     fn encode_threads(&self, e: &mut DescriptorEncoder) -> fmt::Result {
         let rows = |f: fn(&Threads) -> u64| self.threads.iter().map(move |(n, t)| (n.clone(), f(t) as f64 / 1e9));
         let help = "CPU time of the threads of this name.";
@@ -507,6 +521,7 @@ impl Collector for Sample {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         self.encode_raft(&mut e)?;
         self.encode_cache(&mut e)?;
+        self.encode_outboxes(&mut e)?;
         self.encode_threads(&mut e)?;
         self.encode_workers(&mut e)
     }
@@ -895,6 +910,7 @@ mod tests {
             counters: Arc::default(),
             scheduling: Arc::default(),
             metrics: Arc::default(),
+            router: Arc::new(Router::new(1 << 20)),
         }
     }
 

@@ -179,6 +179,7 @@ impl Handles {
             peers: self.peers.clone(),
             scheduling: self.scheduling.clone(),
             metrics: self.metrics.clone(),
+            router: self.router.clone(),
         }
     }
 

@@ -30,6 +30,11 @@ pub enum LocalError {
     /// Refused, as a client would be told (too large, empty, reserved id).
     #[error("{0}")]
     Refused(String),
+    /// Replies to this session were dropped because its outbox was full
+    /// (its caller took them too slowly): ask again, here, for the commands
+    /// whose outcomes are still missing.
+    #[error("replies dropped: the session's outbox was full")]
+    Dropped,
 }
 
 /// One in-process client of the replica: its id, and its outbox in the
@@ -40,6 +45,10 @@ pub struct LocalSession {
     conn: u64,
     outbox: Outbox,
     rx: OutboxRx,
+    /// When the request queued last was read (for its latency).
+    read_at: Option<Instant>,
+    /// Replies the outbox had dropped when that request was queued.
+    dropped: u64,
 }
 
 impl ClientIo {
@@ -47,7 +56,7 @@ impl ClientIo {
     pub fn local_session(self: &Arc<Self>, client: u64) -> LocalSession {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (outbox, rx) = self.port.router.outbox(self.port.config.queue_depth);
-        LocalSession { io: self.clone(), client, conn, outbox, rx }
+        LocalSession { io: self.clone(), client, conn, outbox, rx, read_at: None, dropped: 0 }
     }
 }
 
@@ -57,65 +66,71 @@ impl LocalSession {
         self.client
     }
 
-    /// Orders and executes `ops` as commands `first..` of this client,
-    /// filling `outcomes` (a slot per operation) as their replies come;
-    /// waits at most `patience` for them once queued.
-    pub async fn submit(
+    /// Queues `commands` (sequence number, operation) of this client as
+    /// one request; their replies come from [`LocalSession::next`].
+    pub async fn queue<'a>(
         &mut self,
-        first: u64,
-        ops: &[Vec<u8>],
-        outcomes: &mut [Option<Outcome>],
-        patience: Duration,
+        commands: impl ExactSizeIterator<Item = (u64, &'a [u8])> + Clone,
     ) -> Result<(), LocalError> {
         let read_at = Instant::now();
         // Replies to an earlier request that went elsewhere.
         while self.rx.try_recv().is_some() {}
-        if let Some(msg) = self.io.check(self.client, ops.iter().map(Vec::len)) {
+        if let Some(msg) = self.io.check(self.client, commands.clone().map(|(_, op)| op.len())) {
             self.io.port.metrics.request_latency.observe_since(read_at);
             return Err(refusal(msg));
         }
-        let held = ops.iter().map(|op| op.len() + 20).sum::<usize>().min(self.io.port.config.client_buffer_bytes_max);
+        let held = commands.clone().map(|(_, op)| op.len() + 20).sum::<usize>();
+        let held = held.min(self.io.port.config.client_buffer_bytes_max);
         let permits = u32::try_from(held).unwrap_or(u32::MAX);
         let Ok(held) = self.io.buffered.clone().acquire_many_owned(permits).await else {
             return Err(LocalError::Elsewhere("the replica is stopping".into()));
         };
         self.io.port.router.register(self.client, self.conn, &self.outbox);
-        let commands = ops.iter().enumerate().map(|(i, op)| (first + i as u64, op.as_slice()));
         let (request, ..) = self.io.encode(self.client, commands, held);
         if self.io.port.requests.send(request).await.is_err() {
             return Err(LocalError::Elsewhere("the replica is stopping".into()));
         }
-        self.replies(first, outcomes, read_at + patience).await?;
-        self.io.port.metrics.request_latency.observe_since(read_at);
+        self.read_at = Some(read_at);
+        self.dropped = self.rx.dropped();
         Ok(())
     }
 
-    /// Takes replies to commands `first..` until every slot of `outcomes`
-    /// is filled, or the protocol sends this client elsewhere, or
-    /// `deadline` passes.
-    async fn replies(
-        &mut self,
-        first: u64,
-        outcomes: &mut [Option<Outcome>],
-        deadline: Instant,
-    ) -> Result<(), LocalError> {
-        let mut left = outcomes.iter().filter(|o| o.is_none()).count();
-        while left > 0 {
-            let item = tokio::time::timeout_at(deadline.into(), self.rx.recv()).await;
+    /// The next reply to this client: its command's sequence number and
+    /// outcome, in the order replies come. Ends [`LocalError::Elsewhere`]
+    /// when none comes within `patience`, or the protocol sends this client
+    /// elsewhere. A reply not taken stays in the session's outbox, bounded
+    /// in bytes; beyond that the router drops it, and once the outbox is
+    /// empty this ends [`LocalError::Dropped`]: the commands still missing
+    /// must be asked for again.
+    pub async fn next(&mut self, patience: Duration) -> Result<(u64, Outcome), LocalError> {
+        loop {
+            let waiting = self.rx.try_recv();
+            if waiting.is_none() && self.rx.dropped() != self.dropped {
+                // Nothing more is queued and some replies never will be.
+                self.dropped = self.rx.dropped();
+                return Err(LocalError::Dropped);
+            }
+            let item = match waiting {
+                Some(item) => Ok(Some(item)),
+                None => tokio::time::timeout(patience, self.rx.recv()).await,
+            };
             match item {
                 Err(_) | Ok(None) => return Err(LocalError::Elsewhere("no answer in time".into())),
                 Ok(Some(Outgoing::Reply { client, seq, outcome })) if client == self.client => {
-                    let slot = seq.checked_sub(first).and_then(|i| outcomes.get_mut(usize::try_from(i).ok()?));
-                    if let Some(slot @ None) = slot {
-                        *slot = Some(outcome);
-                        left -= 1;
-                    }
+                    return Ok((seq, outcome));
                 }
                 Ok(Some(Outgoing::Reply { .. })) => {}
                 Ok(Some(Outgoing::Msg(msg))) => return Err(refusal(msg)),
             }
         }
-        Ok(())
+    }
+
+    /// The request queued last has every reply it needs (its latency is
+    /// recorded as a connection's would be).
+    pub fn answered(&mut self) {
+        if let Some(at) = self.read_at.take() {
+            self.io.port.metrics.request_latency.observe_since(at);
+        }
     }
 }
 
@@ -209,8 +224,12 @@ mod tests {
         tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
     }
 
-    fn ok(b: &[u8]) -> Option<Outcome> {
-        Some(Outcome::Ok(b.to_vec()))
+    fn ok(b: &[u8]) -> Outcome {
+        Outcome::Ok(b.to_vec())
+    }
+
+    fn commands(first: u64, ops: &[Vec<u8>]) -> impl ExactSizeIterator<Item = (u64, &[u8])> + Clone {
+        ops.iter().enumerate().map(move |(i, op)| (first + i as u64, op.as_slice()))
     }
 
     #[test]
@@ -218,40 +237,32 @@ mod tests {
         let p = port(1);
         let mut s = p.io.local_session(7);
         let ops = vec![b"w1".to_vec(), b"w2".to_vec()];
-        let mut outcomes = vec![None, None];
-        rt().block_on(async {
-            let submit = s.submit(10, &ops, &mut outcomes, Duration::from_secs(1));
-            let serve = async {
-                let r = loop {
-                    match p.requests.try_recv() {
-                        Some(r) => break r,
-                        None => tokio::task::yield_now().await,
-                    }
-                };
-                assert_eq!((r.client, r.count, r.read), (7, 2, false));
-                // A reply to a command of an earlier request, another
-                // client's and a duplicate change nothing.
-                p.router.reply(7, 9, Outcome::Ok(b"old".to_vec()));
-                p.router.reply(7, 11, Outcome::Ok(b"b".to_vec()));
-                p.router.reply(7, 11, Outcome::Ok(b"dup".to_vec()));
-                p.router.reply(7, 10, Outcome::Ok(b"a".to_vec()));
-            };
-            let (done, ()) = tokio::join!(submit, serve);
-            assert_eq!(done, Ok(()));
+        let got = rt().block_on(async {
+            s.queue(commands(10, &ops)).await.unwrap();
+            let r = p.requests.try_recv().expect("queued at once");
+            assert_eq!((r.client, r.count, r.read), (7, 2, false));
+            // Another client's reply is passed over; replies come as the
+            // router has them, in any order (the caller orders them).
+            p.router.reply(8, 10, Outcome::Ok(b"other".to_vec()));
+            p.router.reply(7, 11, Outcome::Ok(b"b".to_vec()));
+            p.router.reply(7, 10, Outcome::Ok(b"a".to_vec()));
+            let patience = Duration::from_secs(1);
+            let got = vec![s.next(patience).await.unwrap(), s.next(patience).await.unwrap()];
+            s.answered();
+            got
         });
-        assert_eq!(outcomes, vec![ok(b"a"), ok(b"b")]);
+        assert_eq!(got, vec![(11, ok(b"b")), (10, ok(b"a"))]);
     }
 
     #[test]
     fn reads_are_marked_and_a_follower_sends_the_request_elsewhere() {
         let p = port(1);
         let mut s = p.io.local_session(7);
-        let mut outcomes = vec![None];
         let rt = rt();
         let ops = vec![b"r".to_vec()];
         let (done, r) = rt.block_on(async {
-            let done = s.submit(1, &ops, &mut outcomes, Duration::from_millis(50)).await;
-            (done, p.requests.try_recv().unwrap())
+            s.queue(commands(1, &ops)).await.unwrap();
+            (s.next(Duration::from_millis(50)).await, p.requests.try_recv().unwrap())
         });
         assert!(r.read, "a request of reads only is served without the log");
         assert!(matches!(done, Err(LocalError::Elsewhere(_))), "nobody answered: {done:?}");
@@ -263,7 +274,7 @@ mod tests {
             last_index: 0,
             repaired: false,
         });
-        let done = rt.block_on(s.submit(2, &ops, &mut outcomes, Duration::from_secs(1)));
+        let done = rt.block_on(s.queue(commands(2, &ops)));
         assert_eq!(done, Err(LocalError::Elsewhere("replica 2 leads".into())));
         assert!(p.requests.try_recv().is_none(), "a follower queues nothing");
     }
@@ -272,23 +283,36 @@ mod tests {
     fn a_redirect_from_the_protocol_ends_the_wait_and_a_bad_request_is_refused() {
         let p = port(1);
         let mut s = p.io.local_session(7);
-        let mut outcomes = vec![None];
         let rt = rt();
         let ops = [b"w".to_vec()];
         let done = rt.block_on(async {
-            let submit = s.submit(1, &ops, &mut outcomes, Duration::from_secs(60));
-            let lose = async {
-                while p.requests.try_recv().is_none() {
-                    tokio::task::yield_now().await;
-                }
-                p.router.send(7, Outgoing::Msg(ServerMsg::Redirect { leader: 3, addr: "x".into() }));
-            };
-            tokio::join!(submit, lose).0
+            s.queue(commands(1, &ops)).await.unwrap();
+            p.router.send(7, Outgoing::Msg(ServerMsg::Redirect { leader: 3, addr: "x".into() }));
+            s.next(Duration::from_secs(60)).await
         });
         assert_eq!(done, Err(LocalError::Elsewhere("replica 3 leads".into())));
-        let done = rt.block_on(s.submit(2, &[], &mut [], Duration::from_secs(1)));
+        let done = rt.block_on(s.queue(commands(2, &[])));
         assert!(matches!(done, Err(LocalError::Refused(_))), "an empty request: {done:?}");
         drop(s);
         assert_eq!(p.router.clients(), 0, "a session's route goes with it");
+    }
+
+    #[test]
+    fn replies_the_outbox_dropped_are_reported_once_the_rest_is_taken() {
+        let p = port(1);
+        let mut s = p.io.local_session(7);
+        let ops = vec![b"r1".to_vec(), b"r2".to_vec()];
+        let big = || Outcome::Ok(vec![0; 2 << 20]);
+        let got = rt().block_on(async {
+            s.queue(commands(1, &ops)).await.unwrap();
+            // The router holds 1 MiB for all: the first big reply gets in
+            // (an empty budget admits one item), the second is dropped.
+            p.router.reply(7, 1, big());
+            p.router.reply(7, 2, big());
+            let first = s.next(Duration::from_secs(60)).await.map(|(seq, _)| seq);
+            (first, s.next(Duration::from_secs(60)).await)
+        });
+        assert_eq!(got, (Ok(1), Err(LocalError::Dropped)));
+        assert_eq!(p.router.dropped.load(Ordering::Relaxed), 1);
     }
 }

@@ -56,11 +56,13 @@ impl Outgoing {
 struct Budget {
     used: AtomicUsize,
     max: usize,
+    /// Items refused for want of room.
+    dropped: AtomicU64,
 }
 
 impl Budget {
     fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self { used: AtomicUsize::new(0), max })
+        Arc::new(Self { used: AtomicUsize::new(0), max, dropped: AtomicU64::new(0) })
     }
 
     fn take(&self, n: usize) -> bool {
@@ -97,21 +99,22 @@ impl Outbox {
     /// Queues `item` if there is room in items and bytes; false if not.
     pub fn try_send(&self, item: Outgoing) -> bool {
         let n = item.size();
-        if !self.mine.take(n) {
-            return false;
-        }
-        if !self.all.take(n) {
+        let sent = if !self.mine.take(n) {
+            false
+        } else if !self.all.take(n) {
             self.mine.give(n);
-            return false;
+            false
+        } else if self.tx.try_send(item).is_err() {
+            self.mine.give(n);
+            self.all.give(n);
+            false
+        } else {
+            true
+        };
+        if !sent {
+            self.mine.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        match self.tx.try_send(item) {
-            Ok(()) => true,
-            Err(_) => {
-                self.mine.give(n);
-                self.all.give(n);
-                false
-            }
-        }
+        sent
     }
 
     /// Queues `item`, waiting for room in items (ClientIO's own small
@@ -150,6 +153,11 @@ impl OutboxRx {
     pub fn try_recv(&mut self) -> Option<Outgoing> {
         let item = self.rx.try_recv().ok();
         self.taken(item)
+    }
+
+    /// Items this outbox has refused so far, for want of room.
+    pub fn dropped(&self) -> u64 {
+        self.mine.dropped.load(Ordering::Relaxed)
     }
 }
 

@@ -355,3 +355,79 @@ fn pipelines_are_split_at_the_batch_byte_limit_and_larger_commands_refused() {
     assert!(e.contains("command too large") && e.contains("batch_max_bytes"), "{e}");
     assert_eq!(cmd::<String>(&mut con, &["PING"]).unwrap(), "PONG");
 }
+
+/// The value of metric `name` (no labels) in an exposition.
+fn metric(text: &str, name: &str) -> f64 {
+    let line = text.lines().find(|l| l.split(' ').next() == Some(name)).unwrap_or_else(|| panic!("no {name}"));
+    line.split(' ').nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("bad line {line}"))
+}
+
+/// Reads one RESP bulk string reply.
+fn read_bulk(r: &mut impl std::io::BufRead) -> Vec<u8> {
+    let mut head = String::new();
+    r.read_line(&mut head).unwrap();
+    let len: usize =
+        head.strip_prefix('$').and_then(|n| n.trim_end().parse().ok()).unwrap_or_else(|| panic!("{head:?}"));
+    let mut body = vec![0; len + 2];
+    r.read_exact(&mut body).unwrap();
+    body.truncate(len);
+    body
+}
+
+#[test]
+fn a_slow_reader_of_big_replies_is_held_within_the_reply_bounds_and_gets_them_all_in_order() {
+    slow_reader(true);
+}
+
+#[test]
+fn a_slow_reader_through_a_follower_gets_every_big_reply_in_order() {
+    slow_reader(false);
+}
+
+/// A pipeline of big replies read only once the replica whose replies
+/// they are (the leader: `here` or behind a follower's gateway) has had to
+/// drop some.
+fn slow_reader(here: bool) {
+    const BUDGET: usize = 16 << 20;
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
+    let cluster = LocalCluster::builder()
+        .configure(|c| c.client_buffer_bytes_max = BUDGET)
+        .start_with_redis(|_| KvApp::new(&ServiceConfig::default()).expect("the default kv"), |_| KvRedis)
+        .expect("a local cluster");
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).unwrap();
+    // The leader's gateway submits in-process; a follower's over the
+    // network, to the leader's client port.
+    let port = if here { leader } else { leader % 3 + 1 };
+    let addr = cluster.redis_addrs()[port as usize - 1];
+    let (count, size) = (300, 256 << 10);
+    let mut con = connect(addr);
+    for (i, key) in ["a", "b"].iter().enumerate() {
+        let value = vec![b'0' + i as u8; size];
+        redis::cmd("SET").arg(*key).arg(value).query::<()>(&mut con).unwrap();
+    }
+    // 300 GETs of 256 KiB (75 MiB of replies), alternating two keys, and
+    // nothing read until the leader has had to drop replies.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    let key = |i: usize| if i % 2 == 0 { "a" } else { "b" };
+    let pipeline: String = (0..count).map(|i| format!("*2\r\n$3\r\nGET\r\n$1\r\n{}\r\n", key(i))).collect();
+    raw.write_all(pipeline.as_bytes()).unwrap();
+    let replica = cluster.replica(leader).unwrap();
+    let mut text = replica.metrics_text();
+    for _ in 0..6000 {
+        if metric(&text, "psmr_client_replies_dropped_total") > 0.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        text = replica.metrics_text();
+    }
+    assert!(metric(&text, "psmr_client_replies_dropped_total") > 0.0, "the replies never reached their bound");
+    let queued = metric(&text, "psmr_client_outbox_bytes") as usize;
+    assert!(queued <= BUDGET + size + 64, "{queued} bytes of replies queued, over the {BUDGET} bound");
+    // Every reply comes, in order, whole.
+    let mut r = std::io::BufReader::new(raw);
+    for i in 0..count {
+        let got = read_bulk(&mut r);
+        assert_eq!((got.len(), got[0]), (size, b'0' + (i % 2) as u8), "reply {i}");
+    }
+    assert_eq!(cmd::<String>(&mut con, &["PING"]).unwrap(), "PONG");
+}
