@@ -159,6 +159,10 @@ pub struct SchedBenchConfig {
     /// scheduler runs with each. Empty gives each scheduler its own default
     /// ([`SchedulerKind::graph_max_default`]).
     pub graph_max: Vec<usize>,
+    /// Work stealing: the longest pauses between fruitless steal rounds to
+    /// compare (`psmr_sched::SchedConfig::steal_retry_max`); each stealing
+    /// scheduler runs with each. Empty gives the default.
+    pub steal_retry_max: Vec<std::time::Duration>,
     /// Early: per-worker queue bound, in batches.
     pub queue_depth: usize,
     /// Early schedulers: where mappings come from. Each scheduler that
@@ -216,6 +220,7 @@ impl Default for SchedBenchConfig {
             workload: WorkloadConfig { commands: 1_000_000, ..WorkloadConfig::default() },
             bitmap_bits: BITMAP_BITS_DEFAULT,
             graph_max: Vec::new(),
+            steal_retry_max: Vec::new(),
             queue_depth: QUEUE_DEPTH_DEFAULT,
             mappings: vec![MappingSource::Default],
             repeat: 1,
@@ -333,6 +338,10 @@ pub struct RunReport {
     /// Schedulers with a dependency graph: its bound, in nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph_max: Option<usize>,
+    /// Stealing schedulers: the longest pause between fruitless steal
+    /// rounds, in µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steal_retry_max_us: Option<u64>,
     /// Early schedulers: where the mapping came from (`default`,
     /// `optimal`, `naive`, a file or a spec).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -592,8 +601,9 @@ fn mapping_for(
 }
 
 /// One variant of a run: scheduler, workers, mapping source (an index
-/// into `mappings`), graph bound.
-type Variant = (SchedulerKind, usize, Option<usize>, Option<usize>);
+/// into `mappings`), graph bound, steal backoff (an index into
+/// `steal_retry_max`).
+type Variant = (SchedulerKind, usize, Option<usize>, Option<usize>, Option<usize>);
 
 fn run_service<S: Service>(
     config: &SchedBenchConfig,
@@ -621,10 +631,10 @@ where
     let mut outcomes: Vec<Option<Outcome>> = vec![None; plan.len()];
     let mut reference: Option<(SchedulerKind, Outcome)> = None;
     for _round in 0..config.repeat {
-        for (i, (&(kind, workers, _, graph), mapping)) in plan.iter().zip(&mappings).enumerate() {
+        for (i, (&(kind, workers, _, graph, backoff), mapping)) in plan.iter().zip(&mappings).enumerate() {
             let (secs, outcome) = match &config.isolate {
                 Some(isolate) => run_child(isolate, i, kind, workers)?,
-                None => run_once(config, &setup, &batches, (kind, workers, graph), mapping.clone())?,
+                None => run_once(config, &setup, &batches, (kind, workers, graph, backoff), mapping.clone())?,
             };
             match &reference {
                 Some((ref_kind, r)) => same_as(r, *ref_kind, &outcome, kind, workers)?,
@@ -664,12 +674,16 @@ fn plan_variants(config: &SchedBenchConfig) -> Result<Vec<Variant>, BenchError> 
             true => config.graph_max.iter().copied().map(Some).collect(),
             false => vec![None],
         };
+        let backoffs: Vec<Option<usize>> = match kind.steals() && !config.steal_retry_max.is_empty() {
+            true => (0..config.steal_retry_max.len()).map(Some).collect(),
+            false => vec![None],
+        };
         let worker_counts: &[usize] = if kind == SchedulerKind::Sequential { &[1] } else { &config.workers };
         for &w in worker_counts {
             for &m in &sources {
-                for &g in &graphs {
-                    if !plan.contains(&(kind, w, m, g)) {
-                        plan.push((kind, w, m, g));
+                for (&g, &b) in graphs.iter().flat_map(|g| backoffs.iter().map(move |b| (g, b))) {
+                    if !plan.contains(&(kind, w, m, g, b)) {
+                        plan.push((kind, w, m, g, b));
                     }
                 }
             }
@@ -693,7 +707,7 @@ fn plan_mappings<S: Service>(
 ) -> Result<Vec<Option<Mapping>>, BenchError> {
     let mut made: Vec<((usize, usize), Mapping)> = Vec::new();
     let mut mappings = Vec::with_capacity(plan.len());
-    for &(_, w, m, _) in plan {
+    for &(_, w, m, _, _) in plan {
         mappings.push(match m {
             None => None,
             Some(i) => {
@@ -737,7 +751,7 @@ fn same_as(
 /// last outcome; the comparisons with other variants are the caller's.
 fn report_of(
     config: &SchedBenchConfig,
-    (kind, workers, source, graph): Variant,
+    (kind, workers, source, graph, backoff): Variant,
     times: &mut [f64],
     n: usize,
     outcome: Outcome,
@@ -766,6 +780,10 @@ fn report_of(
         skew: config.workload.skew,
         write_skew: config.workload.write_skew,
         graph_max: kind.has_graph().then(|| graph.unwrap_or(kind.graph_max_default())),
+        steal_retry_max_us: kind.steals().then(|| {
+            let max = backoff.map_or(psmr_sched::STEAL_RETRY_MAX, |b| config.steal_retry_max[b]);
+            max.as_micros() as u64
+        }),
         mapping: source.map(|m| config.mappings[m].label()),
         mapping_spec,
         batch: config.batch,
@@ -834,7 +852,7 @@ fn run_once<S: Service>(
     config: &SchedBenchConfig,
     setup: &Setup<'_, S>,
     batches: &[Batch<S::Op>],
-    (kind, workers, graph): (SchedulerKind, usize, Option<usize>),
+    (kind, workers, graph, backoff): (SchedulerKind, usize, Option<usize>, Option<usize>),
     mapping: Option<Mapping>,
 ) -> Result<(f64, Outcome), BenchError>
 where
@@ -853,6 +871,9 @@ where
     sched_config.metrics = config.metrics_interval_ms.is_some();
     sched_config.victims = config.victims;
     sched_config.pool = config.pool;
+    if let Some(b) = backoff {
+        sched_config.steal_retry_max = config.steal_retry_max[b];
+    }
     let fail = |source| BenchError::Scheduler { scheduler: kind, workers, source };
     let input = batches.to_vec();
     tracing::debug!(%kind, workers, "run starts");
@@ -1047,17 +1068,24 @@ pub fn format_table(reports: &[RunReport]) -> String {
     });
     let graph_cell =
         |g: Option<String>| if show_graph { format!(" {:>5}", g.unwrap_or("-".into())) } else { String::new() };
+    // The backoff column only when steal backoffs are compared.
+    let show_backoff = reports
+        .iter()
+        .any(|a| reports.iter().any(|b| a.scheduler == b.scheduler && a.steal_retry_max_us != b.steal_retry_max_us));
+    let backoff_cell =
+        |b: Option<String>| if show_backoff { format!(" {:>8}", b.unwrap_or("-".into())) } else { String::new() };
     // The paired column only when rounds were paired.
     let paired: Vec<String> = reports.iter().map(|r| r.vs_first.as_ref().map_or("-".into(), Paired::cell)).collect();
     let show_paired = reports.iter().any(|r| r.vs_first.is_some());
     let pw = paired.iter().map(String::len).max().unwrap_or(0).max("vs_first".len());
     let paired_cell = |c: &str| if show_paired { format!(" {c:>pw$}") } else { String::new() };
     out.push_str(&format!(
-        "{:<name$} {:>7}{}{} {:>10} {:>14} {:>8}{}  {}\n",
+        "{:<name$} {:>7}{}{}{} {:>10} {:>14} {:>8}{}  {}\n",
         "scheduler",
         "workers",
         mapping_cell(Some("mapping")),
         graph_cell(Some("graph".into())),
+        backoff_cell(Some("backoff".into())),
         "elapsed_s",
         "throughput_cps",
         "vs_seq",
@@ -1067,11 +1095,12 @@ pub fn format_table(reports: &[RunReport]) -> String {
     for (r, p) in reports.iter().zip(&paired) {
         let vs = r.vs_sequential.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<name$} {:>7}{}{} {:>10.3} {:>14.0} {:>8}{}  {}\n",
+            "{:<name$} {:>7}{}{}{} {:>10.3} {:>14.0} {:>8}{}  {}\n",
             r.scheduler,
             r.workers,
             mapping_cell(r.mapping.as_deref()),
             graph_cell(r.graph_max.map(|g| g.to_string())),
+            backoff_cell(r.steal_retry_max_us.map(|us| format!("{us}us"))),
             r.elapsed_s,
             r.throughput_cps,
             vs,
@@ -1109,6 +1138,28 @@ mod tests {
         let spec = list(&["R=conc:0,1;W=seq:0-1", "default"]).unwrap();
         assert_eq!(spec, [MappingSource::Spec("R=conc:0,1;W=seq:0-1".into()), MappingSource::Default]);
         assert!(list(&["naive,optimal:best"]).is_err());
+    }
+
+    #[test]
+    fn each_stealing_scheduler_runs_with_each_steal_backoff_and_the_others_once() {
+        use std::time::Duration;
+        let config = SchedBenchConfig {
+            schedulers: vec![SchedulerKind::Sequential, SchedulerKind::Early, SchedulerKind::EarlyWsSemi],
+            workers: vec![2],
+            steal_retry_max: vec![Duration::ZERO, Duration::from_millis(32)],
+            ..SchedBenchConfig::default()
+        };
+        let plan = plan_variants(&config).unwrap();
+        let backoffs: Vec<(SchedulerKind, Option<usize>)> = plan.iter().map(|v| (v.0, v.4)).collect();
+        assert_eq!(
+            backoffs,
+            [
+                (SchedulerKind::Sequential, None),
+                (SchedulerKind::Early, None),
+                (SchedulerKind::EarlyWsSemi, Some(0)),
+                (SchedulerKind::EarlyWsSemi, Some(1)),
+            ]
+        );
     }
 
     #[test]
@@ -1165,6 +1216,7 @@ mod tests {
             skew: 0.0,
             write_skew: None,
             graph_max: None,
+            steal_retry_max_us: None,
             mapping: None,
             mapping_spec: None,
             batch: 1,

@@ -43,7 +43,9 @@ use crate::sink::ReplySink;
 use crate::sync::{fence, Naps, RwLock, RwLockReadGuard};
 use crate::withdraw::Returns;
 use crate::ws::{conflicting, steal_round, steal_until, Thief};
-use crate::{check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims, Withdrawal};
+use crate::{
+    check_classes, SchedConfig, SchedError, SchedStats, Scheduler, SchedulerKind, Victims, Withdrawal, STEAL_RETRY_MAX,
+};
 use crossbeam::channel::Receiver;
 use psmr_model::{Batch, ClassModel, Command, Mapping, Mode, Service};
 use std::collections::VecDeque;
@@ -178,6 +180,8 @@ pub(crate) struct Stealing {
     pub(crate) victims: Victims,
     /// `early-ws-optimistic`: validate a steal on the hints first.
     pub(crate) optimistic: bool,
+    /// The longest pause between fruitless steal rounds.
+    pub(crate) retry_max: std::time::Duration,
     /// Per class, the classes that conflict with it: what a thread waiting
     /// for one of its commands may not steal. Empty for `early-ws-queue`,
     /// which does not steal while it waits.
@@ -278,6 +282,7 @@ impl<S: Service> Early<S> {
         let stealing = config.kind.steals().then(|| Stealing {
             victims: config.victim_policy(),
             optimistic: config.kind == SchedulerKind::EarlyWsOptimistic,
+            retry_max: config.steal_retry_max,
             avoid: if waits_stealing {
                 model.class_ids().map(|id| conflicting(model, id)).collect()
             } else {
@@ -477,7 +482,8 @@ fn meet<S: Service>(thief: &mut Thief, plan: &ClassPlan, cmd: &Command<S::Op>, s
 fn worker<S: Service>(me: usize, shared: &Shared<S>) -> u64 {
     let own = &shared.queues[me];
     let counters = shared.metrics.worker(me);
-    let mut thief = Thief::new(me, shared.plans.len(), shared.spin);
+    let retry_max = shared.stealing.as_ref().map_or(STEAL_RETRY_MAX, |s| s.retry_max);
+    let mut thief = Thief::new(me, shared.plans.len(), shared.spin, retry_max);
     let mut batch = Vec::new();
     loop {
         if shared.exec.failure.dead_worker().is_some() {

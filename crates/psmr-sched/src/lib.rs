@@ -73,7 +73,7 @@ pub use sink::{CollectSink, DigestSink, NullSink, Reply, ReplySink};
 pub use switch::{Overlap, SwitchError, Switchable};
 pub use sync::{AdaptiveSpin, Naps, Patience, Signal};
 pub use withdraw::{Gate, Withdrawal};
-pub use ws::Victims;
+pub use ws::{Victims, STEAL_RETRY_FIRST, STEAL_RETRY_MAX};
 
 use psmr_model::{Batch, ClassModel, Mapping, MappingError, Service};
 use std::fmt;
@@ -290,6 +290,11 @@ pub struct SchedConfig {
     /// (`fifo-slot` by default: a freed node runs next on the worker that
     /// freed it).
     pub pool: psmr_rt::Policy,
+    /// Work stealing: the longest pause between fruitless steal rounds
+    /// ([`STEAL_RETRY_MAX`] by default; see the backoff's reasons in the
+    /// `ws` module). Zero retries at once, as 000's stealers did: for
+    /// comparisons (`psmr sched-bench --steal-backoff`).
+    pub steal_retry_max: std::time::Duration,
 }
 
 impl SchedConfig {
@@ -306,6 +311,7 @@ impl SchedConfig {
             victims: None,
             auto_window: auto::WINDOW,
             pool: psmr_rt::Policy::FifoSlot,
+            steal_retry_max: STEAL_RETRY_MAX,
         }
     }
 

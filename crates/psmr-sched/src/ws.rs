@@ -120,14 +120,14 @@ pub(crate) struct Thief {
 }
 
 impl Thief {
-    pub(crate) fn new(me: usize, classes: usize, spin: u32) -> Self {
+    pub(crate) fn new(me: usize, classes: usize, spin: u32, retry_max: Duration) -> Self {
         // Seeded by the worker id: victim choice changes timing, never
         // results.
         Self {
             me,
             rng: 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1),
             cycles: vec![0; classes],
-            backoff: StealBackoff::new(),
+            backoff: StealBackoff::new(retry_max),
             spin: AdaptiveSpin::new(spin),
             idle: AdaptiveSpin::new(spin.min(200)),
         }
@@ -178,9 +178,10 @@ pub(crate) fn steal_once<S: Service>(thief: &mut Thief, shared: &Shared<S>, avoi
 }
 
 /// The first pause after a fruitless steal round.
-pub(crate) const STEAL_RETRY_FIRST: Duration = Duration::from_micros(4);
-/// The longest pause between fruitless steal rounds.
-pub(crate) const STEAL_RETRY_MAX: Duration = Duration::from_millis(32);
+pub const STEAL_RETRY_FIRST: Duration = Duration::from_micros(4);
+/// The longest pause between fruitless steal rounds, by default
+/// ([`crate::SchedConfig::steal_retry_max`]).
+pub const STEAL_RETRY_MAX: Duration = Duration::from_millis(32);
 
 /// When a worker may try to steal again: after a fruitless round it
 /// leaves the victims alone for [`STEAL_RETRY_FIRST`], then twice as long
@@ -202,12 +203,14 @@ pub(crate) const STEAL_RETRY_MAX: Duration = Duration::from_millis(32);
 #[derive(Debug)]
 pub(crate) struct StealBackoff {
     pause: Duration,
+    max: Duration,
     not_before: Option<std::time::Instant>,
 }
 
 impl StealBackoff {
-    pub(crate) fn new() -> Self {
-        Self { pause: STEAL_RETRY_FIRST, not_before: None }
+    /// Pauses of at most `max` (zero: none).
+    pub(crate) fn new(max: Duration) -> Self {
+        Self { pause: STEAL_RETRY_FIRST.min(max), max, not_before: None }
     }
 
     /// Whether the pause after the last fruitless round is over.
@@ -217,13 +220,16 @@ impl StealBackoff {
 
     /// The round found nothing: pause, longer each time.
     pub(crate) fn failed(&mut self) {
+        if self.max.is_zero() {
+            return;
+        }
         self.not_before = Some(std::time::Instant::now() + self.pause);
-        self.pause = (self.pause * 2).min(STEAL_RETRY_MAX);
+        self.pause = (self.pause * 2).min(self.max);
     }
 
     /// The round stole: the next may come at once.
     pub(crate) fn succeeded(&mut self) {
-        *self = Self::new();
+        *self = Self::new(self.max);
     }
 
     /// How long a sleeping stealer may nap at most: until its next
@@ -307,7 +313,7 @@ mod tests {
 
     #[test]
     fn fruitless_steal_rounds_pause_twice_as_long_each_time_up_to_the_cap() {
-        let mut b = StealBackoff::new();
+        let mut b = StealBackoff::new(STEAL_RETRY_MAX);
         assert!(b.may_try(), "the first round goes at once");
         let mut rounds = 0;
         while b.pause < STEAL_RETRY_MAX {
@@ -332,7 +338,7 @@ mod tests {
     fn victims_are_visited_once_each_and_never_the_stealer() {
         let order: Vec<usize> = victim_order(2, 4, 3).collect();
         assert_eq!(order, vec![3, 0, 1]);
-        let mut thief = Thief::new(1, 0, 0);
+        let mut thief = Thief::new(1, 0, 0, STEAL_RETRY_MAX);
         assert_eq!(thief.start(Victims::First, 4), 0);
         assert_eq!(thief.start(Victims::Next, 4), 2);
         for _ in 0..10 {

@@ -107,7 +107,7 @@ fn parse_nemesis(s: &str) -> Result<String, String> {
 }
 
 /// `2s`, `500ms`, `1m` or plain seconds (`1.5`), at most an hour.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => t.split_at(i),
@@ -129,6 +129,21 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("duration {s:?} must be above 0 and at most an hour"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// A steal backoff: `0`, `Nus`, or a duration [`parse_duration`] reads,
+/// at most a second.
+pub(crate) fn parse_backoff(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let d = match t.strip_suffix("us") {
+        _ if t == "0" => Duration::ZERO,
+        Some(us) => us.parse().map(Duration::from_micros).map_err(|_| format!("bad backoff {s:?}"))?,
+        None => parse_duration(t)?,
+    };
+    if d > Duration::from_secs(1) {
+        return Err(format!("backoff {s:?} must be at most 1s"));
+    }
+    Ok(d)
 }
 
 impl BenchArgs {
@@ -525,6 +540,16 @@ fn peers(args: &BenchArgs, scenario: &Scenario) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_backoffs_take_zero_microseconds_and_durations_up_to_a_second() {
+        assert_eq!(parse_backoff("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_backoff("500us"), Ok(Duration::from_micros(500)));
+        assert_eq!(parse_backoff("32ms"), Ok(Duration::from_millis(32)));
+        assert!(parse_backoff("2s").is_err());
+        assert!(parse_backoff("xus").is_err());
+        assert!(parse_backoff("-1").is_err());
+    }
 
     #[test]
     fn durations_parse_with_units_and_reject_nonsense() {

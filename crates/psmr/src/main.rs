@@ -195,6 +195,12 @@ struct SchedBenchArgs {
     /// for the others, whose nodes are batches]
     #[arg(long, value_delimiter = ',')]
     graph_max: Vec<usize>,
+    /// Work stealing: the longest pause between fruitless steal rounds
+    /// (`32ms`, `500us`, or `0` to retry at once); a comma-separated list
+    /// runs each stealing scheduler with each, to compare them [default:
+    /// 32ms]
+    #[arg(long, value_delimiter = ',', value_parser = bench::parse_backoff)]
+    steal_backoff: Vec<std::time::Duration>,
     /// Early: most batches waiting in one worker's queue.
     #[arg(long, default_value_t = psmr_sched::QUEUE_DEPTH_DEFAULT)]
     queue_depth: usize,
@@ -318,6 +324,7 @@ fn sched_bench(args: SchedBenchArgs) -> Result<()> {
         },
         bitmap_bits: args.bitmap_bits,
         graph_max: args.graph_max,
+        steal_retry_max: args.steal_backoff,
         queue_depth: args.queue_depth,
         mappings: MappingSource::parse_list(&args.mappings)?,
         repeat: args.repeat,
