@@ -56,6 +56,11 @@ pub enum WireError {
         /// The limit.
         max: usize,
     },
+    /// The bytes are another protocol's (the length a frame would start
+    /// with is over the limit, and they read as that protocol's start):
+    /// the other end is not psmr's client or peer port.
+    #[error("the other end speaks {0}, not psmr's protocol: wrong port?")]
+    OtherProtocol(&'static str),
     /// The frame is too short to hold a version and a kind.
     #[error("frame of {0} bytes is too short")]
     TooShort(usize),
@@ -105,12 +110,29 @@ pub fn frame_bytes(kind: u8, body: &[u8]) -> Vec<u8> {
 pub fn frame_len(header: [u8; 4], max: usize) -> Result<usize, WireError> {
     let len = u32::from_be_bytes(header) as usize;
     if len > max {
-        return Err(WireError::TooLarge { len, max });
+        return Err(other_protocol(header).map_or(WireError::TooLarge { len, max }, WireError::OtherProtocol));
     }
     if len < 2 {
         return Err(WireError::TooShort(len));
     }
     Ok(len)
+}
+
+/// What protocol starts with `header`, if it is one a psmr port meets by
+/// mistake: TLS records (a port with TLS on, such as a replica's peer
+/// port), HTTP (the metrics port) or RESP (a Redis port). Only asked of a
+/// length over the limit, so no frame psmr accepts is taken for one.
+fn other_protocol(header: [u8; 4]) -> Option<&'static str> {
+    let text = |b: &[u8]| b.iter().all(|c| c.is_ascii_graphic() || *c == b' ');
+    match header {
+        [0x14..=0x17, 0x03, ..] => Some("TLS (a peer port, or a port with TLS on)"),
+        [b'H', b'T', b'T', b'P'] => Some("HTTP (a metrics port?)"),
+        [b'G', b'E', b'T', b' '] | [b'P', b'O', b'S', b'T'] | [b'P', b'U', b'T', b' '] | [b'H', b'E', b'A', b'D'] => {
+            Some("HTTP (an HTTP client)")
+        }
+        [b'+' | b'-' | b':' | b'$' | b'*', ..] if text(&header[1..]) => Some("RESP (a Redis port?)"),
+        _ => None,
+    }
 }
 
 /// Splits the bytes after the header into a frame, checking the version.
@@ -1024,6 +1046,18 @@ mod tests {
         // Length beyond the limit: refused from the header alone.
         let big = [0xff, 0xff, 0xff, 0xff, 1, 1];
         assert!(matches!(read_frame(&mut &big[..], 1024), Err(WireError::TooLarge { .. })));
+        // Another protocol's first bytes are named, whatever follows.
+        let other = |b: &[u8]| match read_frame(&mut &b[..], 1 << 20) {
+            Err(WireError::OtherProtocol(what)) => what.split(' ').next().unwrap().to_string(),
+            r => format!("{r:?}"),
+        };
+        assert_eq!(other(b"\x15\x03\x03\x00\x02\x02\x32"), "TLS", "a TLS alert");
+        assert_eq!(other(b"\x16\x03\x01\x02\x00\x01"), "TLS", "a ClientHello");
+        assert_eq!(other(b"-ERR Protocol error\r\n"), "RESP");
+        assert_eq!(other(b"HTTP/1.1 400 Bad Request\r\n"), "HTTP");
+        assert_eq!(other(b"GET /metrics HTTP/1.1\r\n"), "HTTP");
+        // Within the limit it is a frame, read as one.
+        assert!(matches!(read_frame(&mut &b"\x00\x00\x00\x02\x09\x01"[..], 1024), Err(WireError::Version(9))));
         // Wrong version.
         let v = [0, 0, 0, 2, 9, 1];
         assert!(matches!(read_frame(&mut &v[..], 1024), Err(WireError::Version(9))));

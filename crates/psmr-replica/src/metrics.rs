@@ -79,8 +79,10 @@
 //! A minimal HTTP/1.x server on the replica's ClientIO runtime ([`serve`]):
 //! one request per connection (`Connection: close`), `GET` or `HEAD` of
 //! `/metrics` (a query string is ignored); 404 for another path, 405 for
-//! another method, 400 for a request line that does not parse, 431 for a
-//! request head over [`HttpLimits::head_max`]. Each connection has
+//! another method, 400 for a request line that does not parse (at once
+//! when the first bytes cannot start one: a client of another protocol at
+//! the wrong port learns so without waiting), 431 for a request head over
+//! [`HttpLimits::head_max`]. Each connection has
 //! [`HttpLimits::timeout`] for the whole exchange, and at most
 //! [`HttpLimits::connections`] are open at once: one more pushes out the
 //! connection open longest (a scrape takes milliseconds, so that one is
@@ -648,6 +650,9 @@ enum Head {
     Complete(Vec<u8>),
     /// Longer than the limit.
     TooLarge,
+    /// Its first bytes cannot start an HTTP request (another protocol's
+    /// client at the wrong port): answered at once, not at the timeout.
+    NotHttp,
     /// The client closed first.
     Closed,
 }
@@ -662,6 +667,9 @@ async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Head> 
         }
         let from = buf.len().saturating_sub(3);
         buf.extend_from_slice(&chunk[..n]);
+        if !may_be_http(&buf) {
+            return Ok(Head::NotHttp);
+        }
         if let Some(end) = find_blank_line(&buf[from..]) {
             buf.truncate(from + end);
             return Ok(Head::Complete(buf));
@@ -669,6 +677,16 @@ async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Head> 
         if buf.len() > max {
             return Ok(Head::TooLarge);
         }
+    }
+}
+
+/// Whether `start` may begin an HTTP request: a method of upper-case
+/// letters (at most 16), then a space.
+fn may_be_http(start: &[u8]) -> bool {
+    let method = start.iter().take(17).position(|&b| !b.is_ascii_uppercase());
+    match method {
+        None => start.len() <= 16,
+        Some(i) => i > 0 && start[i] == b' ',
     }
 }
 
@@ -745,6 +763,7 @@ async fn exchange(stream: &mut TcpStream, limits: &HttpLimits, render: &Render) 
     let response = match read_head(stream, limits.head_max).await? {
         Head::Complete(head) => route(&head, render),
         Head::TooLarge => Response::text(431, "Request Header Fields Too Large", "request head too large"),
+        Head::NotHttp => Response::text(400, "Bad Request", "not HTTP: this is a replica's metrics port"),
         Head::Closed => return Ok(()),
     };
     stream.write_all(&response.bytes()).await?;
@@ -1046,11 +1065,14 @@ mod tests {
         assert!(query.starts_with("HTTP/1.1 200 OK\r\n"), "{query}");
         let head = ask(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n").await;
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"), "{head}");
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 8] = [
             (b"GET / HTTP/1.1\r\n\r\n", "HTTP/1.1 404 "),
             (b"GET /metricsx HTTP/1.1\r\n\r\n", "HTTP/1.1 404 "),
             (b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.1 405 "),
             (b"\x00\x01\xff garbage\r\n\r\n", "HTTP/1.1 400 "),
+            // Not HTTP, and no blank line ever: answered at once.
+            (b"\x00\x00\x00\x0a\x05\x01", "HTTP/1.1 400 "),
+            (b"*1\r\n$4\r\nPING\r\n", "HTTP/1.1 400 "),
             (b"GET /metrics SMTP/1.0\r\n\r\n", "HTTP/1.1 400 "),
             (b"GET  /metrics HTTP/1.1 extra\r\n\r\n", "HTTP/1.1 400 "),
         ];
@@ -1069,9 +1091,13 @@ mod tests {
         let big = format!("GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(4096));
         let got = ask(addr, big.as_bytes()).await;
         assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
-        // Endless garbage without a line end: refused at the bound too.
-        let got = ask(addr, &[b'x'; 3000]).await;
+        // An endless request line: refused at the bound too.
+        let endless = format!("GET /{}", "x".repeat(3000));
+        let got = ask(addr, endless.as_bytes()).await;
         assert!(got.starts_with("HTTP/1.1 431 "), "{got}");
+        // Endless bytes that cannot be HTTP: refused at once.
+        let got = ask(addr, &[b'x'; 3000]).await;
+        assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
     }
 
     #[tokio::test]

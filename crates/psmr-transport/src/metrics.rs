@@ -248,7 +248,7 @@ impl ClientRefusal {
     /// (not a closed or failed socket).
     pub fn of(e: &WireError) -> Option<Self> {
         Some(match e {
-            WireError::TooLarge { .. } => ClientRefusal::FrameTooLarge,
+            WireError::TooLarge { .. } | WireError::OtherProtocol(_) => ClientRefusal::FrameTooLarge,
             WireError::TooShort(_) => ClientRefusal::FrameTooShort,
             WireError::Version(_) => ClientRefusal::Version,
             WireError::UnknownKind(_) => ClientRefusal::UnknownKind,

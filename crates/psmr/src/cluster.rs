@@ -405,9 +405,9 @@ enum ClientOp {
         #[arg(long, value_parser = replica_id)]
         replica: u64,
         /// The scheduler: sequential, late-cbase, late-batch-keys,
-        /// late-batch-bitmap, early, early-busywait, early-ws-queue,
-        /// early-ws-semi, early-ws-nonblocking, early-ws-optimistic or
-        /// auto.
+        /// late-batch-bitmap, late-cbase-pool, late-batch-bitmap-pool,
+        /// early, early-busywait, early-ws-queue, early-ws-semi,
+        /// early-ws-nonblocking, early-ws-optimistic or auto.
         #[arg(long)]
         scheduler: String,
         /// Worker threads.
@@ -477,6 +477,10 @@ const RECONFIGURE_DEADLINE_MIN: Duration = Duration::from_secs(30);
 /// Longest wait for one replica's answer to `members`.
 const MEMBERS_ATTEMPT_MAX: Duration = Duration::from_secs(3);
 
+/// How long a client command waits for each address to answer before it
+/// starts (see [`client`]).
+const REACH_ATTEMPT: Duration = Duration::from_secs(1);
+
 #[derive(Args, Debug)]
 struct LoadArgs {
     /// Closed-loop clients.
@@ -518,6 +522,13 @@ fn secs(s: f64, what: &str) -> Result<Duration> {
 pub fn client(args: ClientArgs) -> Result<()> {
     let addrs = probe::resolve(&args.cluster)?;
     let timeout = secs(args.timeout, "--timeout")?;
+    if !matches!(args.op, ClientOp::Status { .. } | ClientOp::Members { .. }) {
+        // A wrong or dead address list fails within a second per address,
+        // each named with what it answered (nothing, or another protocol),
+        // instead of being retried until --timeout.
+        let reach = REACH_ATTEMPT * u32::try_from(addrs.len()).unwrap_or(u32::MAX);
+        members(&addrs, timeout.min(reach)).context("no psmr client port among --cluster")?;
+    }
     let config = || {
         let mut c = ClientConfig::new(addrs.clone());
         c.deadline = timeout;
@@ -549,6 +560,11 @@ pub fn client(args: ClientArgs) -> Result<()> {
             print!("{}", members_table(&members));
         }
         ClientOp::RemoveReplica { id } => {
+            let now = members(&addrs, timeout)?;
+            if !now.iter().any(|m| m.id == id) {
+                let ids: Vec<String> = now.iter().map(|m| m.id.to_string()).collect();
+                bail!("replica {id} is not a member of the cluster (members: {})", ids.join(", "));
+            }
             let members = change_membership(&addrs, MemberChange::Remove { id }, timeout)
                 .with_context(|| format!("remove replica {id}"))?;
             print!("{}", members_table(&members));
@@ -647,7 +663,8 @@ fn members(addrs: &[SocketAddr], timeout: Duration) -> Result<Vec<MemberInfo>> {
             why.push(format!("{addr}: not asked, --timeout passed"));
             continue;
         }
-        match client.members_of(addr, left.min(MEMBERS_ATTEMPT_MAX)) {
+        let per = (timeout / u32::try_from(addrs.len()).unwrap_or(u32::MAX)).max(REACH_ATTEMPT);
+        match client.members_of(addr, left.min(per).min(MEMBERS_ATTEMPT_MAX)) {
             Ok(members) => return Ok(members),
             Err(e) => why.push(format!("{addr}: {e}")),
         }

@@ -55,13 +55,6 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Compare execution schedulers on pre-built ordered batches (no network).
-    ///
-    /// Generates one workload, cuts it into batches, and runs it through each
-    /// scheduler and worker count from a fresh service. Every run must end
-    /// with the same state digest and reply digest as the first; a mismatch
-    /// is an error.
-    SchedBench(SchedBenchArgs),
     /// Run one replica of a cluster described by a configuration file.
     Replica(cluster::ReplicaArgs),
     /// Run a local cluster of replica processes on this machine (loopback,
@@ -70,6 +63,13 @@ enum Command {
     /// Talk to a cluster: put, get, delete, status, load, members,
     /// add-replica, remove-replica.
     Client(cluster::ClientArgs),
+    /// Compare execution schedulers on pre-built ordered batches (no network).
+    ///
+    /// Generates one workload, cuts it into batches, and runs it through each
+    /// scheduler and worker count from a fresh service. Every run must end
+    /// with the same state digest and reply digest as the first; a mismatch
+    /// is an error.
+    SchedBench(SchedBenchArgs),
     /// Check a key-value history (one JSON operation per line) for
     /// linearizability; exit code 0 only when it is linearizable.
     CheckHistory(cluster::CheckHistoryArgs),
@@ -96,8 +96,9 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Run psmr-rt's task pools, policy by policy, next to tokio's
     /// multi-thread runtime on the workloads of 001 (packets, cache
-    /// effects, bimodal chains, option pricing) and two micro-benchmarks
-    /// (spawn, yield): throughput, tail latency, steals and overflows.
+    /// effects, bimodal chains, option pricing, the audio mixer) and two
+    /// micro-benchmarks (spawn, yield): throughput, tail latency, steals
+    /// and overflows.
     RtBench(rt_bench::RtBenchArgs),
 }
 
@@ -440,6 +441,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour for a terminal only: logs written to a file or a pipe
+        // carry no escape codes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // `FAILPOINTS=name=action` injects faults (builds with `failpoints`).
     #[cfg(feature = "failpoints")]

@@ -332,6 +332,18 @@ fn membership_commands_are_listed_and_documented() {
 }
 
 #[test]
+fn help_lists_every_accepted_scheduler_and_the_everyday_commands_first() {
+    let help = stdout_of(&["client", "reconfigure", "--help"]);
+    for kind in psmr::sched::SchedulerKind::ALL {
+        assert!(help.contains(kind.name()), "reconfigure --help omits {}:\n{help}", kind.name());
+    }
+    let help = stdout_of(&["--help"]);
+    let at = |cmd: &str| help.find(&format!("\n  {cmd} ")).unwrap_or_else(|| panic!("{cmd} missing:\n{help}"));
+    assert!(at("cluster") < at("sched-bench") && at("client") < at("sched-bench"), "{help}");
+    assert!(stdout_of(&["rt-bench", "--help"]).lines().next().unwrap().contains("mixer"));
+}
+
+#[test]
 fn membership_commands_refuse_bad_arguments() {
     fails_with(&["client", "--cluster", "127.0.0.1:1", "add-replica", "4", "notanaddr", "127.0.0.1:2"], "notanaddr");
     fails_with(&["client", "--cluster", "127.0.0.1:1", "add-replica", "4", "127.0.0.1:2", "host:port"], "host:port");
@@ -342,6 +354,35 @@ fn membership_commands_refuse_bad_arguments() {
     fails_with(&["client", "--cluster", "127.0.0.1:1", "remove-replica", "0"], "replica ids start at 1");
     // Nobody listens on port 1: the error names the replica and why.
     fails_with(&["client", "--cluster", "127.0.0.1:1", "members"], "no replica answered (127.0.0.1:1: cannot connect");
+}
+
+/// A port that answers whatever comes with `answer`, once per
+/// connection, as a server of another protocol would.
+fn impostor(answer: &'static [u8]) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let _ = s.read(&mut [0u8; 256]);
+            let _ = s.write_all(answer);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_client_command_names_addresses_that_are_not_client_ports() {
+    // Nobody listens on port 1: named at once, not after --timeout.
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "get", "7"], "127.0.0.1:1: cannot connect");
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "put", "7", "v"], "no psmr client port among --cluster");
+    // Another protocol's port is named for what it speaks.
+    let redis = impostor(b"-ERR Protocol error: invalid multibulk length\r\n");
+    fails_with(&["client", "--cluster", &redis, "get", "7"], "speaks RESP (a Redis port?)");
+    let tls = impostor(b"\x15\x03\x03\x00\x02\x02\x32");
+    fails_with(&["client", "--cluster", &tls, "delete", "7"], "speaks TLS");
+    let http = impostor(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+    fails_with(&["client", "--cluster", &http, "members"], "speaks HTTP (a metrics port?)");
 }
 
 #[test]
