@@ -286,10 +286,34 @@ fn run_cluster(file: &Path, config: &Config) -> Result<()> {
             eprintln!("replica {} redis: redis-cli -h {} -p {}", m.id, addr.ip(), addr.port());
         }
     }
+    announce(config, &stop);
     cluster.supervise(&stop, |id, status| eprintln!("replica {id} exited: {}", describe_exit(status)))?;
     drop(cluster);
     eprintln!("cluster stopped");
     Ok(())
+}
+
+/// How long `psmr cluster` waits for its first leader before it says so.
+const ELECTION_WAIT: Duration = Duration::from_secs(30);
+
+/// Says once that the cluster is ready, with what to paste: the leader,
+/// the `PSMR_CLUSTER` line that `psmr client` reads and an example.
+fn announce(config: &Config, stop: &AtomicBool) {
+    let addrs: Vec<SocketAddr> = config.replicas.iter().map(|m| m.client).collect();
+    let list = addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let Ok(client) = Client::new(ClientConfig::new(addrs.clone())) else { return };
+    let end = std::time::Instant::now() + ELECTION_WAIT;
+    while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+        let status = |a| client.status_of(a, Duration::from_millis(500)).ok();
+        if let Some(id) = addrs.iter().find_map(|&a| status(a).map(|s| s.leader).filter(|&l| l > 0)) {
+            eprintln!("ready: replica {id} leads; export PSMR_CLUSTER={list}; then e.g. psmr client put k v");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !stop.load(Ordering::SeqCst) {
+        eprintln!("no leader elected within {ELECTION_WAIT:?}; clients: export PSMR_CLUSTER={list}");
+    }
 }
 
 /// `psmr check-history`.
@@ -330,8 +354,9 @@ pub fn check_history(args: CheckHistoryArgs) -> Result<std::process::ExitCode> {
 /// `psmr client`.
 #[derive(Args, Debug)]
 pub struct ClientArgs {
-    /// Client addresses of the replicas: HOST:PORT[,HOST:PORT...].
-    #[arg(long, required = true, value_delimiter = ',')]
+    /// Client addresses of the replicas: HOST:PORT[,HOST:PORT...] (`psmr
+    /// cluster` prints the line to export once a leader is elected).
+    #[arg(long, required = true, value_delimiter = ',', env = "PSMR_CLUSTER")]
     cluster: Vec<String>,
     /// Seconds a request may take, retries included.
     #[arg(long, default_value_t = 10.0)]

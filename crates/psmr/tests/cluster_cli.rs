@@ -572,6 +572,32 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
 }
 
 #[test]
+fn a_cluster_says_when_it_is_ready_and_clients_find_it_through_psmr_cluster() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["cluster", "--replicas", "3", "--storage", "memory"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = loop {
+        let line = err.next().expect("psmr cluster says when it is ready").unwrap();
+        if line.starts_with("ready: ") {
+            break line;
+        }
+    };
+    let export = ready.split("; ").find_map(|p| p.strip_prefix("export PSMR_CLUSTER=")).expect("the line to export");
+    assert_eq!(export.split(',').count(), 3, "{ready}");
+    let client = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", export).output().unwrap()
+    };
+    assert!(client(&["put", "k", "v"]).status.success(), "{ready}");
+    assert_eq!(text(&client(&["get", "k"]).stdout).trim(), "v");
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
 fn a_cluster_without_a_directory_makes_a_private_one_and_removes_it() {
     use std::os::unix::fs::PermissionsExt;
     let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
