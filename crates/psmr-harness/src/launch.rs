@@ -522,6 +522,35 @@ impl ProcessCluster {
         }
     }
 
+    /// Stops every replica cleanly: SIGCONT (a paused one must run to
+    /// stop) and SIGTERM, then waits up to `grace` for them to exit, and
+    /// kills those still running: their ids.
+    pub fn stop(&mut self, grace: Duration) -> Vec<u64> {
+        let mut running = Vec::new();
+        for (id, c) in self.children.iter_mut() {
+            if matches!(c.try_wait(), Ok(None)) {
+                running.push(*id);
+            }
+        }
+        for &id in &running {
+            let _ = self.signal(id, "CONT");
+            let _ = self.signal(id, "TERM");
+        }
+        let end = Instant::now() + grace;
+        let mut killed = Vec::new();
+        for (id, c) in self.children.iter_mut() {
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(c.try_wait(), Ok(None)) {
+                killed.push(*id);
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        killed
+    }
+
     /// Starts replica `id` again from its data directory.
     pub fn restart(&mut self, id: u64) -> Result<(), LaunchError> {
         let joined = self.joined.iter().find(|(i, _)| *i == id).map(|(_, f)| f);

@@ -65,6 +65,6 @@ pub use psmr_core::config::{self, Config, ConfigError, Member, Storage};
 pub use psmr_core::membership;
 pub use psmr_model::App;
 pub use psmr_transport::tls;
-pub use replica::Replica;
+pub use replica::{Replica, Stopper};
 pub use start::ReplicaBuilder;
 pub use start::MAPPING_TIME_LIMIT;

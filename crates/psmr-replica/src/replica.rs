@@ -107,7 +107,15 @@ impl Replica {
         self.life.wait().map_err(ReplicaError::Failed)
     }
 
-    /// Stops every thread and closes every socket.
+    /// A handle that asks the replica to stop from another thread (a
+    /// signal handler): [`Replica::wait`] then returns, and
+    /// [`Replica::stop`] finishes the stop.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.life.clone())
+    }
+
+    /// Stops every thread and closes every socket and file (the log's
+    /// newest file is closed whole, so a restart finds no torn tail).
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -120,6 +128,17 @@ impl Replica {
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+/// Asks a replica to stop ([`Replica::stopper`]).
+#[derive(Clone)]
+pub struct Stopper(Arc<Life>);
+
+impl Stopper {
+    /// Asks the replica to stop cleanly (nothing happens if it stopped).
+    pub fn stop(&self) {
+        self.0.stop();
     }
 }
 

@@ -87,6 +87,11 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
         restore(&config, args.id, file)?;
     }
     let replica = launch::start_replica(&config, args.id, args.peer_listen)?;
+    // SIGTERM, SIGINT and SIGHUP stop the replica cleanly: its threads
+    // finish and its log files close whole, so that the restart finds
+    // nothing to cut.
+    let stopper = replica.stopper();
+    ctrlc::set_handler(move || stopper.stop()).context("cannot handle SIGTERM")?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
     if let Err(e) = replica.wait() {
         // Exit at once: joining the replica's threads could wait forever
@@ -94,6 +99,7 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
         eprintln!("psmr: error: replica {}: {e}", args.id);
         std::process::exit(1);
     }
+    replica.stop();
     Ok(())
 }
 
@@ -288,10 +294,16 @@ fn run_cluster(file: &Path, config: &Config) -> Result<()> {
     }
     announce(config, &stop);
     cluster.supervise(&stop, |id, status| eprintln!("replica {id} exited: {}", describe_exit(status)))?;
-    drop(cluster);
+    for id in cluster.stop(STOP_GRACE) {
+        eprintln!("replica {id} did not stop within {STOP_GRACE:?} of SIGTERM: killed");
+    }
     eprintln!("cluster stopped");
     Ok(())
 }
+
+/// How long `psmr cluster` gives its replicas to stop cleanly before it
+/// kills them.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How long `psmr cluster` waits for its first leader before it says so.
 const ELECTION_WAIT: Duration = Duration::from_secs(30);

@@ -597,6 +597,69 @@ fn a_cluster_says_when_it_is_ready_and_clients_find_it_through_psmr_cluster() {
     assert!(child.wait().unwrap().success());
 }
 
+/// `psmr cluster` on `dir`, read until its ready line: the process, the
+/// lines it wrote before, and the client addresses.
+fn cluster_until_ready(dir: &std::path::Path) -> (std::process::Child, Vec<String>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["cluster", "--replicas", "3", "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut before = Vec::new();
+    while let Some(Ok(line)) = err.next() {
+        if let Some(addrs) = line.split("; ").find_map(|p| p.strip_prefix("export PSMR_CLUSTER=")) {
+            let addrs = addrs.to_string();
+            // The rest is read and dropped: the cluster must not block on it.
+            std::thread::spawn(move || err.for_each(drop));
+            return (child, before, addrs);
+        }
+        before.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("psmr cluster ended without saying it was ready: {before:#?}");
+}
+
+#[test]
+fn a_cluster_stopped_with_sigterm_under_load_restarts_without_a_warning_and_keeps_every_write() {
+    let dir = std::env::temp_dir().join(format!("psmr-sigterm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut child, _, addrs) = cluster_until_ready(&dir);
+    let client = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", &addrs).output().unwrap()
+    };
+    let mut load = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["client", "--cluster", &addrs, "load", "--clients", "4", "--duration", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for i in 0..20 {
+        let o = client(&["put", &format!("sigterm-{i}"), &format!("v{i}")]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+    let _ = load.kill();
+    let _ = load.wait();
+    let (mut child, before, addrs) = cluster_until_ready(&dir);
+    let complaints: Vec<&String> = before.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    assert!(complaints.is_empty(), "the restart complains: {complaints:#?}");
+    for i in 0..20 {
+        let o = Command::new(env!("CARGO_BIN_EXE_psmr"))
+            .args(["client", "--cluster", &addrs, "get", &format!("sigterm-{i}")])
+            .output()
+            .unwrap();
+        assert_eq!(text(&o.stdout).trim(), format!("v{i}"), "{}", text(&o.stderr));
+    }
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_cluster_without_a_directory_makes_a_private_one_and_removes_it() {
     use std::os::unix::fs::PermissionsExt;
