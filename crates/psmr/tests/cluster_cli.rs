@@ -573,36 +573,23 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
 
 #[test]
 fn a_cluster_says_when_it_is_ready_and_clients_find_it_through_psmr_cluster() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
-        .args(["cluster", "--replicas", "3", "--storage", "memory"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
-    let ready = loop {
-        let line = err.next().expect("psmr cluster says when it is ready").unwrap();
-        if line.starts_with("ready: ") {
-            break line;
-        }
-    };
-    let export = ready.split("; ").find_map(|p| p.strip_prefix("export PSMR_CLUSTER=")).expect("the line to export");
-    assert_eq!(export.split(',').count(), 3, "{ready}");
+    let (mut child, _, export) = cluster_until_ready(&["--replicas", "3", "--storage", "memory"]);
+    assert_eq!(export.split(',').count(), 3, "{export}");
     let client = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", export).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", &export).output().unwrap()
     };
-    assert!(client(&["put", "k", "v"]).status.success(), "{ready}");
+    assert!(client(&["put", "k", "v"]).status.success(), "{export}");
     assert_eq!(text(&client(&["get", "k"]).stdout).trim(), "v");
     assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
     assert!(child.wait().unwrap().success());
 }
 
-/// `psmr cluster` on `dir`, read until its ready line: the process, the
-/// lines it wrote before, and the client addresses.
-fn cluster_until_ready(dir: &std::path::Path) -> (std::process::Child, Vec<String>, String) {
+/// `psmr cluster ARGS`, read until its ready line: the process, the lines
+/// it wrote before, and the client addresses it says to export.
+fn cluster_until_ready(args: &[&str]) -> (std::process::Child, Vec<String>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
-        .args(["cluster", "--replicas", "3", "--data-dir"])
-        .arg(dir)
+        .arg("cluster")
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -611,6 +598,7 @@ fn cluster_until_ready(dir: &std::path::Path) -> (std::process::Child, Vec<Strin
     let mut before = Vec::new();
     while let Some(Ok(line)) = err.next() {
         if let Some(addrs) = line.split("; ").find_map(|p| p.strip_prefix("export PSMR_CLUSTER=")) {
+            assert!(line.starts_with("ready: replica "), "{line}");
             let addrs = addrs.to_string();
             // The rest is read and dropped: the cluster must not block on it.
             std::thread::spawn(move || err.for_each(drop));
@@ -627,7 +615,8 @@ fn cluster_until_ready(dir: &std::path::Path) -> (std::process::Child, Vec<Strin
 fn a_cluster_stopped_with_sigterm_under_load_restarts_without_a_warning_and_keeps_every_write() {
     let dir = std::env::temp_dir().join(format!("psmr-sigterm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (mut child, _, addrs) = cluster_until_ready(&dir);
+    let on_disk = ["--replicas", "3", "--data-dir", dir.to_str().unwrap()];
+    let (mut child, _, addrs) = cluster_until_ready(&on_disk);
     let client = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", &addrs).output().unwrap()
     };
@@ -645,7 +634,7 @@ fn a_cluster_stopped_with_sigterm_under_load_restarts_without_a_warning_and_keep
     assert!(child.wait().unwrap().success());
     let _ = load.kill();
     let _ = load.wait();
-    let (mut child, before, addrs) = cluster_until_ready(&dir);
+    let (mut child, before, addrs) = cluster_until_ready(&on_disk);
     let complaints: Vec<&String> = before.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
     assert!(complaints.is_empty(), "the restart complains: {complaints:#?}");
     for i in 0..20 {
