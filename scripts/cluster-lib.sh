@@ -10,7 +10,8 @@ out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 
 # start_cluster NAME [psmr cluster flags...]: starts 3 replicas and sets
-# `addrs` (their client addresses, comma-separated) and `cluster_pid`.
+# `addrs` (their client addresses, comma-separated) and `cluster_pid`;
+# `psmr client` acts as the admin the cluster made.
 start_cluster() {
     local name=$1
     shift
@@ -21,6 +22,7 @@ start_cluster() {
         sleep 0.1
     done
     addrs=$(grep -o 'listening on [^ ]*' "$out/$name.out" | awk '{print $3}' | paste -sd, -)
+    export PSMR_USER=admin PSMR_PASSWORD_FILE="$out/$name/admin.password"
 }
 
 # stop_cluster: stops the cluster started last.

@@ -30,7 +30,8 @@ trap cleanup EXIT
 
 workers=2
 [ "$scheduler" != sequential ] || workers=1
-"$psmr" cluster --redis --storage "$storage" --scheduler "$scheduler" --workers "$workers" \
+# Without users, as the redis-server it is compared with.
+"$psmr" cluster --redis --insecure-clients --storage "$storage" --scheduler "$scheduler" --workers "$workers" \
     --data-dir "$work/psmr" >"$work/cluster.out" 2>"$work/cluster.err" &
 cluster_pid=$!
 for _ in $(seq 100); do

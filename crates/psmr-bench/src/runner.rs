@@ -239,6 +239,7 @@ pub fn cluster_spec(p: &Params) -> Result<ClusterSpec, RunError> {
     base.pipeline = p.pipeline;
     base.snapshot_every = p.snapshot_every;
     base.insecure_peers = p.insecure_peers;
+    base.insecure_clients = p.auth == "none";
     base.reads_through_log = p.reads == "log";
     Ok(spec)
 }
@@ -295,9 +296,9 @@ pub enum Target {
         /// The `psmr` executable.
         exe: PathBuf,
     },
-    /// An existing cluster at these client addresses: only load
-    /// parameters apply.
-    Existing(Vec<SocketAddr>),
+    /// An existing cluster at these client addresses, reached as this
+    /// user (if any): only load parameters apply.
+    Existing(Vec<SocketAddr>, Option<psmr_client::Credentials>),
 }
 
 /// Runs points: where, with which faults, and the seed of their loads.
@@ -328,11 +329,12 @@ impl Runner {
         // `load::run` checks the spec again; `check_point` checked it first.
         let spec = load_spec(&point.params, history, self.seed)?;
         let (load, local) = match &self.target {
-            Target::Existing(addrs) => {
+            Target::Existing(addrs, who) => {
                 // Another machine's pids, or ours by chance: not guessed at.
                 let cpu = CpuSource::Off("n/a: the replicas of --cluster are not processes psmr bench started".into());
-                let load = load::run_with_cpu(addrs, || ClientConfig::new(addrs.clone()), &spec, &cpu)?;
-                let running = running(addrs);
+                let client = || ClientConfig { credentials: who.clone(), ..ClientConfig::new(addrs.clone()) };
+                let load = load::run_with_cpu(addrs, client, &spec, &cpu)?;
+                let running = running(addrs, who);
                 (load, Local { running, ..Local::default() })
             }
             Target::Local { exe } => self.run_local(exe, &point.params, &spec, logs)?,
@@ -368,14 +370,17 @@ impl Runner {
         let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(logs), listen)?;
         cluster.wait_ready(READY_TIMEOUT)?;
         let addrs = cluster.addrs().to_vec();
+        // The load runs as the data user where the cluster has users.
+        let user = cluster.user(psmr_auth::DEFAULT_USER);
         let cluster = Mutex::new(cluster);
         let nemesis = relays.as_ref().map(|r| {
             let plan = nemesis::Plan::new(self.faults.nemesis.clone(), self.seed);
             let drawn = nemesis::schedule(&plan, &ids, spec.warmup + spec.duration);
             faults::Nemesis { links: r.links(), disks: disks.as_ref(), replicas: ids.clone(), drawn }
         });
+        let client = || ClientConfig { credentials: user.clone(), ..ClientConfig::new(addrs.clone()) };
         let (result, events, windows) = faults::during(&cluster, &self.faults, nemesis, || {
-            load::run_with_cpu(&addrs, || ClientConfig::new(addrs.clone()), spec, &CpuSource::Local)
+            load::run_with_cpu(&addrs, client, spec, &CpuSource::Local)
         });
         let result = result?;
         let history = match (hurt, &spec.history) {
@@ -390,7 +395,7 @@ impl Runner {
             ),
             false => None,
         };
-        let running = running(&addrs);
+        let running = running(&addrs, &user);
         let mut cluster = cluster.into_inner().map_err(|_| RunError::FaultThread)?;
         if let Some((id, status)) = cluster.exited().into_iter().next() {
             return Err(RunError::Exited { id, status });
@@ -423,11 +428,12 @@ fn read_history(file: &Path) -> Result<Vec<history::Operation>, RunError> {
 /// What each replica at `addrs` executes with now, as its status says
 /// (`1: auto: sequential`), with `auto`'s last decision; a replica that
 /// does not answer is left out.
-fn running(addrs: &[SocketAddr]) -> Vec<String> {
+fn running(addrs: &[SocketAddr], who: &Option<psmr_client::Credentials>) -> Vec<String> {
     let Ok(probe) = psmr_client::Client::new(ClientConfig::new(addrs.to_vec())) else { return Vec::new() };
+    let access = psmr_client::Access::new(Duration::from_secs(2), who.clone());
     addrs
         .iter()
-        .filter_map(|&a| probe.status_of(a, Duration::from_secs(2)).ok())
+        .filter_map(|&a| probe.status_of(a, access.clone()).ok())
         .map(|s| match s.decision.is_empty() {
             true => format!("{}: {}", s.id, s.scheduler),
             false => format!("{}: {} (last decision {})", s.id, s.scheduler, s.decision),

@@ -102,6 +102,9 @@ pub struct Params {
     /// Replicas without peer authentication (plain TCP) instead of mutual
     /// TLS: for measuring what TLS costs.
     pub insecure_peers: bool,
+    /// How clients say who they are: `none` (`insecure_clients`) or
+    /// `password` (the cluster's users; the load runs as its data user).
+    pub auth: String,
     /// How read-only requests are served: `index` (the leader, with raft's
     /// ReadIndex, no log entry) or `log` (a log entry like writes).
     pub reads: String,
@@ -130,6 +133,20 @@ pub struct Params {
     pub phases: Vec<String>,
 }
 
+/// `value` if it is one of `choices`, else why not.
+fn one_of(key: &str, value: &str, choices: &[&str]) -> Result<String, ScenarioError> {
+    match choices.iter().find(|c| **c == value.trim()) {
+        Some(c) => Ok(c.to_string()),
+        None => {
+            let why = match choices {
+                [.., last] if choices.len() > 1 => format!("{} or {last}", choices[..choices.len() - 1].join(", ")),
+                _ => choices.join(""),
+            };
+            Err(ScenarioError::BadValue { key: key.into(), value: value.into(), why })
+        }
+    }
+}
+
 impl Default for Params {
     fn default() -> Self {
         Self {
@@ -151,6 +168,7 @@ impl Default for Params {
             pipeline: 8,
             snapshot_every: 10_000,
             insecure_peers: false,
+            auth: "none".into(),
             reads: "index".into(),
             clients: 64,
             per_request: 50,
@@ -166,7 +184,7 @@ impl Default for Params {
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 16] = [
+pub const CLUSTER_KEYS: [&str; 17] = [
     "service",
     "model",
     "shards",
@@ -182,6 +200,7 @@ pub const CLUSTER_KEYS: [&str; 16] = [
     "pipeline",
     "snapshot_every",
     "insecure_peers",
+    "auth",
     "reads",
 ];
 
@@ -234,22 +253,10 @@ impl Params {
             }
         };
         match key.as_str() {
-            "service" => match value.trim() {
-                s @ ("kv" | "list") => self.service = s.to_string(),
-                _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "kv or list".into() }),
-            },
+            "service" => self.service = one_of(&key, value, &["kv", "list"])?,
             "model" => self.model = value.trim().to_string(),
             "shards" => self.shards = num(&key, value, count)?,
-            "cost" => match value.trim() {
-                c @ ("light" | "moderate" | "heavy") => self.cost = c.to_string(),
-                _ => {
-                    return Err(ScenarioError::BadValue {
-                        key,
-                        value: value.into(),
-                        why: "light, moderate or heavy".into(),
-                    })
-                }
-            },
+            "cost" => self.cost = one_of(&key, value, &["light", "moderate", "heavy"])?,
             "workload" => {
                 value.trim().parse::<psmr_services::Mix>().map_err(|e| ScenarioError::BadValue {
                     key: key.clone(),
@@ -274,20 +281,15 @@ impl Params {
             "replicas" => self.replicas = num(&key, value, count)?,
             "scheduler" => self.scheduler = value.trim().to_string(),
             "workers" => self.workers = num(&key, value, count)?,
-            "storage" => match value.trim() {
-                s @ ("memory" | "disk") => self.storage = s.to_string(),
-                _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "memory or disk".into() }),
-            },
+            "storage" => self.storage = one_of(&key, value, &["memory", "disk"])?,
             "client_io_threads" => self.client_io_threads = num(&key, value, count)?,
             "batch_max_commands" => self.batch_max_commands = num(&key, value, count)?,
             "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
             "pipeline" => self.pipeline = num(&key, value, count)?,
             "snapshot_every" => self.snapshot_every = num(&key, value, count)?,
             "insecure_peers" => self.insecure_peers = num(&key, value, "true or false")?,
-            "reads" => match value.trim() {
-                r @ ("index" | "log") => self.reads = r.to_string(),
-                _ => return Err(ScenarioError::BadValue { key, value: value.into(), why: "index or log".into() }),
-            },
+            "auth" => self.auth = one_of(&key, value, &["none", "password"])?,
+            "reads" => self.reads = one_of(&key, value, &["index", "log"])?,
             "clients" => self.clients = num(&key, value, count)?,
             "per_request" => self.per_request = num(&key, value, count)?,
             "write_pct" => self.write_pct = num(&key, value, "a percentage 0-100")?,
@@ -375,6 +377,7 @@ impl Params {
             "pipeline" => self.pipeline.to_string(),
             "snapshot_every" => self.snapshot_every.to_string(),
             "insecure_peers" => self.insecure_peers.to_string(),
+            "auth" => self.auth.clone(),
             "reads" => self.reads.clone(),
             "clients" => self.clients.to_string(),
             "per_request" => self.per_request.to_string(),
@@ -843,7 +846,7 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        assert_eq!(keys().count(), 27);
+        assert_eq!(keys().count(), 28);
         for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();

@@ -41,6 +41,8 @@ use psmr_model::wire::{
 };
 use psmr_model::App;
 use std::net::SocketAddr;
+
+pub use psmr_auth::Credentials;
 use std::time::Duration;
 
 pub mod order;
@@ -68,6 +70,11 @@ pub enum ClientError {
     /// The cluster refused the whole request.
     #[error("refused by the cluster: {0}")]
     Refused(String),
+    /// The cluster does not let this client do this: it has not
+    /// authenticated, its credentials are wrong, or its user lacks the
+    /// rights (`NOAUTH`, `WRONGPASS`, `NOPERM`).
+    #[error("denied: {0}")]
+    Denied(String),
     /// The cluster refused one command (e.g. an operation the service
     /// does not accept); the others of its request may have executed.
     #[error("command refused: {0}")]
@@ -94,6 +101,9 @@ pub struct ClientConfig {
     pub deadline: Duration,
     /// Longest frame accepted from a replica.
     pub frame_max: usize,
+    /// Who the client is (sent first on every connection); None: nobody,
+    /// for replicas with `insecure_clients`.
+    pub credentials: Option<Credentials>,
 }
 
 impl ClientConfig {
@@ -105,7 +115,47 @@ impl ClientConfig {
             attempt_timeout: Duration::from_secs(1),
             deadline: Duration::from_secs(30),
             frame_max: FRAME_MAX_DEFAULT,
+            credentials: None,
         }
+    }
+}
+
+/// How one exchange with one replica goes (the `..._of` calls of
+/// [`AsyncClient`]): how long it may take, and who asks. A bare
+/// [`Duration`] is an anonymous exchange.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// The whole exchange's time limit.
+    pub timeout: Duration,
+    /// Who asks (sent before the question); None: nobody.
+    pub credentials: Option<Credentials>,
+}
+
+impl From<Duration> for Access {
+    fn from(timeout: Duration) -> Self {
+        Self { timeout, credentials: None }
+    }
+}
+
+impl Access {
+    /// `credentials` asking within `timeout`.
+    pub fn new(timeout: Duration, credentials: Option<Credentials>) -> Self {
+        Self { timeout, credentials }
+    }
+}
+
+/// Says who the client is on a fresh connection `s`, if it has
+/// credentials; a refusal as [`ServerMsg::Denied`]'s text.
+async fn authenticate(s: &mut TcpStream, who: Option<&Credentials>, max: usize) -> Result<(), Attempt> {
+    let Some(who) = who else { return Ok(()) };
+    let msg = ClientMsg::Auth { user: who.user().to_string(), password: who.password().to_string() };
+    s.write_all(&msg.to_frame()).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
+    let f = read_frame_async(s, max).await.map_err(|e| Attempt::Retry(format!("receive failed: {e}")))?;
+    match ServerMsg::from_frame(&f).map_err(|e| Attempt::Retry(format!("bad answer: {e}")))? {
+        ServerMsg::Authenticated { .. } => Ok(()),
+        ServerMsg::Denied(why) => Err(Attempt::Denied(why)),
+        ServerMsg::Error(why) => Err(Attempt::Refused(why)),
+        other => Err(Attempt::Retry(format!("unexpected answer to authentication: {other:?}"))),
     }
 }
 
@@ -140,6 +190,13 @@ pub trait Session: Send + 'static {
         ops: Vec<Vec<u8>>,
         to: &mut D,
     ) -> impl std::future::Future<Output = Result<(), ClientError>> + Send;
+
+    /// Acts as `credentials` from now on. A session that reaches the
+    /// cluster over the network authenticates as them (and the replica it
+    /// reaches checks every request against their rights); a front end
+    /// that submits inside a replica checks them itself, before it
+    /// submits.
+    fn identify(&mut self, credentials: Credentials);
 }
 
 /// A cluster reached over the network: each session is an
@@ -163,6 +220,10 @@ impl Session for AsyncClient {
     async fn submit<D: Deliver>(&mut self, ops: Vec<Vec<u8>>, to: &mut D) -> Result<(), ClientError> {
         let mut order = InOrder::new(self.reserve(ops.len()), ops.len());
         self.resume(&ops, &mut order, to).await
+    }
+
+    fn identify(&mut self, credentials: Credentials) {
+        AsyncClient::identify(self, credentials);
     }
 }
 
@@ -217,17 +278,34 @@ impl AsyncClient {
         a
     }
 
-    async fn connection(&mut self) -> Result<&mut TcpStream, String> {
+    /// The connection to the replica to ask, made (and authenticated)
+    /// if there is none.
+    async fn connection(&mut self) -> Result<&mut TcpStream, Attempt> {
         if self.conn.is_none() {
             let addr = self.pick();
-            let stream = tokio::time::timeout(self.config.attempt_timeout, TcpStream::connect(addr))
+            let timeout = self.config.attempt_timeout;
+            let (who, max) = (self.config.credentials.as_ref(), self.config.frame_max);
+            let open = async {
+                let mut stream = TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| Attempt::Retry(format!("cannot connect to {addr}: {e}")))?;
+                stream.set_nodelay(true).map_err(|e| Attempt::Retry(e.to_string()))?;
+                authenticate(&mut stream, who, max).await?;
+                Ok(stream)
+            };
+            let stream = tokio::time::timeout(timeout, open)
                 .await
-                .map_err(|_| format!("connecting to {addr} timed out"))?
-                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+                .map_err(|_| Attempt::Silent(format!("connecting to {addr} took more than {timeout:?}")))??;
             self.conn = Some((addr, stream));
         }
         Ok(&mut self.conn.as_mut().expect("just connected").1)
+    }
+
+    /// Acts as `credentials` from the next connection on (the current one,
+    /// if any, is closed).
+    pub fn identify(&mut self, credentials: Credentials) {
+        self.config.credentials = Some(credentials);
+        self.conn = None;
     }
 
     /// Orders and executes `ops` (encoded operations) as one request;
@@ -282,6 +360,7 @@ impl AsyncClient {
             match result {
                 Ok(()) => {}
                 Err(Attempt::Refused(m)) => return Err(ClientError::Refused(m)),
+                Err(Attempt::Denied(m)) => return Err(ClientError::Denied(m)),
                 Err(Attempt::Partial(why)) => {
                     debug!(client = self.id, "asking again: {why}");
                     last = why;
@@ -320,7 +399,7 @@ impl AsyncClient {
         let (id, timeout, max) = (self.id, self.config.attempt_timeout, self.config.frame_max);
         let mut unanswered = pending.len();
         let frame = ClientMsg::Request { client: id, commands: pending }.to_frame();
-        let stream = self.connection().await.map_err(Attempt::Retry)?;
+        let stream = self.connection().await?;
         stream.write_all(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
         drop(frame);
         let asked = unanswered;
@@ -361,6 +440,7 @@ impl AsyncClient {
                 | ServerMsg::Metrics(_)
                 | ServerMsg::Members(_)
                 | ServerMsg::Reconfigured { .. }
+                | ServerMsg::Authenticated { .. }
                 | ServerMsg::SnapshotChunk { .. } => {}
                 ServerMsg::Redirect { leader, addr } => {
                     self.leader = addr.parse().ok();
@@ -371,6 +451,7 @@ impl AsyncClient {
                     }));
                 }
                 ServerMsg::Error(m) => return Err(Attempt::Refused(m)),
+                ServerMsg::Denied(m) => return Err(Attempt::Denied(m)),
             }
         }
         Ok(())
@@ -394,8 +475,8 @@ impl AsyncClient {
     }
 
     /// Asks one replica for its status.
-    pub async fn status_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
-        match Self::ask(addr, ClientMsg::Status, timeout).await? {
+    pub async fn status_of(addr: SocketAddr, access: impl Into<Access>) -> Result<ReplicaStatus, String> {
+        match Self::ask(addr, ClientMsg::Status, access).await? {
             ServerMsg::Status(st) => Ok(st),
             other => Err(format!("unexpected answer {other:?}")),
         }
@@ -404,8 +485,8 @@ impl AsyncClient {
     /// Asks one replica how busy its threads are: a clock reading in ns,
     /// the threads' counters and the execution workers' (see
     /// [`ServerMsg::Stats`]).
-    pub async fn stats_of(addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
-        match Self::ask(addr, ClientMsg::Stats, timeout).await? {
+    pub async fn stats_of(addr: SocketAddr, access: impl Into<Access>) -> Result<ReplicaStats, String> {
+        match Self::ask(addr, ClientMsg::Stats, access).await? {
             ServerMsg::Stats { at_ns, threads, workers, scheduler, decision } => {
                 Ok(ReplicaStats { at_ns, threads, workers, scheduler, decision })
             }
@@ -416,8 +497,8 @@ impl AsyncClient {
     /// Asks one replica for its metrics: the OpenMetrics text its
     /// Prometheus endpoint serves (`psmr_replica::metrics::Scrape` reads
     /// it).
-    pub async fn metrics_of(addr: SocketAddr, timeout: Duration) -> Result<String, String> {
-        match Self::ask(addr, ClientMsg::Metrics, timeout).await? {
+    pub async fn metrics_of(addr: SocketAddr, access: impl Into<Access>) -> Result<String, String> {
+        match Self::ask(addr, ClientMsg::Metrics, access).await? {
             ServerMsg::Metrics(text) => Ok(text),
             other => Err(format!("unexpected answer {other:?}")),
         }
@@ -432,11 +513,13 @@ impl AsyncClient {
     pub async fn save_snapshot_of(
         addr: SocketAddr,
         out: &mut (dyn std::io::Write + Send),
-        timeout: Duration,
+        access: impl Into<Access>,
     ) -> Result<u64, String> {
+        let access = access.into();
+        let timeout = access.timeout;
         let within = |what: &'static str| move |_| format!("{what}: no answer within {timeout:?}");
-        let connect = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(within("connect"))?;
-        let mut s = connect.map_err(|e| format!("cannot connect: {e}"))?;
+        let connect = tokio::time::timeout(timeout, Self::open(addr, &access)).await.map_err(within("connect"))?;
+        let mut s = connect?;
         let (mut id, mut offset) = (Vec::new(), 0u64);
         loop {
             let msg = ClientMsg::Snapshot { id: id.clone(), offset };
@@ -467,8 +550,8 @@ impl AsyncClient {
     /// latest membership, committed or not), by id. A replica that does
     /// not answer this itself (e.g. one that redirects to the leader) is an
     /// error naming what it answered.
-    pub async fn members_of(addr: SocketAddr, timeout: Duration) -> Result<Vec<MemberInfo>, String> {
-        match Self::ask(addr, ClientMsg::Members, timeout).await? {
+    pub async fn members_of(addr: SocketAddr, access: impl Into<Access>) -> Result<Vec<MemberInfo>, String> {
+        match Self::ask(addr, ClientMsg::Members, access).await? {
             ServerMsg::Members(members) => Ok(members),
             ServerMsg::Redirect { leader: 0, .. } => Err("no answer here, and no leader known".into()),
             ServerMsg::Redirect { leader, addr } => Err(format!("no answer here: ask leader {leader} at {addr}")),
@@ -483,10 +566,10 @@ impl AsyncClient {
     pub async fn reconfigure_of(
         addr: SocketAddr,
         change: Reconfiguration,
-        timeout: Duration,
+        access: impl Into<Access>,
     ) -> Result<Reconfigured, String> {
         let Reconfiguration { scheduler, workers, mapping } = change;
-        match Self::ask(addr, ClientMsg::Reconfigure { scheduler, workers, mapping }, timeout).await? {
+        match Self::ask(addr, ClientMsg::Reconfigure { scheduler, workers, mapping }, access).await? {
             ServerMsg::Reconfigured { scheduler, workers, stall_ns } => {
                 Ok(Reconfigured { scheduler, workers, stall: Duration::from_nanos(stall_ns) })
             }
@@ -512,8 +595,10 @@ impl AsyncClient {
     pub async fn change_membership(
         cluster: &[SocketAddr],
         change: MemberChange,
-        deadline: Duration,
+        deadline: impl Into<Access>,
     ) -> Result<Vec<MemberInfo>, String> {
+        let access = deadline.into();
+        let deadline = access.timeout;
         if cluster.is_empty() {
             return Err(ClientError::NoAddresses.to_string());
         }
@@ -536,7 +621,8 @@ impl AsyncClient {
                 next += 1;
                 cluster[(next - 1) % cluster.len()]
             });
-            let pause = match Self::exchange(addr, &msg, left).await {
+            let within = Access { timeout: left, credentials: access.credentials.clone() };
+            let pause = match Self::exchange(addr, &msg, within).await {
                 Ok(ServerMsg::Members(members)) => return Ok(members),
                 Ok(ServerMsg::Redirect { leader: id, addr: to }) => {
                     match to.parse::<SocketAddr>() {
@@ -557,6 +643,7 @@ impl AsyncClient {
                     true
                 }
                 Ok(ServerMsg::Error(m)) => return Err(m),
+                Ok(ServerMsg::Denied(m)) => return Err(format!("denied: {m}")),
                 Ok(other) => return Err(format!("{addr}: unexpected answer {other:?}")),
                 Err(e) => {
                     last = format!("{addr}: {e}");
@@ -572,11 +659,13 @@ impl AsyncClient {
         }
     }
 
-    /// Sends `msg` to the replica at `addr` and reads its answer, all
-    /// within `timeout`; the replica's error is an answer, not an `Err`.
-    async fn exchange(addr: SocketAddr, msg: &ClientMsg, timeout: Duration) -> Result<ServerMsg, String> {
+    /// Sends `msg` to the replica at `addr` (as `access` says who asks)
+    /// and reads its answer, all within `access.timeout`; the replica's
+    /// error is an answer, not an `Err`.
+    async fn exchange(addr: SocketAddr, msg: &ClientMsg, access: Access) -> Result<ServerMsg, String> {
+        let timeout = access.timeout;
         let work = async {
-            let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
+            let mut s = Self::open(addr, &access).await?;
             s.write_all(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
             let f = read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| format!("receive failed: {e}"))?;
             ServerMsg::from_frame(&f).map_err(|e| format!("bad answer: {e}"))
@@ -584,9 +673,17 @@ impl AsyncClient {
         tokio::time::timeout(timeout, work).await.map_err(|_| format!("no answer within {timeout:?}"))?
     }
 
-    async fn ask(addr: SocketAddr, msg: ClientMsg, timeout: Duration) -> Result<ServerMsg, String> {
-        match Self::exchange(addr, &msg, timeout).await? {
+    /// A connection to `addr`, authenticated as `access` says.
+    async fn open(addr: SocketAddr, access: &Access) -> Result<TcpStream, String> {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
+        authenticate(&mut s, access.credentials.as_ref(), FRAME_MAX_DEFAULT).await.map_err(Attempt::into_text)?;
+        Ok(s)
+    }
+
+    async fn ask(addr: SocketAddr, msg: ClientMsg, access: impl Into<Access>) -> Result<ServerMsg, String> {
+        match Self::exchange(addr, &msg, access.into()).await? {
             ServerMsg::Error(e) => Err(e),
+            ServerMsg::Denied(e) => Err(format!("denied: {e}")),
             other => Ok(other),
         }
     }
@@ -607,6 +704,18 @@ enum Attempt {
     Partial(String),
     /// The cluster refused the request.
     Refused(String),
+    /// The client may not do this (final: every replica says the same).
+    Denied(String),
+}
+
+impl Attempt {
+    /// What went wrong, as one line.
+    fn into_text(self) -> String {
+        match self {
+            Attempt::Retry(m) | Attempt::Silent(m) | Attempt::Partial(m) | Attempt::Refused(m) => m,
+            Attempt::Denied(m) => format!("denied: {m}"),
+        }
+    }
 }
 
 /// The execution scheduler a replica is asked to switch to
@@ -676,18 +785,18 @@ impl Client {
     }
 
     /// See [`AsyncClient::status_of`].
-    pub fn status_of(&self, addr: SocketAddr, timeout: Duration) -> Result<ReplicaStatus, String> {
-        self.rt.block_on(AsyncClient::status_of(addr, timeout))
+    pub fn status_of(&self, addr: SocketAddr, access: impl Into<Access>) -> Result<ReplicaStatus, String> {
+        self.rt.block_on(AsyncClient::status_of(addr, access))
     }
 
     /// See [`AsyncClient::stats_of`].
-    pub fn stats_of(&self, addr: SocketAddr, timeout: Duration) -> Result<ReplicaStats, String> {
-        self.rt.block_on(AsyncClient::stats_of(addr, timeout))
+    pub fn stats_of(&self, addr: SocketAddr, access: impl Into<Access>) -> Result<ReplicaStats, String> {
+        self.rt.block_on(AsyncClient::stats_of(addr, access))
     }
 
     /// See [`AsyncClient::metrics_of`].
-    pub fn metrics_of(&self, addr: SocketAddr, timeout: Duration) -> Result<String, String> {
-        self.rt.block_on(AsyncClient::metrics_of(addr, timeout))
+    pub fn metrics_of(&self, addr: SocketAddr, access: impl Into<Access>) -> Result<String, String> {
+        self.rt.block_on(AsyncClient::metrics_of(addr, access))
     }
 
     /// See [`AsyncClient::reconfigure_of`].
@@ -695,9 +804,9 @@ impl Client {
         &self,
         addr: SocketAddr,
         change: Reconfiguration,
-        timeout: Duration,
+        access: impl Into<Access>,
     ) -> Result<Reconfigured, String> {
-        self.rt.block_on(AsyncClient::reconfigure_of(addr, change, timeout))
+        self.rt.block_on(AsyncClient::reconfigure_of(addr, change, access))
     }
 
     /// See [`AsyncClient::save_snapshot_of`].
@@ -705,14 +814,14 @@ impl Client {
         &self,
         addr: SocketAddr,
         out: &mut (dyn std::io::Write + Send),
-        timeout: Duration,
+        access: impl Into<Access>,
     ) -> Result<u64, String> {
-        self.rt.block_on(AsyncClient::save_snapshot_of(addr, out, timeout))
+        self.rt.block_on(AsyncClient::save_snapshot_of(addr, out, access))
     }
 
     /// See [`AsyncClient::members_of`].
-    pub fn members_of(&self, addr: SocketAddr, timeout: Duration) -> Result<Vec<MemberInfo>, String> {
-        self.rt.block_on(AsyncClient::members_of(addr, timeout))
+    pub fn members_of(&self, addr: SocketAddr, access: impl Into<Access>) -> Result<Vec<MemberInfo>, String> {
+        self.rt.block_on(AsyncClient::members_of(addr, access))
     }
 
     /// See [`AsyncClient::change_membership`].
@@ -720,7 +829,7 @@ impl Client {
         &self,
         cluster: &[SocketAddr],
         change: MemberChange,
-        deadline: Duration,
+        deadline: impl Into<Access>,
     ) -> Result<Vec<MemberInfo>, String> {
         self.rt.block_on(AsyncClient::change_membership(cluster, change, deadline))
     }

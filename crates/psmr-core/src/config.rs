@@ -162,6 +162,15 @@ pub struct Config {
     /// peer port can then speak raft to this replica. Only for closed test
     /// networks and for measuring what TLS costs.
     pub insecure_peers: bool,
+    /// Who may use the client and Redis ports, and as what
+    /// (`[[users]]`: `name`, `password` as a hash from `psmr passwd`,
+    /// `role` = `data` or `admin`). Every replica of a cluster lists the
+    /// same users. Required unless `insecure_clients`.
+    pub users: Vec<psmr_auth::UserSpec>,
+    /// Serve clients without authentication: every connection may read,
+    /// write, flush and change the membership. Only where every process
+    /// that can reach the client and Redis ports is trusted.
+    pub insecure_clients: bool,
     /// ClientIO threads.
     pub client_io_threads: usize,
     /// Most client connections at once. A new connection beyond it closes
@@ -259,6 +268,8 @@ impl Default for Config {
             data_dir: PathBuf::from("psmr-data"),
             peer_tls: None,
             insecure_peers: false,
+            users: Vec::new(),
+            insecure_clients: false,
             client_io_threads: 2,
             max_connections: 10_000,
             client_idle_timeout_ms: 300_000,
@@ -349,6 +360,7 @@ impl Config {
             }
             _ => {}
         }
+        psmr_auth::Gate::new(&self.users, self.insecure_clients).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         bounded("client_io_threads", self.client_io_threads as u64, 1, 256)?;
         bounded("max_connections", self.max_connections as u64, 1, 1_000_000)?;
         bounded("client_idle_timeout_ms", self.client_idle_timeout_ms, 100, 86_400_000)?;
@@ -437,7 +449,7 @@ mod tests {
             let addr = |port: u64| format!("127.0.0.1:{port}").parse().unwrap();
             Member::new(id, addr(7000 + id), addr(7100 + id))
         };
-        Config { replicas: vec![m(1), m(2), m(3)], insecure_peers: true, ..Config::default() }
+        Config { replicas: vec![m(1), m(2), m(3)], insecure_peers: true, insecure_clients: true, ..Config::default() }
     }
 
     #[test]
@@ -472,6 +484,9 @@ mod tests {
         let mut c = three();
         c.insecure_peers = false;
         assert!(c.validate().unwrap_err().to_string().contains("peers are not authenticated"));
+        let mut c = three();
+        c.insecure_clients = false;
+        assert!(c.validate().unwrap_err().to_string().contains("no users"));
         assert!(three().member(9).unwrap_err().to_string().contains("replica 9 is not in the configuration"));
     }
 

@@ -37,6 +37,9 @@ pub(crate) enum Step<Op> {
     Hello(Version, Reply),
     /// Answers, then closes.
     Quit,
+    /// Authenticates, after every step before it is answered (never
+    /// among a batch's [`Answers`]).
+    Auth(crate::auth::Login),
 }
 
 /// Turns an executed operation's outcome into its Redis reply.

@@ -20,8 +20,10 @@
 //! submitted as one request, so a pipeline of N commands is one trip
 //! through the log. Every command, reads included, is ordered by the log:
 //! replies are linearizable. Connection commands (`PING`, `ECHO`,
-//! `HELLO`, `SELECT 0`, `CLIENT`, `QUIT`, `COMMAND`, `INFO`, `CONFIG GET`)
-//! are answered here, in their place among the replies.
+//! `HELLO`, `SELECT 0`, `CLIENT`, `QUIT`, `COMMAND`, `INFO`, `CONFIG GET`,
+//! `ACL WHOAMI`) are answered here, in their place among the replies;
+//! `AUTH` waits for the replies before it (the `auth` module: who a
+//! connection is, and the check of every command against its rights).
 //!
 //! Hostile input: requests are parsed within [`psmr_resp::Limits`] derived
 //! from the configuration (an argument or a request over `frame_max` fails
@@ -37,9 +39,12 @@
 //! `-ERR` reply and the connection lives on.
 
 mod answers;
+mod auth;
 
 use answers::{Answers, Replier, Step};
+pub use auth::{Auth, Refused};
 use bytes::{Bytes, BytesMut};
+use psmr_auth::{Need, Principal};
 use psmr_client::{Session, Submit};
 use psmr_model::ratelog::RateLimit;
 use psmr_model::wire::{OpCodec, Outcome};
@@ -113,6 +118,7 @@ pub struct Gateway<A: App, C, S> {
     /// Bytes of outcomes held ahead of their turn, over all connections
     /// (the `answers` module).
     held: Arc<Semaphore>,
+    auth: Auth,
 }
 
 /// A pinned, boxed, sendable future of nothing.
@@ -139,12 +145,14 @@ where
     S: Submit,
 {
     /// A gateway within `limits`, for `app` whose Redis commands `commands`
-    /// maps, submitting through `submit`, with `info` for `INFO`.
-    pub fn new(limits: GatewayLimits, submit: S, app: Arc<A>, commands: C, info: Info) -> Self {
+    /// maps, submitting through `submit`, with `info` for `INFO`, serving
+    /// the users of `auth`.
+    pub fn new(limits: GatewayLimits, submit: S, app: Arc<A>, commands: C, info: Info, auth: Auth) -> Self {
         let connections = Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS)));
         let buffered = Arc::new(Semaphore::new(limits.buffered_max.min(Semaphore::MAX_PERMITS)));
         let held = Arc::new(Semaphore::new(limits.buffered_max.min(Semaphore::MAX_PERMITS)));
-        Self { limits, submit, app, commands, codec: A::Codec::default(), info, connections, buffered, held }
+        let codec = A::Codec::default();
+        Self { limits, submit, app, commands, codec, info, connections, buffered, held, auth }
     }
 
     async fn accept_loop(self: Arc<Self>, listener: TcpListener, stop: Stop, fail: Fail) {
@@ -180,7 +188,7 @@ where
     }
 
     async fn connection(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, stop: Stop) {
-        match Connection::open(&self, stream, stop) {
+        match Connection::open(&self, stream, peer, stop) {
             Ok(mut conn) => match conn.run().await {
                 Ok(()) => debug!(%peer, "redis client disconnected"),
                 Err(why) => psmr_model::warn_limited!(BAD_REDIS_CLIENT, %peer, "closing redis connection: {why}"),
@@ -236,6 +244,9 @@ struct Connection<'g, A: App, C, S: Submit> {
     carried: Option<Step<A::Op>>,
     version: Version,
     name: Option<Bytes>,
+    peer: SocketAddr,
+    /// The user it acts as; None before it authenticates.
+    who: Option<Principal>,
 }
 
 impl<'g, A, C, S> Connection<'g, A, C, S>
@@ -244,7 +255,7 @@ where
     C: Commands<Op = A::Op, Reply = A::Reply>,
     S: Submit,
 {
-    fn open(gateway: &'g Gateway<A, C, S>, stream: TcpStream, stop: Stop) -> Result<Self, String> {
+    fn open(gateway: &'g Gateway<A, C, S>, stream: TcpStream, peer: SocketAddr, stop: Stop) -> Result<Self, String> {
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         let client = gateway.submit.session().map_err(|e| e.to_string())?;
         Ok(Self {
@@ -258,6 +269,8 @@ where
             carried: None,
             version: Version::Resp2,
             name: None,
+            peer,
+            who: gateway.auth.gate.anonymous(),
         })
     }
 
@@ -307,7 +320,7 @@ where
                 }
                 (ops, bytes) = (ops + 1, bytes + encoded.len());
             }
-            let barrier = matches!(step, Step::Hello(..) | Step::Quit);
+            let barrier = matches!(step, Step::Hello(..) | Step::Quit | Step::Auth(_));
             steps.push(step);
             if barrier {
                 break;
@@ -365,6 +378,17 @@ where
     fn step(&mut self, request: &Request) -> Step<C::Op> {
         let args = &request.args;
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        let auth = &self.gateway.auth;
+        let need = match name.as_str() {
+            "AUTH" => return auth::auth_command(args).map_or_else(Step::Local, Step::Auth),
+            "HELLO" => return self.hello(args),
+            "QUIT" => return Step::Quit,
+            "CONFIG" => Need::Admin,
+            _ => Need::Data,
+        };
+        if let Err(refusal) = auth.may(self.peer, self.who.as_ref(), need, &name.to_ascii_lowercase()) {
+            return Step::Local(refusal);
+        }
         match name.as_str() {
             "PING" => match args.len() {
                 1 => Step::Local(Reply::simple("PONG")),
@@ -373,26 +397,43 @@ where
             },
             "ECHO" if args.len() == 2 => Step::Local(Reply::bulk(args[1].clone())),
             "ECHO" => Step::Local(psmr_resp::wrong_arity("echo")),
-            "QUIT" => Step::Quit,
-            "HELLO" => self.hello(args),
             "SELECT" => Step::Local(select(args)),
             "CLIENT" => Step::Local(self.client_command(args)),
             "COMMAND" => Step::Local(command_info(args)),
             "CONFIG" => Step::Local(config_get(args)),
             "INFO" => Step::Local(Reply::bulk(self.info())),
+            "ACL" => Step::Local(self.acl(args)),
             // An operation the service refuses is refused here, without a
             // trip through the log (every replica would refuse it alike).
             _ => match self.gateway.commands.operation(args) {
-                Ok(op) => self.operation(op),
+                Ok(op) => self.operation(op, &name),
                 Err(reply) => Step::Local(reply),
             },
         }
     }
 
+    /// `ACL WHOAMI`; no other `ACL` subcommand (users live in the
+    /// replicas' configuration).
+    fn acl(&self, args: &[Bytes]) -> Reply {
+        match args.get(1).map(|s| s.to_ascii_uppercase()).as_deref() {
+            Some(b"WHOAMI") if args.len() == 2 => {
+                self.who.as_ref().map_or_else(|| Reply::bulk("default"), |p| Reply::bulk(p.name().to_string()))
+            }
+            Some(b"WHOAMI") => psmr_resp::wrong_arity("acl|whoami"),
+            _ => Reply::error("ERR psmr answers ACL WHOAMI only: users are in the replicas' configuration"),
+        }
+    }
+
     /// An operation to submit, or the reason it cannot be.
-    fn operation(&self, op: C::Op) -> Step<C::Op> {
+    fn operation(&self, op: C::Op, name: &str) -> Step<C::Op> {
         if let Err(refused) = self.gateway.app.access(&op) {
             return Step::Local(error_reply(&refused.0));
+        }
+        if self.gateway.app.privileged(&op) {
+            let auth = &self.gateway.auth;
+            if let Err(refusal) = auth.may(self.peer, self.who.as_ref(), Need::Admin, &name.to_ascii_lowercase()) {
+                return Step::Local(refusal);
+            }
         }
         let encoded = self.gateway.codec.encode_op(&op);
         let max = self.gateway.limits.batch_max_bytes;
@@ -405,15 +446,27 @@ where
     }
 
     fn hello(&mut self, args: &[Bytes]) -> Step<C::Op> {
-        let version = match args.get(1).map(|v| v.as_ref()) {
-            None => self.version,
-            Some(b"2") => Version::Resp2,
-            Some(b"3") => Version::Resp3,
-            Some(_) => return Step::Local(Reply::error("NOPROTO unsupported protocol version")),
+        let hello = match auth::hello_command(args) {
+            Ok(hello) => hello,
+            Err(reply) => return Step::Local(reply),
         };
+        if let Some(login) = hello.login {
+            return Step::Auth(login);
+        }
+        if self.who.is_none() {
+            return Step::Local(auth::hello_noauth());
+        }
+        if let Some(name) = hello.name {
+            self.name = Some(name);
+        }
+        let version = hello.version.unwrap_or(self.version);
+        Step::Hello(version, self.hello_reply(version))
+    }
+
+    fn hello_reply(&self, version: Version) -> Reply {
         let proto = if version == Version::Resp3 { 3 } else { 2 };
         let field = |k: &str, v: Reply| (Reply::bulk(k.to_string()), v);
-        let reply = Reply::map(vec![
+        Reply::map(vec![
             field("server", Reply::bulk("redis")),
             field("version", Reply::bulk("7.0.0")),
             field("proto", Reply::integer(proto)),
@@ -421,8 +474,27 @@ where
             field("mode", Reply::bulk("standalone")),
             field("role", Reply::bulk("master")),
             field("modules", Reply::array(Vec::new())),
-        ]);
-        Step::Hello(version, reply)
+        ])
+    }
+
+    /// Authenticates (after the replies before it are out): `+OK`, or
+    /// `HELLO`'s reply in its version, or the refusal.
+    async fn login(&mut self, login: auth::Login) {
+        let reply = match self.gateway.auth.login(self.peer, &login).await {
+            Ok((principal, credentials)) => {
+                self.who = Some(principal);
+                self.client.identify(credentials);
+                match login.hello {
+                    Some(version) => {
+                        self.version = version;
+                        self.hello_reply(version)
+                    }
+                    None => Reply::ok(),
+                }
+            }
+            Err(refusal) => refusal,
+        };
+        self.answer_now(&[reply]).await;
     }
 
     fn client_command(&mut self, args: &[Bytes]) -> Reply {
@@ -459,6 +531,19 @@ where
     /// every reply in order as it comes; Ok(true) when the client asked to
     /// quit.
     async fn execute(&mut self, mut steps: Vec<Step<C::Op>>) -> Result<bool, String> {
+        let login = match steps.last() {
+            Some(Step::Auth(_)) => steps.pop(),
+            _ => None,
+        };
+        let quit = self.submit(steps).await?;
+        if let Some(Step::Auth(login)) = login {
+            self.login(login).await;
+        }
+        Ok(quit)
+    }
+
+    /// Submits the operations among `steps` and writes every reply.
+    async fn submit(&mut self, mut steps: Vec<Step<C::Op>>) -> Result<bool, String> {
         let encoded: Vec<Vec<u8>> = steps
             .iter_mut()
             .filter_map(|s| if let Step::Execute(_, e) = s { Some(std::mem::take(e)) } else { None })

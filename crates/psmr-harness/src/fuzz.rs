@@ -609,6 +609,7 @@ fn corpus_wire_client() -> Vec<Vec<u8>> {
         }),
         ClientMsg::ChangeMembership(MemberChange::Remove { id: 2 }),
         ClientMsg::Reconfigure { scheduler: "early".into(), workers: 2, mapping: "R=conc:0,1;W=seq:0-1".into() },
+        ClientMsg::Auth { user: "admin".into(), password: "secret".into() },
     ]
     .iter()
     .map(ClientMsg::to_frame)
@@ -649,6 +650,8 @@ fn corpus_wire_server() -> Vec<Vec<u8>> {
             MemberInfo { id: 4, client: "c".into(), peer: "p".into(), voter: false },
         ]),
         ServerMsg::Reconfigured { scheduler: "sequential".into(), workers: 1, stall_ns: 1_000 },
+        ServerMsg::Authenticated { user: "admin".into(), role: "admin".into() },
+        ServerMsg::Denied("NOPERM User default has no permissions to run the 'flushdb' command".into()),
     ]
     .iter()
     .map(ServerMsg::to_frame)

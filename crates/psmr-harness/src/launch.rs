@@ -88,6 +88,9 @@ pub enum LaunchError {
         /// Why.
         source: psmr_replica::tls::TlsError,
     },
+    /// The cluster's users cannot be made.
+    #[error("cannot make the cluster's users: {0}")]
+    Users(#[from] psmr_auth::AuthError),
     /// A file, directory, port or process operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -124,6 +127,42 @@ pub enum LaunchError {
     /// The probe of the replicas cannot start.
     #[error(transparent)]
     Client(#[from] ClientError),
+}
+
+/// The users of a new cluster: [`ADMIN_USER`] and `default` (the data
+/// role; a one-argument Redis `AUTH` names it), each with a new random
+/// password in `dir/NAME.password`, readable by its owner only.
+pub fn make_users(dir: &Path) -> Result<Vec<psmr_auth::UserSpec>, LaunchError> {
+    let mut users = Vec::new();
+    for (name, role) in [(ADMIN_USER, psmr_auth::Role::Admin), (psmr_auth::DEFAULT_USER, psmr_auth::Role::Data)] {
+        let secret = psmr_auth::new_secret()?;
+        write_private(&password_file(dir, name), &secret)?;
+        let hash = psmr_auth::PasswordHash::new(secret.as_bytes(), psmr_auth::ITERATIONS_DEFAULT)?;
+        users.push(psmr_auth::UserSpec { name: name.into(), password: hash.to_string(), role });
+    }
+    Ok(users)
+}
+
+/// Writes `text` and a line end into a new file at `path` that only its
+/// owner may read (an existing file is never overwritten).
+pub fn write_private(path: &Path, text: &str) -> Result<(), LaunchError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(format!("create {}", path.display())))?;
+    writeln!(file, "{text}").map_err(io(format!("write {}", path.display())))
+}
+
+/// The admin user [`make_users`] makes.
+pub const ADMIN_USER: &str = "admin";
+
+/// Where [`make_users`] keeps `user`'s password.
+pub fn password_file(dir: &Path, user: &str) -> PathBuf {
+    dir.join(format!("{user}.password"))
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -283,7 +322,9 @@ impl Default for ClusterSpec {
             replicas: 3,
             hosts: vec!["127.0.0.1".into()],
             service: ServiceConfig::default(),
-            base: Config::default(),
+            // Tests and benchmarks drive their clusters without users;
+            // `psmr cluster` makes users unless told otherwise.
+            base: Config { insecure_clients: true, ..Config::default() },
             metrics: false,
             redis: false,
         }
@@ -292,8 +333,10 @@ impl Default for ClusterSpec {
 
 impl ClusterSpec {
     /// A new cluster's configuration: free ports on the host, replica data
-    /// under `dir`, and (unless `base.insecure_peers`) a new cluster CA and
-    /// replica certificates under `dir/certs`.
+    /// under `dir`, (unless `base.insecure_peers`) a new cluster CA and
+    /// replica certificates under `dir/certs`, and (unless
+    /// `base.insecure_clients` or `base.users` lists some) the users
+    /// [`make_users`] makes.
     pub fn config(&self, dir: &Path) -> Result<Config, LaunchError> {
         if !(1..=REPLICAS_MAX).contains(&self.replicas) {
             return Err(LaunchError::Replicas(self.replicas));
@@ -310,6 +353,8 @@ impl ClusterSpec {
             // made, so that a bad value leaves no files behind to refuse
             // the next attempt.
             insecure_peers: true,
+            insecure_clients: true,
+            users: Vec::new(),
             ..self.base.clone()
         };
         config.validate()?;
@@ -324,6 +369,14 @@ impl ClusterSpec {
                 .map_err(|source| LaunchError::Certificates { dir: certs, source })?;
             config.peer_tls = Some(tls);
             config.insecure_peers = false;
+            config.validate()?;
+        }
+        if !self.base.insecure_clients {
+            config.users = match self.base.users.is_empty() {
+                true => make_users(dir)?,
+                false => self.base.users.clone(),
+            };
+            config.insecure_clients = false;
             config.validate()?;
         }
         Ok(config)
@@ -564,7 +617,7 @@ impl ProcessCluster {
 
     /// The leader the answering replicas know of, if any.
     pub fn leader(&self) -> Option<u64> {
-        Probe::new(&self.addrs).ok()?.leader(Duration::from_millis(500))
+        Probe::new(&self.addrs).ok()?.as_user(self.user(ADMIN_USER)).leader(Duration::from_millis(500))
     }
 
     /// Replicas that have exited on their own (not killed on purpose),
@@ -594,10 +647,18 @@ impl ProcessCluster {
         Some(without_colours(line).trim().to_string())
     }
 
+    /// The credentials of `user` of a cluster whose users [`make_users`]
+    /// made beside its configuration file; None for a cluster without
+    /// users (or whose passwords are kept elsewhere).
+    pub fn user(&self, user: &str) -> Option<psmr_client::Credentials> {
+        let dir = self.config_file.parent()?;
+        psmr_client::Credentials::from_file(user, &password_file(dir, user)).ok()
+    }
+
     /// Waits until every replica answers and one of them leads.
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), LaunchError> {
         let deadline = Instant::now() + timeout;
-        let probe = Probe::new(&self.addrs)?;
+        let probe = Probe::new(&self.addrs)?.as_user(self.user(ADMIN_USER));
         loop {
             if let Some((id, status)) = self.exited().into_iter().next() {
                 return Err(LaunchError::ExitedStarting { id, status });

@@ -53,10 +53,14 @@ pub fn resolve(list: &[String]) -> Result<Vec<SocketAddr>, ResolveError> {
 }
 
 /// The replicas at `list` (`HOST:PORT`), resolved, once one of them at
-/// least answers within `timeout`; the error says why each did not.
-pub fn reachable(list: &[String], timeout: Duration) -> Result<Vec<SocketAddr>, ProbeError> {
+/// least answers `who` within `timeout`; the error says why each did not.
+pub fn reachable(
+    list: &[String],
+    who: Option<psmr_client::Credentials>,
+    timeout: Duration,
+) -> Result<Vec<SocketAddr>, ProbeError> {
     let addrs = resolve(list)?;
-    let answers = Probe::new(&addrs)?.statuses(timeout);
+    let answers = Probe::new(&addrs)?.as_user(who).statuses(timeout);
     if answers.iter().all(Result::is_err) {
         let why: Vec<String> =
             addrs.iter().zip(&answers).filter_map(|(a, r)| Some(format!("{a}: {}", r.as_ref().err()?))).collect();
@@ -76,12 +80,25 @@ pub fn leader_of<'a>(statuses: impl IntoIterator<Item = &'a ReplicaStatus>) -> u
 pub struct Probe {
     client: Client,
     addrs: Vec<SocketAddr>,
+    /// Who asks (replicas with users answer status to data users).
+    credentials: Option<psmr_client::Credentials>,
 }
 
 impl Probe {
     /// A probe of the replicas at `addrs` (client addresses).
     pub fn new(addrs: &[SocketAddr]) -> Result<Self, ClientError> {
-        Ok(Self { client: Client::new(ClientConfig::new(addrs.to_vec()))?, addrs: addrs.to_vec() })
+        let client = Client::new(ClientConfig::new(addrs.to_vec()))?;
+        Ok(Self { client, addrs: addrs.to_vec(), credentials: None })
+    }
+
+    /// The same probe, asking as `credentials`.
+    pub fn as_user(mut self, credentials: Option<psmr_client::Credentials>) -> Self {
+        self.credentials = credentials;
+        self
+    }
+
+    fn access(&self, timeout: Duration) -> psmr_client::Access {
+        psmr_client::Access::new(timeout, self.credentials.clone())
     }
 
     /// The addresses probed, in order.
@@ -92,7 +109,7 @@ impl Probe {
     /// Every replica's status, in order; why, for those that do not answer
     /// within `timeout`.
     pub fn statuses(&self, timeout: Duration) -> Vec<Result<ReplicaStatus, String>> {
-        self.addrs.iter().map(|&a| self.client.status_of(a, timeout)).collect()
+        self.addrs.iter().map(|&a| self.client.status_of(a, self.access(timeout))).collect()
     }
 
     /// The leader the answering replicas know of ([`leader_of`]), if any.
@@ -103,7 +120,7 @@ impl Probe {
     /// Every replica's thread and worker counters, in order; `None` for
     /// those that do not answer.
     pub fn stats(&self, timeout: Duration) -> Vec<Option<ReplicaStats>> {
-        self.addrs.iter().map(|&a| self.client.stats_of(a, timeout).ok()).collect()
+        self.addrs.iter().map(|&a| self.client.stats_of(a, self.access(timeout)).ok()).collect()
     }
 
     /// Every replica's status and the key numbers of its metrics.
@@ -115,7 +132,7 @@ impl Probe {
             .map(|(&addr, status)| ReplicaReport {
                 addr,
                 status,
-                numbers: self.client.metrics_of(addr, timeout).map(|t| KeyNumbers::of(&t)),
+                numbers: self.client.metrics_of(addr, self.access(timeout)).map(|t| KeyNumbers::of(&t)),
             })
             .collect();
         // The newest term's view, even when it knows no leader yet (an

@@ -65,6 +65,14 @@ pub trait App: Service {
         None
     }
 
+    /// Whether `op` needs a client with the admin role (flushing the whole
+    /// state, say): data users are refused it on the client and Redis
+    /// ports. None by default.
+    fn privileged(&self, op: &Self::Op) -> bool {
+        let _ = op;
+        false
+    }
+
     /// The command for operation bytes `op` from a client: decoded with
     /// `codec`, then classified. An error for bytes that do not decode or
     /// an operation [`App::access`] refuses.

@@ -449,6 +449,15 @@ pub enum ClientMsg {
         /// Where in its file.
         offset: u64,
     },
+    /// Act as `user` from now on, on this connection: the first message
+    /// of a client of a replica that has users. Answered with
+    /// [`ServerMsg::Authenticated`] or [`ServerMsg::Denied`].
+    Auth {
+        /// The user's name.
+        user: String,
+        /// Its password.
+        password: String,
+    },
 }
 
 /// The most bytes of a snapshot file one [`ServerMsg::SnapshotChunk`]
@@ -610,6 +619,17 @@ pub enum ServerMsg {
     /// The request was refused as a whole; the connection stays usable
     /// unless the error says otherwise.
     Error(String),
+    /// Answer to [`ClientMsg::Auth`]: the connection acts as `user`.
+    Authenticated {
+        /// The user.
+        user: String,
+        /// Its role (`data` or `admin`).
+        role: String,
+    },
+    /// The connection's user may not do this, or it has not authenticated
+    /// (`NOAUTH ...`, `WRONGPASS ...`, `NOPERM ...`, as Redis says them).
+    /// Final: every replica refuses it alike.
+    Denied(String),
     /// Answer to [`ClientMsg::Status`].
     Status(ReplicaStatus),
     /// Answer to [`ClientMsg::Snapshot`]: bytes of the snapshot file `id`
@@ -665,6 +685,7 @@ const K_CHANGE_MEMBERSHIP: u8 = 5;
 const K_MEMBERS: u8 = 6;
 const K_RECONFIGURE: u8 = 7;
 const K_SNAPSHOT: u8 = 8;
+const K_AUTH: u8 = 9;
 const K_REPLIES: u8 = 16;
 const K_REDIRECT: u8 = 17;
 const K_ERROR: u8 = 18;
@@ -674,6 +695,8 @@ const K_METRICS_REPLY: u8 = 21;
 const K_MEMBERS_REPLY: u8 = 22;
 const K_RECONFIGURED: u8 = 23;
 const K_SNAPSHOT_CHUNK: u8 = 24;
+const K_AUTHENTICATED: u8 = 25;
+const K_DENIED: u8 = 26;
 
 /// Reads a snapshot id, at most [`SNAPSHOT_ID_MAX`] bytes.
 fn snapshot_id(d: &mut Decoder) -> Result<Vec<u8>, WireError> {
@@ -720,6 +743,10 @@ impl ClientMsg {
                 e.bytes(id).u64(*offset);
                 frame_bytes(K_SNAPSHOT, &e.finish())
             }
+            ClientMsg::Auth { user, password } => {
+                e.str(user).str(password);
+                frame_bytes(K_AUTH, &e.finish())
+            }
         }
     }
 
@@ -761,6 +788,9 @@ impl ClientMsg {
                 let id = snapshot_id(d)?;
                 Ok(ClientMsg::Snapshot { id, offset: d.u64()? })
             }),
+            K_AUTH => {
+                Decoder::whole(&f.body, "auth request", |d| Ok(ClientMsg::Auth { user: d.str()?, password: d.str()? }))
+            }
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -828,6 +858,14 @@ impl ServerMsg {
                 e.bytes(id).u64(*offset).u64(*total).bytes(data);
                 K_SNAPSHOT_CHUNK
             }
+            ServerMsg::Authenticated { user, role } => {
+                e.str(user).str(role);
+                K_AUTHENTICATED
+            }
+            ServerMsg::Denied(why) => {
+                e.str(why);
+                K_DENIED
+            }
         };
         frame_bytes(kind, &e.finish())
     }
@@ -862,6 +900,10 @@ impl ServerMsg {
                 }
                 Ok(ServerMsg::SnapshotChunk { id, offset, total, data: data.to_vec() })
             }),
+            K_AUTHENTICATED => Decoder::whole(body, "authenticated", |d| {
+                Ok(ServerMsg::Authenticated { user: d.str()?, role: d.str()? })
+            }),
+            K_DENIED => Decoder::whole(body, "denied", |d| Ok(ServerMsg::Denied(d.str()?))),
             k => Err(WireError::UnknownKind(k)),
         }
     }
@@ -981,6 +1023,12 @@ mod tests {
         assert_eq!(roundtrip_client(&ClientMsg::Stats), ClientMsg::Stats);
         assert_eq!(roundtrip_client(&ClientMsg::Metrics), ClientMsg::Metrics);
         assert_eq!(roundtrip_client(&ClientMsg::Members), ClientMsg::Members);
+        let auth = ClientMsg::Auth { user: "admin".into(), password: "pw".into() };
+        assert_eq!(roundtrip_client(&auth), auth);
+        let who = ServerMsg::Authenticated { user: "admin".into(), role: "admin".into() };
+        assert_eq!(roundtrip_server(&who), who);
+        let denied = ServerMsg::Denied("NOAUTH Authentication required.".into());
+        assert_eq!(roundtrip_server(&denied), denied);
         let r = ClientMsg::Reconfigure { scheduler: "early".into(), workers: 4, mapping: "0,1;2".into() };
         assert_eq!(roundtrip_client(&r), r);
         for change in [

@@ -22,8 +22,9 @@ use tokio::sync::Semaphore;
 /// mapping spec (empty: the default), or why there is none.
 pub(crate) type Planner = Arc<dyn Fn(&str, usize, &str) -> Result<SchedConfig, String> + Send + Sync>;
 
-/// Whether an operation only reads (the replica's application decides).
-pub(crate) type ReadsOnly = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+/// A test of encoded operations that the replica's application decides
+/// (whether one only reads; whether one needs the admin role).
+pub(crate) type OpTest = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 /// See the module documentation.
 pub(crate) struct ReplicaControl {
@@ -37,7 +38,9 @@ pub(crate) struct ReplicaControl {
     /// To the protocol thread: membership changes.
     pub(crate) protocol: Sender<Inbound>,
     pub(crate) planner: Planner,
-    pub(crate) reads_only: ReadsOnly,
+    pub(crate) reads_only: OpTest,
+    /// Whether an operation needs the admin role.
+    pub(crate) privileged: OpTest,
     /// The log and snapshot files, for clients that save a snapshot.
     pub(crate) log: Log,
     /// Snapshot chunks read at once, at most [`SNAPSHOT_READS_MAX`]: each
@@ -153,6 +156,10 @@ impl Control for ReplicaControl {
 
     fn reads_only(&self, op: &[u8]) -> bool {
         (self.reads_only)(op)
+    }
+
+    fn privileged(&self, op: &[u8]) -> bool {
+        (self.privileged)(op)
     }
 
     /// Read off the async threads, a bounded number at once.

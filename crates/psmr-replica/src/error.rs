@@ -37,6 +37,9 @@ pub enum ReplicaError {
     /// A thread or runtime cannot start.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),
+    /// The users cannot be set up.
+    #[error("client authentication: {0}")]
+    Auth(#[from] psmr_auth::AuthError),
     /// The replica stopped because of an error.
     #[error("replica stopped: {0}")]
     Failed(String),

@@ -65,6 +65,12 @@ impl Session for Both {
         }
         self.net.resume(&ops, &mut order, to).await
     }
+
+    /// The gateway checked the user's rights before it submits here; over
+    /// the network the replica that takes the request checks them again.
+    fn identify(&mut self, credentials: psmr_client::Credentials) {
+        self.net.identify(credentials);
+    }
 }
 
 impl Both {
@@ -119,6 +125,10 @@ where
         idle_timeout: Duration::from_millis(config.client_idle_timeout_ms),
         frame_timeout: Duration::from_millis(config.frame_timeout_ms),
     };
+    let client_metrics = h.metrics.client.clone();
+    let refused: psmr_gateway::Refused =
+        Arc::new(move |r| client_metrics.refused(psmr_transport::metrics::ClientRefusal::of_auth(r)));
+    let auth = psmr_gateway::Auth { gate: io.gate().clone(), refused };
     let submit = Cluster { me, view: h.view.clone(), frame_max: config.frame_max, io };
     let (id, view, applied) = (h.id, h.view.clone(), h.applied.clone());
     let info: Info = Arc::new(move || psmr_gateway::Replica {
@@ -128,7 +138,7 @@ where
         term: view.term(),
         applied: applied.get(),
     });
-    Arc::new(Gateway::new(limits, submit, app, commands, info))
+    Arc::new(Gateway::new(limits, submit, app, commands, info, auth))
 }
 
 /// Serves `gateway` on `listener` until the replica stops; a panicking

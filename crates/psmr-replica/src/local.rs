@@ -27,7 +27,7 @@ pub struct LocalClusterBuilder {
 
 impl Default for LocalClusterBuilder {
     fn default() -> Self {
-        let mut config = Config { storage: Storage::Memory, ..Config::default() };
+        let mut config = Config { storage: Storage::Memory, insecure_clients: true, ..Config::default() };
         // Elections in a fraction of a second rather than seconds.
         config.tick_ms = 20;
         config.client_io_threads = 1;

@@ -1,7 +1,7 @@
 //! Starting a replica: the builder, and the wiring of its stages, each
 //! given the handles it needs.
 
-use crate::control::{Planner, ReadsOnly, ReplicaControl};
+use crate::control::{OpTest, Planner, ReplicaControl};
 use crate::error::ReplicaError;
 use crate::handles::{Applied, Counters, Scheduling};
 use crate::metrics::{Metrics, Observed};
@@ -294,6 +294,7 @@ fn control<A: App>(
         protocol,
         planner: planner(app, &h.config),
         reads_only: reads_only(app),
+        privileged: privileged(app),
         log,
         snapshot_reads: Arc::new(tokio::sync::Semaphore::new(crate::control::SNAPSHOT_READS_MAX)),
     })
@@ -321,6 +322,7 @@ fn start_io(
         requests,
         control,
         metrics: h.metrics.client.clone(),
+        gate: Arc::new(psmr_auth::Gate::new(&h.config.users, h.config.insecure_clients)?),
     };
     client_listener.set_nonblocking(true)?;
     let listener = {
@@ -399,11 +401,21 @@ fn mapping<A: App>(config: &Config, app: &A, model: &ClassModel) -> Result<Mappi
 /// ClientIO's test for a read request: every operation decodes
 /// and writes no key. An operation that does not decode goes through the
 /// log, to be refused there like any other.
-fn reads_only<A: App>(app: &Arc<A>) -> ReadsOnly {
+fn reads_only<A: App>(app: &Arc<A>) -> OpTest {
     let (app, codec) = (app.clone(), A::Codec::default());
     Arc::new(move |op: &[u8]| {
         use psmr_model::wire::OpCodec;
         codec.decode_op(op).ok().and_then(|op| app.access(&op).ok()).is_some_and(|a| a.writes.is_empty())
+    })
+}
+
+/// ClientIO's test for an operation only admins may send: it decodes
+/// and the application says so.
+fn privileged<A: App>(app: &Arc<A>) -> OpTest {
+    let (app, codec) = (app.clone(), A::Codec::default());
+    Arc::new(move |op: &[u8]| {
+        use psmr_model::wire::OpCodec;
+        codec.decode_op(op).is_ok_and(|op| app.privileged(&op))
     })
 }
 

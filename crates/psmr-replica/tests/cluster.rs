@@ -67,7 +67,13 @@ fn config(n: u64, kind: SchedulerKind, workers: usize) -> TestConfig {
     let certs = tempfile::tempdir().unwrap();
     let ids: Vec<u64> = (1..=n).collect();
     let peer_tls = psmr_replica::tls::generate(&certs.path().join("certs"), &ids).unwrap();
-    let mut c = Config { replicas, storage: Storage::Memory, peer_tls: Some(peer_tls), ..Config::default() };
+    let mut c = Config {
+        replicas,
+        storage: Storage::Memory,
+        peer_tls: Some(peer_tls),
+        insecure_clients: true,
+        ..Config::default()
+    };
     c.scheduler.kind = kind.name().into();
     c.scheduler.workers = workers;
     c.tick_ms = 20;

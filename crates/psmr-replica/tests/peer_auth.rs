@@ -59,6 +59,7 @@ fn setup(n: u64, storage: Storage) -> Setup {
         storage,
         data_dir: data.path().to_path_buf(),
         peer_tls: Some(peer_tls),
+        insecure_clients: true,
         ..Config::default()
     };
     config.scheduler.kind = "sequential".into();

@@ -24,7 +24,13 @@ fn three_members() -> Config {
     let addr = |i: usize| held[i].local_addr().unwrap();
     let replicas = (0..3).map(|i| Member::new(i as u64 + 1, addr(2 * i), addr(2 * i + 1))).collect();
     drop(held);
-    let mut c = Config { replicas, storage: Storage::Memory, insecure_peers: true, ..Config::default() };
+    let mut c = Config {
+        replicas,
+        storage: Storage::Memory,
+        insecure_peers: true,
+        insecure_clients: true,
+        ..Config::default()
+    };
     c.tick_ms = 10;
     c.validate().unwrap();
     c

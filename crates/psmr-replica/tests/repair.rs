@@ -63,6 +63,7 @@ impl Cluster {
             storage: Storage::Disk,
             data_dir: data.path().to_path_buf(),
             insecure_peers: true,
+            insecure_clients: true,
             ..Config::default()
         };
         config.snapshot_every = 10;

@@ -162,6 +162,10 @@ impl App for KvApp {
     fn default_mapping(&self, workers: usize) -> Option<Mapping> {
         Some(kv::default_mapping(self.model, self.shards, workers))
     }
+
+    fn privileged(&self, op: &kv::KvOp) -> bool {
+        matches!(op, kv::KvOp::FlushDb)
+    }
 }
 
 /// The sharded linked list as a replica runs it: `shards` lists of

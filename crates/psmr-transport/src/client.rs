@@ -32,6 +32,7 @@ use crate::msg::RequestSender;
 use crate::router::{Outbox, OutboxRx, Outgoing, Router};
 use crate::view::ClusterView;
 use parking_lot::Mutex;
+use psmr_auth::{Gate, Need, Principal};
 use psmr_core::request::{Lease, Refusal, Request};
 use psmr_core::Config;
 use psmr_model::ratelog::RateLimit;
@@ -42,6 +43,7 @@ use psmr_model::wire::{
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,6 +67,7 @@ pub const EVICTABLE_IDLE: Duration = Duration::from_secs(1);
 
 static BAD_CLIENT: RateLimit = RateLimit::new(10, Duration::from_secs(10));
 static REFUSED_CLIENT: RateLimit = RateLimit::new(5, Duration::from_secs(10));
+static DENIED_CLIENT: RateLimit = RateLimit::new(10, Duration::from_secs(10));
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -88,6 +91,10 @@ pub trait Control: Send + Sync + 'static {
     /// Bytes of the snapshot file this replica keeps, for a client that
     /// saves it ([`ClientMsg::Snapshot`]); the answer to send.
     fn snapshot_chunk(&self, id: Vec<u8>, offset: u64) -> BoxFuture<'_, ServerMsg>;
+    /// Whether an operation needs the admin role (the application decides,
+    /// e.g. flushing the store); one that does not decode does not (the
+    /// service manager refuses it).
+    fn privileged(&self, op: &[u8]) -> bool;
 }
 
 /// The client port's metrics.
@@ -138,6 +145,8 @@ pub struct ClientPort {
     pub control: Arc<dyn Control>,
     /// What the port records.
     pub metrics: ClientMetrics,
+    /// Who clients are and what they may do.
+    pub gate: Arc<Gate>,
 }
 
 /// The client port. See the module documentation.
@@ -148,6 +157,13 @@ pub struct ClientIo {
     open: Mutex<HashMap<u64, Arc<Open>>>,
     /// Numbers connections and in-process sessions apart in the router.
     pub(crate) next_conn: AtomicU64,
+}
+
+/// Who is at the other end of a connection.
+struct Who {
+    peer: SocketAddr,
+    /// The user it acts as; None before it authenticates.
+    principal: Option<Principal>,
 }
 
 /// Why a connection ended, when it was not the client's doing.
@@ -161,6 +177,12 @@ impl ClientIo {
         let buffered = Arc::new(Semaphore::new(port.config.client_buffer_bytes_max.min(Semaphore::MAX_PERMITS)));
         let (open, next_conn) = (Mutex::default(), AtomicU64::new(0));
         Self { port, buffered, open, next_conn }
+    }
+
+    /// Who clients are and what they may do, for front ends that share
+    /// the port's users.
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.port.gate
     }
 
     /// Accepts and serves connections on `listener` until the replica
@@ -226,7 +248,7 @@ impl ClientIo {
     }
 
     async fn connection(self: Arc<Self>, stream: TcpStream, peer: std::net::SocketAddr, conn: u64, open: Arc<Open>) {
-        let result = self.serve_connection(stream, conn, &open).await;
+        let result = self.serve_connection(stream, peer, conn, &open).await;
         if let Err(e) = &result {
             self.port.metrics.connection_ended(e);
         }
@@ -237,7 +259,13 @@ impl ClientIo {
         }
     }
 
-    async fn serve_connection(&self, stream: TcpStream, conn: u64, open: &Open) -> Result<(), WireError> {
+    async fn serve_connection(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        conn: u64,
+        open: &Open,
+    ) -> Result<(), WireError> {
         stream.set_nodelay(true)?;
         let (rd, wr) = stream.into_split();
         // A small buffer takes a frame's header and (usually) its body in
@@ -248,8 +276,9 @@ impl ClientIo {
         let clock = ReplyClock::new(pending.clone(), self.port.metrics.request_latency.clone());
         let writer = tokio::spawn(write_loop(wr, rx, clock));
         let mut clients = Vec::new();
+        let who = Who { peer, principal: self.port.gate.anonymous() };
         let result = tokio::select! {
-            r = self.read_loop(&mut rd, conn, open, &outbox, &pending, &mut clients) => r,
+            r = self.read_loop(&mut rd, (conn, who), open, &outbox, &pending, &mut clients) => r,
             _ = open.evict.notified() => Err(timed_out(format!(
                 "closed to make room: idle while {} connections were open", self.port.config.max_connections))),
         };
@@ -300,7 +329,7 @@ impl ClientIo {
     async fn read_loop(
         &self,
         rd: &mut Reader,
-        conn: u64,
+        (conn, mut who): (u64, Who),
         open: &Open,
         outbox: &Outbox,
         pending: &PendingRequests,
@@ -313,7 +342,17 @@ impl ClientIo {
             };
             let read_at = Instant::now();
             open.active_ns.store(crate::clock::now_ns(), Ordering::Relaxed);
-            let answer = match ClientMsg::from_frame(&frame)? {
+            let msg = ClientMsg::from_frame(&frame)?;
+            if let Err(refusal) = self.permitted(&who, &msg) {
+                drop(permit);
+                let answer = self.denied(&who, &refusal);
+                match outbox.send(Outgoing::Msg(answer)).await {
+                    Ok(()) => continue,
+                    Err(_) => return Ok(()),
+                }
+            }
+            let answer = match msg {
+                ClientMsg::Auth { user, password } => self.authenticate(&mut who, user, password).await,
                 ClientMsg::Request { client, commands } => {
                     if !clients.contains(&client) {
                         clients.push(client);
@@ -353,7 +392,62 @@ impl ClientIo {
             }
             ClientMsg::Stats => control.stats(),
             ClientMsg::Snapshot { id, offset } => control.snapshot_chunk(id, offset).await,
-            ClientMsg::Request { .. } => unreachable!("requests are queued, not answered here"),
+            ClientMsg::Request { .. } | ClientMsg::Auth { .. } => unreachable!("answered before"),
+        }
+    }
+
+    /// Whether `who` may send `msg`: the refusal if not. Admin messages
+    /// that pass are written to the audit log.
+    fn permitted(&self, who: &Who, msg: &ClientMsg) -> Result<(), psmr_auth::Refusal> {
+        let (need, what) = match msg {
+            ClientMsg::Members | ClientMsg::Auth { .. } => return Ok(()),
+            ClientMsg::Request { commands, .. } => match who.principal.as_ref() {
+                // Only a data user's requests are decoded for this.
+                Some(p) if p.role() == psmr_auth::Role::Data => {
+                    match commands.iter().any(|c| self.port.control.privileged(&c.op)) {
+                        true => (Need::Admin, "privileged operation"),
+                        false => (Need::Data, "request"),
+                    }
+                }
+                _ => (Need::Data, "request"),
+            },
+            ClientMsg::Status | ClientMsg::Stats | ClientMsg::Metrics => (Need::Data, "status"),
+            ClientMsg::ChangeMembership(MemberChange::Add { .. }) => (Need::Admin, "add-replica"),
+            ClientMsg::ChangeMembership(MemberChange::Remove { .. }) => (Need::Admin, "remove-replica"),
+            ClientMsg::Reconfigure { .. } => (Need::Admin, "reconfigure"),
+            ClientMsg::Snapshot { .. } => (Need::Admin, "snapshot save"),
+        };
+        let principal = who.principal.as_ref().ok_or(psmr_auth::Refusal::NoAuth)?;
+        principal.may(need, what)?;
+        if need == Need::Admin && self.port.gate.required() {
+            tracing::info!(target: "psmr::audit", user = principal.name(), peer = %who.peer, "{what}: {msg:?}");
+        }
+        Ok(())
+    }
+
+    /// The answer to a refused message, counted and logged.
+    fn denied(&self, who: &Who, refusal: &psmr_auth::Refusal) -> ServerMsg {
+        self.port.metrics.refused(ClientRefusal::of_auth(refusal));
+        let user = who.principal.as_ref().map_or("(anonymous)", Principal::name);
+        psmr_model::warn_limited!(DENIED_CLIENT, peer = %who.peer, user, "client refused: {refusal}");
+        ServerMsg::Denied(refusal.to_string())
+    }
+
+    /// Checks credentials ([`psmr_auth::authenticate`]); the connection
+    /// acts as the user from now on.
+    async fn authenticate(&self, who: &mut Who, user: String, password: String) -> ServerMsg {
+        let (gate, source) = (self.port.gate.clone(), who.peer.ip());
+        let checked = psmr_auth::authenticate(gate, source, user.into_bytes(), password.into_bytes()).await;
+        match checked {
+            Ok(principal) => {
+                let answer = ServerMsg::Authenticated {
+                    user: principal.name().to_string(),
+                    role: principal.role().name().to_string(),
+                };
+                who.principal = Some(principal);
+                answer
+            }
+            Err(refusal) => self.denied(who, &refusal),
         }
     }
 

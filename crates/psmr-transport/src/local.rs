@@ -186,6 +186,9 @@ mod tests {
         fn reads_only(&self, op: &[u8]) -> bool {
             op.first() == Some(&b'r')
         }
+        fn privileged(&self, _: &[u8]) -> bool {
+            false
+        }
         fn snapshot_chunk(&self, _: Vec<u8>, _: u64) -> BoxFuture<'_, ServerMsg> {
             unreachable!("sessions do not ask")
         }
@@ -216,6 +219,7 @@ mod tests {
             requests: tx,
             control: Arc::new(Queues),
             metrics,
+            gate: Arc::new(psmr_auth::Gate::insecure()),
         };
         Port { io: Arc::new(ClientIo::new(port)), requests, view, router }
     }

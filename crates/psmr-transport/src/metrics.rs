@@ -207,11 +207,19 @@ pub enum ClientRefusal {
     RequestBytes,
     /// A connection refused at `max_connections`, all of them busy.
     ConnectionLimit,
+    /// A message from a client that has not authenticated.
+    NoAuth,
+    /// A wrong user name or password.
+    WrongPass,
+    /// A message the client's user has no rights to.
+    NoPerm,
+    /// An authentication refused because too many were attempted.
+    AuthBusy,
 }
 
 impl ClientRefusal {
     /// Every reason, in label order.
-    pub const ALL: [ClientRefusal; 12] = [
+    pub const ALL: [ClientRefusal; 16] = [
         ClientRefusal::FrameTooLarge,
         ClientRefusal::FrameTooShort,
         ClientRefusal::Version,
@@ -224,6 +232,10 @@ impl ClientRefusal {
         ClientRefusal::RequestCommands,
         ClientRefusal::RequestBytes,
         ClientRefusal::ConnectionLimit,
+        ClientRefusal::NoAuth,
+        ClientRefusal::WrongPass,
+        ClientRefusal::NoPerm,
+        ClientRefusal::AuthBusy,
     ];
 
     /// The label value.
@@ -241,6 +253,21 @@ impl ClientRefusal {
             ClientRefusal::RequestCommands => "request_commands",
             ClientRefusal::RequestBytes => "request_bytes",
             ClientRefusal::ConnectionLimit => "connection_limit",
+            ClientRefusal::NoAuth => "noauth",
+            ClientRefusal::WrongPass => "wrongpass",
+            ClientRefusal::NoPerm => "noperm",
+            ClientRefusal::AuthBusy => "auth_busy",
+        }
+    }
+
+    /// The reason counted for an authentication or permission refusal.
+    pub fn of_auth(refusal: &psmr_auth::Refusal) -> Self {
+        use psmr_auth::Refusal;
+        match refusal {
+            Refusal::NoAuth => ClientRefusal::NoAuth,
+            Refusal::WrongPass | Refusal::NoUsers => ClientRefusal::WrongPass,
+            Refusal::NoPerm { .. } => ClientRefusal::NoPerm,
+            Refusal::Busy => ClientRefusal::AuthBusy,
         }
     }
 

@@ -33,7 +33,7 @@ pub struct BenchArgs {
     /// the scenario's sweep over KEY or adds one. Keys of the cluster:
     /// service, model, shards, cost, mapping, replicas, scheduler, workers,
     /// storage, client_io_threads, batch_max_commands, batch_delay_us,
-    /// pipeline, snapshot_every, insecure_peers, reads; of the load:
+    /// pipeline, snapshot_every, insecure_peers, auth, reads; of the load:
     /// workload, skew, write_skew, clients, per_request, write_pct, keys,
     /// value_bytes, warmup_s, duration_s, phases.
     #[arg(long = "sweep", value_name = "KEY=V1,V2")]
@@ -50,6 +50,9 @@ pub struct BenchArgs {
     /// of starting one per point; only load parameters may then vary.
     #[arg(long, value_delimiter = ',', value_name = "ADDRS")]
     cluster: Vec<String>,
+    /// Who the load acts as on a `--cluster` with users.
+    #[command(flatten)]
+    who: crate::users::CredentialArgs,
     /// Write every client operation as a JSON line (the `psmr
     /// check-history` schema) to FILE; with several points, point N writes
     /// to FILE with `.N` before its extension.
@@ -207,7 +210,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         runner::check_point(point, existing, &faults, args.seed)?;
     }
     let target = if existing {
-        Target::Existing(probe::reachable(&args.cluster, Duration::from_secs(3))?)
+        let who = args.who.credentials()?;
+        Target::Existing(probe::reachable(&args.cluster, who.clone(), Duration::from_secs(3))?, who)
     } else {
         Target::Local { exe: psmr_exe()? }
     };

@@ -5,7 +5,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use psmr_client::{Client, ClientConfig, Reconfiguration};
+use psmr_client::{Access, Client, ClientConfig, Reconfiguration};
 use psmr_harness::launch::{self, describe_exit, ClusterDir, ClusterSpec, ProcessCluster};
 use psmr_harness::load::{LoadSpec, Ops};
 use psmr_harness::probe::{self, Probe};
@@ -205,6 +205,12 @@ pub struct ClusterArgs {
     /// a cluster CA and a certificate per replica made under DIR/certs].
     #[arg(long)]
     insecure_peers: bool,
+    /// Serve clients without authentication: anyone who reaches a client
+    /// or Redis port may read, write, flush and change the membership
+    /// [default: an `admin` and a `default` (data) user, their passwords
+    /// in DIR/admin.password and DIR/default.password].
+    #[arg(long)]
+    insecure_clients: bool,
     /// Give each replica a Prometheus endpoint on a free port of the host
     /// (printed at start; `GET http://ADDR/metrics`).
     #[arg(long)]
@@ -222,6 +228,7 @@ impl ClusterArgs {
         let mut base = Config {
             storage,
             insecure_peers: self.insecure_peers,
+            insecure_clients: self.insecure_clients,
             client_io_threads: self.client_io_threads,
             batch_max_commands: self.batch_max_commands,
             batch_delay_us: self.batch_delay_us,
@@ -283,16 +290,23 @@ fn run_cluster(file: &Path, config: &Config) -> Result<()> {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst)).context("cannot handle Ctrl-C")?;
     }
+    let dir = file.parent().unwrap_or(Path::new("."));
     let mut cluster = ProcessCluster::start(&psmr_exe()?, file, config, None)?;
     for m in config.replicas.iter() {
         if let Some(addr) = m.metrics {
             eprintln!("replica {} metrics: http://{addr}/metrics", m.id);
         }
         if let Some(addr) = m.redis {
-            eprintln!("replica {} redis: redis-cli -h {} -p {}", m.id, addr.ip(), addr.port());
+            let auth = match config.users.is_empty() {
+                true => String::new(),
+                false => {
+                    format!("REDISCLI_AUTH=$(cat {}) ", launch::password_file(dir, psmr_auth::DEFAULT_USER).display())
+                }
+            };
+            eprintln!("replica {} redis: {auth}redis-cli -h {} -p {}", m.id, addr.ip(), addr.port());
         }
     }
-    announce(config, &stop);
+    announce(config, dir, &stop);
     cluster.supervise(&stop, |id, status| eprintln!("replica {id} exited: {}", describe_exit(status)))?;
     for id in cluster.stop(STOP_GRACE) {
         eprintln!("replica {id} did not stop within {STOP_GRACE:?} of SIGTERM: killed");
@@ -309,22 +323,39 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const ELECTION_WAIT: Duration = Duration::from_secs(30);
 
 /// Says once that the cluster is ready, with what to paste: the leader,
-/// the `PSMR_CLUSTER` line that `psmr client` reads and an example.
-fn announce(config: &Config, stop: &AtomicBool) {
+/// the `PSMR_CLUSTER` line that `psmr client` reads (and the user it acts
+/// as, where the cluster has users: those `psmr cluster` made, in `dir`)
+/// and an example.
+fn announce(config: &Config, dir: &Path, stop: &AtomicBool) {
     let addrs: Vec<SocketAddr> = config.replicas.iter().map(|m| m.client).collect();
-    let list = addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let mut export =
+        format!("export PSMR_CLUSTER={}", addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(","));
+    let mut admin = None;
+    if !config.users.is_empty() {
+        let file = launch::password_file(dir, launch::ADMIN_USER);
+        admin = psmr_auth::Credentials::from_file(launch::ADMIN_USER, &file).ok();
+        let data = launch::password_file(dir, psmr_auth::DEFAULT_USER);
+        eprintln!(
+            "users: {} (admin, password in {}), {} (data, password in {})",
+            launch::ADMIN_USER,
+            file.display(),
+            psmr_auth::DEFAULT_USER,
+            data.display()
+        );
+        export += &format!(" PSMR_USER={} PSMR_PASSWORD_FILE={}", launch::ADMIN_USER, file.display());
+    }
     let Ok(client) = Client::new(ClientConfig::new(addrs.clone())) else { return };
     let end = std::time::Instant::now() + ELECTION_WAIT;
     while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < end {
-        let status = |a| client.status_of(a, Duration::from_millis(500)).ok();
+        let status = |a| client.status_of(a, Access::new(Duration::from_millis(500), admin.clone())).ok();
         if let Some(id) = addrs.iter().find_map(|&a| status(a).map(|s| s.leader).filter(|&l| l > 0)) {
-            eprintln!("ready: replica {id} leads; export PSMR_CLUSTER={list}; then e.g. psmr client put k v");
+            eprintln!("ready: replica {id} leads; {export}; then e.g. psmr client put k v");
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     if !stop.load(Ordering::SeqCst) {
-        eprintln!("no leader elected within {ELECTION_WAIT:?}; clients: export PSMR_CLUSTER={list}");
+        eprintln!("no leader elected within {ELECTION_WAIT:?}; clients: {export}");
     }
 }
 
@@ -373,6 +404,8 @@ pub struct ClientArgs {
     /// Seconds a request may take, retries included.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    #[command(flatten)]
+    who: crate::users::CredentialArgs,
     #[command(subcommand)]
     op: ClientOp,
 }
@@ -566,11 +599,14 @@ pub fn client(args: ClientArgs) -> Result<()> {
         let reach = REACH_ATTEMPT * u32::try_from(addrs.len()).unwrap_or(u32::MAX);
         members(&addrs, timeout.min(reach)).context("no psmr client port among --cluster")?;
     }
+    let who = args.who.credentials()?;
     let config = || {
         let mut c = ClientConfig::new(addrs.clone());
         c.deadline = timeout;
+        c.credentials = who.clone();
         c
     };
+    let access = |t: Duration| Access::new(t, who.clone());
     let one = |op: KvOp| -> Result<KvReply> {
         let mut c = Client::new(config())?;
         let mut replies = c.call(&KvCodec, &[op])?;
@@ -589,11 +625,12 @@ pub fn client(args: ClientArgs) -> Result<()> {
             KvReply::Done(true) => println!("deleted"),
             _ => println!("absent"),
         },
-        ClientOp::Status { json } => status(&addrs, json)?,
+        ClientOp::Status { json } => status(&addrs, who.clone(), json)?,
         ClientOp::Load(l) => load(&addrs, config, l)?,
         ClientOp::AddReplica { id, client_addr, peer_addr } => {
             let change = MemberChange::Add { id, client: client_addr.to_string(), peer: peer_addr.to_string() };
-            let members = change_membership(&addrs, change, timeout).with_context(|| format!("add replica {id}"))?;
+            let members =
+                change_membership(&addrs, change, access(timeout)).with_context(|| format!("add replica {id}"))?;
             print!("{}", members_table(&members));
         }
         ClientOp::RemoveReplica { id } => {
@@ -602,28 +639,16 @@ pub fn client(args: ClientArgs) -> Result<()> {
                 let ids: Vec<String> = now.iter().map(|m| m.id.to_string()).collect();
                 bail!("replica {id} is not a member of the cluster (members: {})", ids.join(", "));
             }
-            let members = change_membership(&addrs, MemberChange::Remove { id }, timeout)
+            let members = change_membership(&addrs, MemberChange::Remove { id }, access(timeout))
                 .with_context(|| format!("remove replica {id}"))?;
             print!("{}", members_table(&members));
         }
         ClientOp::Reconfigure { replica, scheduler, workers, mapping } => {
-            let member = members(&addrs, timeout)?.into_iter().find(|m| m.id == replica);
-            let Some(member) = member else { bail!("replica {replica} is not a member of the cluster") };
-            let addr: SocketAddr =
-                member.client.parse().map_err(|_| anyhow!("replica {replica}'s client address {:?}", member.client))?;
             let change = Reconfiguration { scheduler, workers, mapping: mapping.unwrap_or_default() };
-            let client = Client::new(ClientConfig::new(vec![addr]))?;
-            // Planning may run the optimizer (up to 2 s), then the old
-            // scheduler drains.
-            let done =
-                client.reconfigure_of(addr, change, timeout.max(RECONFIGURE_DEADLINE_MIN)).map_err(|e| anyhow!(e))?;
-            println!(
-                "replica {replica} runs {} with {} workers (execution stalled {:?} while the old scheduler drained)",
-                done.scheduler, done.workers, done.stall
-            );
+            reconfigure(&addrs, replica, change, access(timeout))?
         }
         ClientOp::Snapshot { op: SnapshotOp::Save { file, replica } } => {
-            save_snapshot(&addrs, replica, &file, timeout)?
+            save_snapshot(&addrs, replica, &file, access(timeout))?
         }
         ClientOp::Members { json } => {
             let members = members(&addrs, timeout)?;
@@ -637,9 +662,28 @@ pub fn client(args: ClientArgs) -> Result<()> {
     Ok(())
 }
 
+/// Switches replica `replica`'s scheduler as `change` says.
+fn reconfigure(addrs: &[SocketAddr], replica: u64, change: Reconfiguration, access: Access) -> Result<()> {
+    let member = members(addrs, access.timeout)?.into_iter().find(|m| m.id == replica);
+    let Some(member) = member else { bail!("replica {replica} is not a member of the cluster") };
+    let addr: SocketAddr =
+        member.client.parse().map_err(|_| anyhow!("replica {replica}'s client address {:?}", member.client))?;
+    let client = Client::new(ClientConfig::new(vec![addr]))?;
+    // Planning may run the optimizer (up to 2 s), then the old scheduler
+    // drains.
+    let access = Access { timeout: access.timeout.max(RECONFIGURE_DEADLINE_MIN), ..access };
+    let done = client.reconfigure_of(addr, change, access).map_err(|e| anyhow!(e))?;
+    println!(
+        "replica {replica} runs {} with {} workers (execution stalled {:?} while the old scheduler drained)",
+        done.scheduler, done.workers, done.stall
+    );
+    Ok(())
+}
+
 /// Saves the newest snapshot of replica `replica` (or of the first of
 /// `addrs` that answers) to `file`, checked.
-fn save_snapshot(addrs: &[SocketAddr], replica: Option<u64>, file: &Path, timeout: Duration) -> Result<()> {
+fn save_snapshot(addrs: &[SocketAddr], replica: Option<u64>, file: &Path, access: Access) -> Result<()> {
+    let timeout = access.timeout;
     let from: Vec<SocketAddr> = match replica {
         Some(id) => {
             let member = members(addrs, timeout)?.into_iter().find(|m| m.id == id);
@@ -655,7 +699,7 @@ fn save_snapshot(addrs: &[SocketAddr], replica: Option<u64>, file: &Path, timeou
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?,
         );
-        match client.save_snapshot_of(addr, &mut out, timeout) {
+        match client.save_snapshot_of(addr, &mut out, access.clone()) {
             Ok(bytes) => {
                 drop(out);
                 let (index, term) = check_saved(&partial)?;
@@ -683,9 +727,10 @@ fn check_saved(path: &Path) -> Result<(u64, u64)> {
     Ok((r.index, r.term))
 }
 
-fn change_membership(addrs: &[SocketAddr], change: MemberChange, timeout: Duration) -> Result<Vec<MemberInfo>> {
+fn change_membership(addrs: &[SocketAddr], change: MemberChange, access: Access) -> Result<Vec<MemberInfo>> {
     let client = Client::new(ClientConfig::new(addrs.to_vec()))?;
-    client.change_membership(addrs, change, timeout.max(MEMBERSHIP_DEADLINE_MIN)).map_err(|e| anyhow!(e))
+    let access = Access { timeout: access.timeout.max(MEMBERSHIP_DEADLINE_MIN), ..access };
+    client.change_membership(addrs, change, access).map_err(|e| anyhow!(e))
 }
 
 /// The members as the first replica of `addrs` to answer knows them, all
@@ -740,8 +785,8 @@ fn members_json(members: &[MemberInfo]) -> serde_json::Value {
         .collect()
 }
 
-fn status(addrs: &[SocketAddr], json: bool) -> Result<()> {
-    let status = Probe::new(addrs)?.status(Duration::from_secs(3));
+fn status(addrs: &[SocketAddr], who: Option<psmr_client::Credentials>, json: bool) -> Result<()> {
+    let status = Probe::new(addrs)?.as_user(who).status(Duration::from_secs(3));
     if json {
         println!("{}", status.to_json());
     } else {

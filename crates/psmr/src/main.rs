@@ -10,6 +10,7 @@ mod cluster;
 mod mapping;
 mod rt_bench;
 mod simulate;
+mod users;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -83,6 +84,10 @@ enum Command {
     /// Make a cluster CA and a certificate per replica for mutual TLS
     /// between replicas, and print the `[peer_tls]` configuration block.
     Certs(certs::CertsArgs),
+    /// Hash a user's password (read from standard input, or made with
+    /// --generate) and print the `[[users]]` block for every replica's
+    /// configuration.
+    Passwd(users::PasswdArgs),
     /// Fuzz the decoders of the wire, log entries, snapshots and RESP with
     /// seeded mutations of valid encodings; fails on any panic or any input
     /// allocating more than the bound.
@@ -457,6 +462,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args),
         Command::Mapping(args) => mapping::mapping(args),
         Command::Certs(args) => certs::certs(args),
+        Command::Passwd(args) => users::passwd(args),
         Command::Fuzz(args) => fuzz(args),
         Command::Simulate(args) => simulate::simulate(args),
         Command::RtBench(args) => rt_bench::rt_bench(args),

@@ -14,6 +14,16 @@ fn psmr(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_psmr")).args(args).output().expect("psmr runs")
 }
 
+/// `psmr ARGS` as the admin of the cluster `psmr cluster` made in `dir`.
+fn psmr_admin(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(args)
+        .env("PSMR_USER", "admin")
+        .env("PSMR_PASSWORD_FILE", dir.join("admin.password"))
+        .output()
+        .expect("psmr runs")
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -113,7 +123,7 @@ impl Cluster {
         let addrs = self.addrs();
         let mut all = vec!["client", "--cluster", &addrs];
         all.extend_from_slice(args);
-        psmr(&all)
+        psmr_admin(&self.dir, &all)
     }
 
     /// The metrics addresses the cluster's configuration gives.
@@ -330,7 +340,7 @@ fn a_full_disk_stops_the_replica_and_loses_nothing_acknowledged() {
     std::fs::write(
         &config,
         format!(
-            "data_dir = {:?}\ninsecure_peers = true\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n",
+            "data_dir = {:?}\ninsecure_peers = true\ninsecure_clients = true\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n",
             dir.to_str().unwrap()
         ),
     )
@@ -418,21 +428,24 @@ fn bench_drives_an_existing_cluster() {
     let cluster = Cluster::start(3, "memory", &dir.join("cluster"));
     let out = dir.join("out");
     let addrs = cluster.addrs();
-    let o = psmr(&[
-        "bench",
-        "--cluster",
-        &addrs,
-        "--scenario",
-        "latency-throughput",
-        "--sweep",
-        "clients=1,2",
-        "--set",
-        "warmup_s=0.2",
-        "--set",
-        "duration_s=1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = psmr_admin(
+        &cluster.dir,
+        &[
+            "bench",
+            "--cluster",
+            &addrs,
+            "--scenario",
+            "latency-throughput",
+            "--sweep",
+            "clients=1,2",
+            "--set",
+            "warmup_s=0.2",
+            "--set",
+            "duration_s=1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     // The scenario's scheduler sweep gives way to the cluster's own.
     assert!(text(&o.stderr).contains("the cluster's own settings replace the sweep scheduler="), "{}", text(&o.stderr));
@@ -459,23 +472,26 @@ fn a_list_cluster_under_load_ends_with_equal_digests() {
     let cluster = Cluster::start_with(3, "memory", &dir.join("cluster"), &extra);
     let out = dir.join("out");
     let addrs = cluster.addrs();
-    let o = psmr(&[
-        "bench",
-        "--cluster",
-        &addrs,
-        "--scenario",
-        "list-stealing",
-        "--set",
-        "shards=2",
-        "--set",
-        "clients=4",
-        "--set",
-        "warmup_s=0.2",
-        "--set",
-        "duration_s=1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = psmr_admin(
+        &cluster.dir,
+        &[
+            "bench",
+            "--cluster",
+            &addrs,
+            "--scenario",
+            "list-stealing",
+            "--set",
+            "shards=2",
+            "--set",
+            "clients=4",
+            "--set",
+            "warmup_s=0.2",
+            "--set",
+            "duration_s=1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let st = cluster.converged();
     assert!(st["replicas"][0]["applied"].as_u64().unwrap() > 0);
@@ -541,7 +557,10 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
     let config = dir.join("c.toml");
     std::fs::write(
         &config,
-        format!("storage = \"memory\"\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = {peer:?}\n{block}\n"),
+        format!(
+            "storage = \"memory\"\ninsecure_clients = true\n[[replicas]]\nid = 1\nclient = {client:?}\npeer = \
+             {peer:?}\n{block}\n"
+        ),
     )
     .unwrap();
     let mut replica = Command::new(env!("CARGO_BIN_EXE_psmr"))
@@ -573,20 +592,44 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
 
 #[test]
 fn a_cluster_says_when_it_is_ready_and_clients_find_it_through_psmr_cluster() {
-    let (mut child, _, export) = cluster_until_ready(&["--replicas", "3", "--storage", "memory"]);
-    assert_eq!(export.split(',').count(), 3, "{export}");
+    let (mut child, _, export) = cluster_until_ready(&["--replicas", "3", "--storage", "memory", "--redis"]);
+    assert_eq!(var(&export, "PSMR_CLUSTER").split(',').count(), 3, "{export:?}");
+    assert_eq!(var(&export, "PSMR_USER"), "admin");
     let client = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", &export).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).envs(export.clone()).output().unwrap()
     };
-    assert!(client(&["put", "k", "v"]).status.success(), "{export}");
+    assert!(client(&["put", "k", "v"]).status.success(), "{export:?}");
     assert_eq!(text(&client(&["get", "k"]).stdout).trim(), "v");
+    // Secure by default: the secrets are private, and a client without
+    // them cannot change the membership.
+    let secret = std::path::PathBuf::from(var(&export, "PSMR_PASSWORD_FILE"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o600);
+    let anonymous = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["client", "remove-replica", "2"])
+        .env("PSMR_CLUSTER", var(&export, "PSMR_CLUSTER"))
+        .env_remove("PSMR_USER")
+        .env_remove("PSMR_PASSWORD_FILE")
+        .env_remove("PSMR_PASSWORD")
+        .output()
+        .unwrap();
+    assert!(!anonymous.status.success());
+    assert!(text(&anonymous.stderr).contains("NOAUTH"), "{}", text(&anonymous.stderr));
+    let members = client(&["members", "--json"]);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&members.stdout).unwrap().as_array().unwrap().len(), 3);
     assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
     assert!(child.wait().unwrap().success());
 }
 
+/// The value of `key` among the variables a ready line says to export.
+fn var(export: &[(String, String)], key: &str) -> String {
+    export.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {key} in {export:?}"))
+}
+
 /// `psmr cluster ARGS`, read until its ready line: the process, the lines
-/// it wrote before, and the client addresses it says to export.
-fn cluster_until_ready(args: &[&str]) -> (std::process::Child, Vec<String>, String) {
+/// it wrote before, and the variables it says to export.
+#[allow(clippy::type_complexity)]
+fn cluster_until_ready(args: &[&str]) -> (std::process::Child, Vec<String>, Vec<(String, String)>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
         .arg("cluster")
         .args(args)
@@ -597,12 +640,16 @@ fn cluster_until_ready(args: &[&str]) -> (std::process::Child, Vec<String>, Stri
     let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut before = Vec::new();
     while let Some(Ok(line)) = err.next() {
-        if let Some(addrs) = line.split("; ").find_map(|p| p.strip_prefix("export PSMR_CLUSTER=")) {
+        if let Some(vars) = line.split("; ").find_map(|p| p.strip_prefix("export ")) {
             assert!(line.starts_with("ready: replica "), "{line}");
-            let addrs = addrs.to_string();
+            let export = vars
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             // The rest is read and dropped: the cluster must not block on it.
             std::thread::spawn(move || err.for_each(drop));
-            return (child, before, addrs);
+            return (child, before, export);
         }
         before.push(line);
     }
@@ -616,12 +663,13 @@ fn a_cluster_stopped_with_sigterm_under_load_restarts_without_a_warning_and_keep
     let dir = std::env::temp_dir().join(format!("psmr-sigterm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let on_disk = ["--replicas", "3", "--data-dir", dir.to_str().unwrap()];
-    let (mut child, _, addrs) = cluster_until_ready(&on_disk);
+    let (mut child, _, export) = cluster_until_ready(&on_disk);
     let client = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).env("PSMR_CLUSTER", &addrs).output().unwrap()
+        Command::new(env!("CARGO_BIN_EXE_psmr")).arg("client").args(args).envs(export.clone()).output().unwrap()
     };
     let mut load = Command::new(env!("CARGO_BIN_EXE_psmr"))
-        .args(["client", "--cluster", &addrs, "load", "--clients", "4", "--duration", "60"])
+        .args(["client", "load", "--clients", "4", "--duration", "60"])
+        .envs(export.clone())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -634,12 +682,13 @@ fn a_cluster_stopped_with_sigterm_under_load_restarts_without_a_warning_and_keep
     assert!(child.wait().unwrap().success());
     let _ = load.kill();
     let _ = load.wait();
-    let (mut child, before, addrs) = cluster_until_ready(&on_disk);
+    let (mut child, before, export) = cluster_until_ready(&on_disk);
     let complaints: Vec<&String> = before.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
     assert!(complaints.is_empty(), "the restart complains: {complaints:#?}");
     for i in 0..20 {
         let o = Command::new(env!("CARGO_BIN_EXE_psmr"))
-            .args(["client", "--cluster", &addrs, "get", &format!("sigterm-{i}")])
+            .args(["client", "get", &format!("sigterm-{i}")])
+            .envs(export.clone())
             .output()
             .unwrap();
         assert_eq!(text(&o.stdout).trim(), format!("v{i}"), "{}", text(&o.stderr));
@@ -882,13 +931,13 @@ fn a_saved_snapshot_starts_a_new_cluster_with_the_same_state() {
     let mut replicas: Vec<Child> = ["1", "2", "3"].iter().map(|id| start(id)).collect();
     addrs.iter().for_each(|a| serving(a));
     let cluster_flag = addrs.join(",");
-    let get = |k: u64| psmr(&["client", "--cluster", &cluster_flag, "get", &k.to_string()]);
+    let get = |k: u64| psmr_admin(&dir, &["client", "--cluster", &cluster_flag, "get", &k.to_string()]);
     for k in 0..20 {
         let o = get(k);
         assert!(o.status.success(), "key {k}: {}", text(&o.stderr));
         assert_eq!(text(&o.stdout).trim(), format!("v{k}"));
     }
-    assert!(psmr(&["client", "--cluster", &cluster_flag, "put", "new", "x"]).status.success());
+    assert!(psmr_admin(&dir, &["client", "--cluster", &cluster_flag, "put", "new", "x"]).status.success());
     // Restoring over a replica's data is refused.
     for r in &mut replicas {
         let _ = Command::new("kill").arg("-TERM").arg(r.id().to_string()).status();
@@ -943,10 +992,11 @@ fn replicas_on_addresses_of_their_own_connect_from_them_and_change_membership() 
     assert!(redis.starts_with("127.0.0.12:"), "{redis}");
     let mut s = TcpStream::connect(redis).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"*2\r\n$3\r\nGET\r\n$1\r\n3\r\n").unwrap();
-    let mut got = [0u8; 8];
+    let password = std::fs::read_to_string(dir.join("default.password")).unwrap();
+    write!(s, "AUTH {}\r\n*2\r\n$3\r\nGET\r\n$1\r\n3\r\n", password.trim()).unwrap();
+    let mut got = [0u8; 13];
     s.read_exact(&mut got).unwrap();
-    assert_eq!(&got, b"$2\r\nv3\r\n", "the value put_keys wrote");
+    assert_eq!(&got, b"+OK\r\n$2\r\nv3\r\n", "the value put_keys wrote");
     // A membership change: replica 3 leaves, the other two go on.
     let o = cluster.client(&["remove-replica", "3"]);
     assert!(o.status.success(), "{}", text(&o.stderr));

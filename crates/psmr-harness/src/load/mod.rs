@@ -321,7 +321,8 @@ pub fn run_with_cpu(
     cpu: &CpuSource,
 ) -> Result<LoadResult, LoadError> {
     spec.validate()?;
-    let probe = Probe::new(addrs)?;
+    // The probe asks as the clients do.
+    let probe = Probe::new(addrs)?.as_user(config().credentials);
     // Before the clients start, so that finding the replicas costs the
     // load nothing.
     let watch = CpuWatch::locate(&probe, cpu);
