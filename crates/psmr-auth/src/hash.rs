@@ -52,6 +52,11 @@ impl PasswordHash {
     }
 }
 
+/// Checks a number of rounds a hash may have.
+pub fn check_rounds(iterations: u32) -> Result<(), AuthError> {
+    rounds(iterations).map(drop)
+}
+
 fn rounds(iterations: u32) -> Result<NonZeroU32, AuthError> {
     match NonZeroU32::new(iterations) {
         Some(n) if (ITERATIONS_MIN..=ITERATIONS_MAX).contains(&iterations) => Ok(n),

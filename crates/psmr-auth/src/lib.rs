@@ -24,7 +24,7 @@ pub mod attempts;
 mod hash;
 
 pub use attempts::Attempts;
-pub use hash::{PasswordHash, ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN};
+pub use hash::{check_rounds, PasswordHash, ITERATIONS_DEFAULT, ITERATIONS_MAX, ITERATIONS_MIN};
 
 use parking_lot::Mutex;
 use ring::hmac;

@@ -592,6 +592,7 @@ fn secs(s: f64, what: &str) -> Result<Duration> {
 pub fn client(args: ClientArgs) -> Result<()> {
     let addrs = probe::resolve(&args.cluster)?;
     let timeout = secs(args.timeout, "--timeout")?;
+    let who = args.who.credentials()?;
     if !matches!(args.op, ClientOp::Status { .. } | ClientOp::Members { .. }) {
         // A wrong or dead address list fails within a second per address,
         // each named with what it answered (nothing, or another protocol),
@@ -599,7 +600,6 @@ pub fn client(args: ClientArgs) -> Result<()> {
         let reach = REACH_ATTEMPT * u32::try_from(addrs.len()).unwrap_or(u32::MAX);
         members(&addrs, timeout.min(reach)).context("no psmr client port among --cluster")?;
     }
-    let who = args.who.credentials()?;
     let config = || {
         let mut c = ClientConfig::new(addrs.clone());
         c.deadline = timeout;

@@ -443,7 +443,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // Warnings, and the audit of admin operations.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,psmr::audit=info")),
         )
         .with_writer(std::io::stderr)
         // Colour for a terminal only: logs written to a file or a pipe

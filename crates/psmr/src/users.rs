@@ -79,6 +79,7 @@ pub fn passwd(args: PasswdArgs) -> Result<()> {
         "admin" => Role::Admin,
         other => bail!("unknown role {other:?} (known: data, admin)"),
     };
+    psmr_auth::check_rounds(args.iterations)?;
     let password = match &args.generate {
         Some(file) => {
             let secret = psmr_auth::new_secret()?;

@@ -423,3 +423,63 @@ fn rt_bench_writes_its_report_and_refuses_bad_settings() {
     fails_with(&["rt-bench", "--victims", "neighbourhood:0"], "bad victims");
     fails_with(&["rt-bench", "--full", "grow"], "bad full \"grow\": overflow or resize");
 }
+
+#[test]
+fn passwd_prints_a_users_block_a_replica_accepts() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["passwd", "--user", "ops", "--role", "admin", "--iterations", "1000"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"correct horse\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let block = String::from_utf8(o.stdout).unwrap();
+    #[derive(serde::Deserialize)]
+    struct Users {
+        users: Vec<psmr_auth::UserSpec>,
+    }
+    let users: Users = toml::from_str(&block).unwrap();
+    let gate = psmr_auth::Gate::new(&users.users, false).unwrap();
+    let source = std::net::IpAddr::from([127, 0, 0, 1]);
+    let now = std::time::Instant::now();
+    assert_eq!(gate.check(source, b"ops", b"correct horse", now).unwrap().role(), psmr_auth::Role::Admin);
+    assert!(gate.check(source, b"ops", b"correct horse\n", now).is_err());
+    assert!(!block.contains("correct horse"), "{block}");
+
+    let dir = std::env::temp_dir().join(format!("psmr-passwd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("app.password");
+    let o = psmr(&["passwd", "--user", "app", "--generate", file.to_str().unwrap(), "--iterations", "1000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim().len(), 64);
+    // Never over an existing file.
+    fails_with(&["passwd", "--user", "app", "--generate", file.to_str().unwrap()], "app.password");
+    fails_with(&["passwd", "--user", "app", "--role", "root", "--generate", "x"], "unknown role \"root\"");
+    fails_with(&["passwd", "--user", "a b", "--generate", "x"], "1 to 64 letters");
+    fails_with(&["passwd", "--user", "app", "--iterations", "5", "--generate", "y"], "rounds");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn client_credentials_come_from_the_environment_or_a_file_never_a_flag() {
+    // A user without a password is refused before anything is sent.
+    let o = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["client", "--cluster", "127.0.0.1:1", "--user", "admin", "get", "k"])
+        .env_remove("PSMR_PASSWORD")
+        .env_remove("PSMR_PASSWORD_FILE")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--user needs a password"), "{}", stderr(&o));
+    fails_with(&["client", "--cluster", "127.0.0.1:1", "--password", "x", "get", "k"], "--password");
+    fails_with(
+        &["client", "--cluster", "127.0.0.1:1", "--password-file", "/nonexistent/pw", "get", "k"],
+        "cannot read /nonexistent/pw",
+    );
+}
