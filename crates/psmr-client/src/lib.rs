@@ -46,7 +46,7 @@ pub use psmr_auth::Credentials;
 use std::time::Duration;
 
 pub mod order;
-pub use order::{Deliver, InOrder, Offered};
+pub use order::{Deliver, InOrder, Offered, Round};
 use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -352,10 +352,10 @@ impl AsyncClient {
             let first = order.first();
             let pending: Vec<WireCommand> =
                 order.to_ask().into_iter().map(|i| WireCommand { seq: first + i as u64, op: ops[i].clone() }).collect();
-            let mut kept = 0;
-            let result = self.attempt(pending, order, to, &mut kept).await;
+            let mut round = Round::new(pending.len());
+            let result = self.attempt(pending, order, to, &mut round).await;
             if matches!(result, Ok(()) | Err(Attempt::Partial(_))) {
-                order.asked(kept, result.is_ok());
+                order.asked(round.kept(), result.is_ok());
             }
             match result {
                 Ok(()) => {}
@@ -387,23 +387,21 @@ impl AsyncClient {
     }
 
     /// Sends `pending` once and takes replies until each of them was
-    /// answered (delivered, held or forgotten by `order`), counting those
-    /// `kept`.
+    /// answered (delivered, held or forgotten by `order`), counted in
+    /// `round`.
     async fn attempt<D: Deliver>(
         &mut self,
         pending: Vec<WireCommand>,
         order: &mut InOrder,
         to: &mut D,
-        kept: &mut usize,
+        round: &mut Round,
     ) -> Result<(), Attempt> {
         let (id, timeout, max) = (self.id, self.config.attempt_timeout, self.config.frame_max);
-        let mut unanswered = pending.len();
         let frame = ClientMsg::Request { client: id, commands: pending }.to_frame();
         let stream = self.connection().await?;
         stream.write_all(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
         drop(frame);
-        let asked = unanswered;
-        while unanswered > 0 {
+        while round.unanswered() > 0 {
             let f = tokio::time::timeout(timeout, read_frame_async(stream, max))
                 .await
                 .map_err(|_| {
@@ -411,6 +409,7 @@ impl AsyncClient {
                     // A replica that answered part of the request lives: the
                     // rest was dropped (its outbox for us was full while we
                     // delivered slowly). Ask it again rather than pass it over.
+                    let (unanswered, asked) = (round.unanswered(), round.asked());
                     if unanswered < asked {
                         Attempt::Partial(format!("{why} to {unanswered} of {asked} commands"))
                     } else {
@@ -422,12 +421,7 @@ impl AsyncClient {
                 ServerMsg::Replies { client, replies } if client == id => {
                     drop(f);
                     for (seq, outcome) in replies {
-                        let offered = order.offer(seq, outcome, to);
-                        *kept += usize::from(offered == Offered::Kept);
-                        if offered != Offered::Ignored {
-                            // A forgotten command answered twice counts once.
-                            unanswered = unanswered.saturating_sub(1);
-                        }
+                        round.take(order, seq, outcome, to);
                     }
                     // Delivering may wait for a slow receiver; meanwhile
                     // this socket is not read, and the replica's bounded

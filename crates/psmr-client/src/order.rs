@@ -59,6 +59,47 @@ pub enum Offered {
     Ignored,
 }
 
+/// One round of asking for some of a request's commands: how many are
+/// still unanswered, and how many outcomes were kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Round {
+    asked: usize,
+    unanswered: usize,
+    kept: usize,
+}
+
+impl Round {
+    /// A round that asked for `asked` commands.
+    pub fn new(asked: usize) -> Self {
+        Self { asked, unanswered: asked, kept: 0 }
+    }
+
+    /// Offers command `seq`'s outcome to `order` and counts what became of
+    /// it (a forgotten command answered twice counts once).
+    pub fn take<D: Deliver>(&mut self, order: &mut InOrder, seq: u64, outcome: Outcome, to: &mut D) {
+        let offered = order.offer(seq, outcome, to);
+        self.kept += usize::from(offered == Offered::Kept);
+        if offered != Offered::Ignored {
+            self.unanswered = self.unanswered.saturating_sub(1);
+        }
+    }
+
+    /// Commands asked for and not answered yet.
+    pub fn unanswered(&self) -> usize {
+        self.unanswered
+    }
+
+    /// Commands asked for.
+    pub fn asked(&self) -> usize {
+        self.asked
+    }
+
+    /// Outcomes kept so far.
+    pub fn kept(&self) -> usize {
+        self.kept
+    }
+}
+
 /// The commands `first..first + len` of one request: which outcomes were
 /// delivered, which are held ahead of their turn, which are still missing.
 #[derive(Debug)]
@@ -195,6 +236,27 @@ mod tests {
 
     fn run(f: impl Future<Output = ()>) {
         tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn a_round_counts_answers_once_and_kept_outcomes_apart() {
+        let mut to = Tight { room: 1, ..Tight::default() };
+        let mut order = InOrder::new(10, 3);
+        let mut round = Round::new(3);
+        // Ahead of its turn, within the room: kept; the next one is
+        // forgotten (no room), yet answered.
+        round.take(&mut order, 11, ok(b"b"), &mut to);
+        round.take(&mut order, 12, ok(b"cc"), &mut to);
+        assert_eq!((round.unanswered(), round.kept()), (1, 1));
+        // Another request's command and a repeat change nothing.
+        round.take(&mut order, 99, ok(b"x"), &mut to);
+        round.take(&mut order, 11, ok(b"b"), &mut to);
+        assert_eq!((round.unanswered(), round.kept()), (1, 1));
+        round.take(&mut order, 10, ok(b"a"), &mut to);
+        assert_eq!((round.unanswered(), round.kept(), round.asked()), (0, 2, 3));
+        run(order.flush(&mut to));
+        assert_eq!(to.got, [ok(b"a"), ok(b"b")]);
+        assert!(!order.done(), "the forgotten one is still missing");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use crate::error::ReplicaError;
 use crate::start::Handles;
-use psmr_client::{AsyncClient, ClientConfig, ClientError, Deliver, InOrder, Offered, Session, Submit};
+use psmr_client::{AsyncClient, ClientConfig, ClientError, Deliver, InOrder, Round, Session, Submit};
 use psmr_gateway::{Gateway, GatewayLimits, Info, Serve};
 use psmr_model::App;
 use psmr_transport::client::ClientIo;
@@ -82,26 +82,22 @@ impl Both {
             let first = order.first();
             let asking = order.to_ask();
             self.local.queue(asking.iter().map(|&i| (first + i as u64, ops[i].as_slice()))).await?;
-            let (mut unanswered, mut kept) = (asking.len(), 0);
-            while unanswered > 0 {
+            let mut round = Round::new(asking.len());
+            while round.unanswered() > 0 {
                 // Patience counts from the last reply: a receiver that
                 // takes its time over each does not send the request away.
                 let (seq, outcome) = match self.local.next(self.patience).await {
                     Ok(reply) => reply,
-                    Err(LocalError::Dropped) if kept > 0 => break,
+                    Err(LocalError::Dropped) if round.kept() > 0 => break,
                     // Not one outcome got through (the replica's replies to
                     // all clients are at their bound): the network way
                     // paces its retries.
                     Err(e) => return Err(e),
                 };
-                let offered = order.offer(seq, outcome, to);
-                kept += usize::from(offered == Offered::Kept);
-                if offered != Offered::Ignored {
-                    unanswered = unanswered.saturating_sub(1);
-                }
+                round.take(order, seq, outcome, to);
                 order.flush(to).await;
             }
-            order.asked(kept, unanswered == 0);
+            order.asked(round.kept(), round.unanswered() == 0);
         }
         self.local.answered();
         Ok(())

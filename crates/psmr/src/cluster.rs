@@ -264,8 +264,9 @@ pub fn psmr_exe() -> Result<PathBuf> {
 }
 
 /// Starts a local cluster of replica processes and waits for Ctrl-C or
-/// SIGTERM, then stops them all.
-pub fn cluster(args: ClusterArgs) -> Result<()> {
+/// SIGTERM, then stops them all. `given`: the flags given on the command
+/// line, which a restart over an existing cluster ignores (and says so).
+pub fn cluster(args: ClusterArgs, given: Vec<String>) -> Result<()> {
     let storage = launch::parse_storage(&args.storage)?;
     let dir = match &args.data_dir {
         Some(d) => ClusterDir::at(d),
@@ -274,6 +275,11 @@ pub fn cluster(args: ClusterArgs) -> Result<()> {
     if let Some(config) = dir.existing()? {
         let file = dir.config_file();
         eprintln!("cluster configuration: {} (existing; starting again from its data)", file.display());
+        let ignored: Vec<&String> = given.iter().filter(|f| *f != "--data-dir").collect();
+        if !ignored.is_empty() {
+            let list = ignored.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(" ");
+            eprintln!("ignored on a restart: {list} (the existing configuration decides; edit it to change them)");
+        }
         return run_cluster(&file, &config);
     }
     let config = args.spec(storage).config(dir.path())?;

@@ -454,11 +454,15 @@ fn main() -> ExitCode {
     // `FAILPOINTS=name=action` injects faults (builds with `failpoints`).
     #[cfg(feature = "failpoints")]
     let _faults = fail::FailScenario::setup();
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::SchedBench(args) => sched_bench(args),
         Command::Replica(args) => cluster::replica(args),
-        Command::Cluster(args) => cluster::cluster(args),
+        Command::Cluster(args) => cluster::cluster(args, given(&matches, "cluster")),
         Command::Client(args) => cluster::client(args),
         Command::Bench(args) => bench::bench(args),
         Command::Mapping(args) => mapping::mapping(args),
@@ -479,6 +483,16 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The flags of subcommand `name` given on the command line (not
+/// defaulted), as `--flag-name`.
+fn given(matches: &clap::ArgMatches, name: &str) -> Vec<String> {
+    let Some(sub) = matches.subcommand_matches(name) else { return Vec::new() };
+    sub.ids()
+        .filter(|id| sub.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.as_str().replace('_', "-")))
+        .collect()
 }
 
 #[cfg(test)]

@@ -682,9 +682,14 @@ fn a_cluster_stopped_with_sigterm_under_load_restarts_without_a_warning_and_keep
     assert!(child.wait().unwrap().success());
     let _ = load.kill();
     let _ = load.wait();
-    let (mut child, before, export) = cluster_until_ready(&on_disk);
+    // Flags given on the restart are named as ignored.
+    let again = [&on_disk[..], &["--scheduler", "early"]].concat();
+    let (mut child, before, export) = cluster_until_ready(&again);
     let complaints: Vec<&String> = before.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
     assert!(complaints.is_empty(), "the restart complains: {complaints:#?}");
+    let ignored = before.iter().find(|l| l.starts_with("ignored on a restart: ")).expect("the ignored flags named");
+    assert!(ignored.contains("--replicas") && ignored.contains("--scheduler"), "{ignored}");
+    assert!(!ignored.contains("--data-dir"), "{ignored}");
     for i in 0..20 {
         let o = Command::new(env!("CARGO_BIN_EXE_psmr"))
             .args(["client", "get", &format!("sigterm-{i}")])
