@@ -138,25 +138,22 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> T
     move |source| TlsError::Io { what, path: path.to_path_buf(), source }
 }
 
-/// Makes a cluster CA and one certificate per replica id under `dir`:
-/// `ca.pem`, `ca.key`, `replica-N.pem` and `replica-N.key`. The directory
-/// is created readable by its owner only (an existing one is left as it
+/// Makes one certificate per replica id under `dir` (`replica-N.pem`,
+/// `replica-N.key`), signed by the cluster CA there (`ca.pem`, `ca.key`),
+/// which is made first if neither file exists: so a replica added later
+/// gets its certificate from the CA the others trust. The directory is
+/// created readable by its owner only (an existing one is left as it
 /// is), key files are created with mode 0600; no existing file is
 /// overwritten. Returns the `[peer_tls]` configuration that points at
 /// them, with absolute paths.
 pub fn generate(dir: &Path, ids: &[u64]) -> Result<PeerTls, TlsError> {
-    if ids.is_empty() {
-        return Err(TlsError::Ids("no replica ids given".into()));
+    check_ids(ids)?;
+    let (ca_pem, ca_key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let existing = ca_pem.exists() && ca_key_path.exists();
+    let mut files = Vec::new();
+    if !existing {
+        files.extend([(ca_pem.clone(), false), (ca_key_path.clone(), true)]);
     }
-    if ids.contains(&0) {
-        return Err(TlsError::Ids("replica ids start at 1".into()));
-    }
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(TlsError::Ids(format!("id {} is given twice", w[0])));
-    }
-    let mut files = vec![(dir.join("ca.pem"), false), (dir.join("ca.key"), true)];
     for id in ids {
         files.push((dir.join(format!("replica-{id}.pem")), false));
         files.push((dir.join(format!("replica-{id}.key")), true));
@@ -167,43 +164,99 @@ pub fn generate(dir: &Path, ids: &[u64]) -> Result<PeerTls, TlsError> {
     if let Some((path, _)) = files.iter().find(|(p, _)| p.symlink_metadata().is_ok()) {
         return Err(TlsError::Exists(path.clone()));
     }
-
     let now = SystemTime::now();
-    let not_before = now.checked_sub(BACKDATE).unwrap_or(now);
-    let not_after = now.checked_add(VALIDITY).unwrap_or(now);
-    let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name = rcgen::DistinguishedName::new();
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "psmr cluster CA");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-    ca_params.not_before = not_before.into();
-    ca_params.not_after = not_after.into();
-    let ca = ca_params.self_signed(&ca_key)?;
-    let mut contents = vec![ca.pem(), ca_key.serialize_pem()];
+    let validity = (now.checked_sub(BACKDATE).unwrap_or(now), now.checked_add(VALIDITY).unwrap_or(now));
+    let (ca, ca_key, mut contents) = match existing {
+        true => {
+            let (ca, key) = existing_ca(&ca_pem, &ca_key_path, validity)?;
+            (ca, key, Vec::new())
+        }
+        false => {
+            let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+            let ca = ca_params(validity)?.self_signed(&key)?;
+            let contents = vec![ca.pem(), key.serialize_pem()];
+            (ca, key, contents)
+        }
+    };
     for &id in ids {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-        let mut params = rcgen::CertificateParams::new(vec![replica_name(id)])?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(rcgen::DnType::CommonName, replica_name(id));
-        params.is_ca = rcgen::IsCa::ExplicitNoCa;
-        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages =
-            vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        params.use_authority_key_identifier_extension = true;
-        params.not_before = not_before.into();
-        params.not_after = not_after.into();
-        let cert = params.signed_by(&key, &ca, &ca_key)?;
-        contents.push(cert.pem());
-        contents.push(key.serialize_pem());
+        let (cert, key) = replica_cert(id, &ca, &ca_key, validity)?;
+        contents.extend([cert, key]);
     }
-
     create_private_dir(dir)?;
     for ((path, secret), text) in files.iter().zip(&contents) {
         write_new(path, text.as_bytes(), if *secret { 0o600 } else { 0o644 })?;
     }
     let dir = dir.canonicalize().map_err(io_err("resolve", dir))?;
     Ok(PeerTls { ca: dir.join("ca.pem"), cert: dir.join("replica-{id}.pem"), key: dir.join("replica-{id}.key") })
+}
+
+fn check_ids(ids: &[u64]) -> Result<(), TlsError> {
+    if ids.is_empty() {
+        return Err(TlsError::Ids("no replica ids given".into()));
+    }
+    if ids.contains(&0) {
+        return Err(TlsError::Ids("replica ids start at 1".into()));
+    }
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    match sorted.windows(2).find(|w| w[0] == w[1]) {
+        Some(w) => Err(TlsError::Ids(format!("id {} is given twice", w[0]))),
+        None => Ok(()),
+    }
+}
+
+/// Not before, not after.
+type Validity = (SystemTime, SystemTime);
+
+/// The cluster CA's own certificate: its name alone identifies it as the
+/// issuer of the replicas' certificates.
+fn ca_params((not_before, not_after): Validity) -> Result<rcgen::CertificateParams, TlsError> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "psmr cluster CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    params.not_before = not_before.into();
+    params.not_after = not_after.into();
+    Ok(params)
+}
+
+/// The CA of `ca.pem` and its key `ca.key` (private, as every key psmr
+/// reads), as an issuer: its name and key are what signing needs. A key
+/// that is not `ca.pem`'s is refused.
+fn existing_ca(pem: &Path, key: &Path, validity: Validity) -> Result<(rcgen::Certificate, rcgen::KeyPair), TlsError> {
+    let text = String::from_utf8(read_private(key)?)
+        .map_err(|_| TlsError::Parse { path: key.to_path_buf(), why: "not PEM text".into() })?;
+    let ca_key =
+        rcgen::KeyPair::from_pem(&text).map_err(|e| TlsError::Parse { path: key.to_path_buf(), why: e.to_string() })?;
+    let cert = parse_certs(pem, &read_file(pem)?)?;
+    let public = ca_key.public_key_raw();
+    if !cert[0].as_ref().windows(public.len()).any(|w| w == public) {
+        return Err(TlsError::Parse { path: key.to_path_buf(), why: format!("not the key of {}", pem.display()) });
+    }
+    Ok((ca_params(validity)?.self_signed(&ca_key)?, ca_key))
+}
+
+/// Replica `id`'s certificate and key, PEM, signed by `ca`.
+fn replica_cert(
+    id: u64,
+    ca: &rcgen::Certificate,
+    ca_key: &rcgen::KeyPair,
+    (not_before, not_after): Validity,
+) -> Result<(String, String), TlsError> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = rcgen::CertificateParams::new(vec![replica_name(id)])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::CommonName, replica_name(id));
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages =
+        vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = not_before.into();
+    params.not_after = not_after.into();
+    let cert = params.signed_by(&key, ca, ca_key)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), TlsError> {
@@ -543,12 +596,18 @@ mod tests {
         // Nothing was written, and the file is untouched.
         assert!(!dir.join("ca.pem").exists());
         assert_eq!(std::fs::read(dir.join("replica-2.key")).unwrap(), b"mine");
-        // A second run over a complete directory is refused too.
+        // A second run for the same replica is refused too, and the CA
+        // is kept.
         let other = dir.join("other");
         generate(&other, &[1]).unwrap();
         let before = std::fs::read(other.join("ca.key")).unwrap();
         assert!(matches!(generate(&other, &[1]), Err(TlsError::Exists(_))));
         assert_eq!(std::fs::read(other.join("ca.key")).unwrap(), before);
+        // Half a CA is not one to sign with.
+        let half = dir.join("half");
+        generate(&half, &[1]).unwrap();
+        std::fs::remove_file(half.join("ca.key")).unwrap();
+        assert!(matches!(generate(&half, &[2]), Err(TlsError::Exists(p)) if p.ends_with("ca.pem")));
         assert!(matches!(generate(&other, &[]), Err(TlsError::Ids(_))));
         assert!(matches!(generate(&other, &[0]), Err(TlsError::Ids(_))));
         assert!(matches!(generate(&other, &[3, 3]), Err(TlsError::Ids(_))));
@@ -596,6 +655,27 @@ mod tests {
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         }
         (a, b)
+    }
+
+    #[test]
+    fn a_replica_added_later_is_signed_by_the_same_ca() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tls = generate(tmp.path(), &[1]).unwrap();
+        let ca = std::fs::read(tmp.path().join("ca.pem")).unwrap();
+        generate(tmp.path(), &[2]).unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("ca.pem")).unwrap(), ca, "the CA is kept");
+        let (one, two) = (PeerTlsContext::load(&tls, 1).unwrap(), PeerTlsContext::load(&tls, 2).unwrap());
+        let (a, b) = pair();
+        let server = std::thread::spawn(move || two.accept(b).and_then(|s| s.verify_peer_is(1)));
+        one.connect(2, a).unwrap();
+        server.join().unwrap().unwrap();
+        // Another CA's key beside this CA's certificate is refused.
+        let other = tempfile::tempdir().unwrap();
+        generate(other.path(), &[1]).unwrap();
+        std::fs::copy(other.path().join("ca.key"), tmp.path().join("ca.key")).unwrap();
+        let e = generate(tmp.path(), &[3]).unwrap_err().to_string();
+        assert!(e.contains("not the key of"), "{e}");
+        assert!(!tmp.path().join("replica-3.pem").exists());
     }
 
     #[test]

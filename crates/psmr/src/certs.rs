@@ -13,7 +13,9 @@ const IDS_MAX: u64 = 1_000;
 pub struct CertsArgs {
     /// Where to write ca.pem, ca.key, replica-N.pem and replica-N.key (the
     /// directory is created readable by its owner only; existing files are
-    /// never overwritten).
+    /// never overwritten). Where DIR holds ca.pem and ca.key already, the
+    /// new certificates are signed by that CA: `--ids 4` for a replica
+    /// added to a running cluster.
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
     /// Certificates for replicas 1 to N.
@@ -35,12 +37,17 @@ pub fn certs(args: CertsArgs) -> Result<()> {
     if ids.len() as u64 > IDS_MAX {
         bail!("at most {IDS_MAX} replica ids at once, got {}", ids.len());
     }
+    let existing = args.dir.join("ca.pem").exists() && args.dir.join("ca.key").exists();
     let tls = psmr_replica::tls::generate(&args.dir, &ids)
         .with_context(|| format!("cannot make certificates in {}", args.dir.display()))?;
     let dir = tls.ca.parent().map(Path::to_path_buf).unwrap_or_default();
     println!("made in {}:", dir.display());
-    println!("  ca.pem    the cluster CA's certificate: every replica needs it");
-    println!("  ca.key    the CA's private key (0600): no replica needs it; keep it where only you can read it");
+    if existing {
+        println!("  (signed by the existing CA in ca.pem and ca.key, which the other replicas trust)");
+    } else {
+        println!("  ca.pem    the cluster CA's certificate: every replica needs it");
+        println!("  ca.key    the CA's private key (0600): no replica needs it; keep it where only you can read it");
+    }
     for id in &ids {
         println!("  replica-{id}.pem, replica-{id}.key (0600)    replica {id}'s certificate and private key");
     }

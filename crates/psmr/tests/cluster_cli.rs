@@ -545,6 +545,12 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
     assert!(!again.status.success());
     assert!(text(&again.stderr).contains("refusing to overwrite"), "{}", text(&again.stderr));
     assert_eq!(std::fs::read(certs.join("ca.key")).unwrap(), before);
+    // A replica added later gets its certificate from the same CA.
+    let added = psmr(&["certs", "--dir", certs.to_str().unwrap(), "--ids", "4"]);
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    assert!(text(&added.stdout).contains("signed by the existing CA"), "{}", text(&added.stdout));
+    assert_eq!(std::fs::read(certs.join("ca.key")).unwrap(), before);
+    assert_eq!(mode(&certs.join("replica-4.key")), 0o600);
     let other = psmr(&["certs", "--dir", dir.join("other").to_str().unwrap(), "--ids", "4,7"]);
     assert!(other.status.success(), "{}", text(&other.stderr));
     assert!(dir.join("other/replica-7.key").exists() && !dir.join("other/replica-1.key").exists());
