@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # redis-benchmark against a 3-replica psmr kv cluster's Redis port and
 # against one unreplicated redis-server (no persistence), in one run, with
-# the ratios: the comparison the README's Redis section reports.
+# the ratios: the comparison docs/redis.md reports.
 #
 #   bash scripts/redis-compare.sh [SCHEDULER] [STORAGE]   # default: sequential memory
 #

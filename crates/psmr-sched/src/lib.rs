@@ -94,7 +94,7 @@ pub const GRAPH_MAX_COMMANDS_DEFAULT: usize = 150;
 /// 2-core machine (kv, 2 workers), `late-batch-bitmap` ran at least as
 /// fast with 32 as with 150, and `late-batch-bitmap-pool`, whose scheduler
 /// thread is never held back by its workers and so fills whatever bound it
-/// is given, ran faster (README, late scheduling on a pool).
+/// is given, ran faster (docs/benchmarks.md, late scheduling on a pool).
 pub const GRAPH_MAX_BATCHES_DEFAULT: usize = 32;
 
 /// Largest accepted bound on a dependency graph, in nodes: every insertion

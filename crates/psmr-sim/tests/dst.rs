@@ -88,7 +88,7 @@ fn one_replica_restarts_after_every_crash() {
 /// knew could never catch up with a leader added after it fell behind,
 /// that a memory log restarted from a snapshot with the founders'
 /// membership instead of the snapshot's, and that the guard refused
-/// honest `MsgTimeoutNow`s; see the README.)
+/// honest `MsgTimeoutNow`s; see docs/testing.md.)
 #[test]
 fn membership_changes_under_crashes_and_partitions_pass_every_check() {
     let faults = Faults::parse("membership,crash,torn,partition,loss").unwrap();

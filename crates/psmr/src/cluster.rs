@@ -22,7 +22,7 @@ use std::time::Duration;
 /// `psmr replica`.
 #[derive(Args, Debug)]
 pub struct ReplicaArgs {
-    /// The cluster's configuration (TOML; see the README).
+    /// The cluster's configuration (TOML; see docs/cluster.md).
     #[arg(long)]
     config: PathBuf,
     /// This replica's id in the configuration.
@@ -368,7 +368,7 @@ fn announce(config: &Config, dir: &Path, stop: &AtomicBool) {
 /// `psmr check-history`.
 #[derive(Args, Debug)]
 pub struct CheckHistoryArgs {
-    /// The history: one JSON operation per line (see the README).
+    /// The history: one JSON operation per line (see docs/testing.md).
     file: PathBuf,
     /// Give up on a key after this many search states (the verdict is then
     /// "undecided", exit code 2).
