@@ -5,9 +5,11 @@
 //! one; a panic inside raft (injected, `failpoints` feature) stops the
 //! replica with a message naming the message and its sender.
 
+mod common;
+
 use protobuf::Message as _;
 use psmr_model::wire::{frame_bytes, read_frame, Encoder};
-use psmr_replica::{Config, Member, Replica, Storage};
+use psmr_replica::{Config, Member, Replica};
 use psmr_services::KvApp;
 use raft::prelude::{Message, MessageType};
 use std::io::Write;
@@ -24,16 +26,7 @@ fn three_members() -> Config {
     let addr = |i: usize| held[i].local_addr().unwrap();
     let replicas = (0..3).map(|i| Member::new(i as u64 + 1, addr(2 * i), addr(2 * i + 1))).collect();
     drop(held);
-    let mut c = Config {
-        replicas,
-        storage: Storage::Memory,
-        insecure_peers: true,
-        insecure_clients: true,
-        ..Config::default()
-    };
-    c.tick_ms = 10;
-    c.validate().unwrap();
-    c
+    common::memory_config(replicas, |_| {})
 }
 
 /// Connects to `peer` as replica `id` and waits for the welcome.

@@ -119,6 +119,14 @@ impl Cluster {
         self.replicas.iter().map(|r| r.1.clone()).collect::<Vec<_>>().join(",")
     }
 
+    /// `psmr bench --cluster THIS ARGS`, as the cluster's admin.
+    fn bench(&self, args: &[&str]) -> Output {
+        let addrs = self.addrs();
+        let mut all = vec!["bench", "--cluster", &addrs];
+        all.extend_from_slice(args);
+        psmr_admin(&self.dir, &all)
+    }
+
     fn client(&self, args: &[&str]) -> Output {
         let addrs = self.addrs();
         let mut all = vec!["client", "--cluster", &addrs];
@@ -427,25 +435,18 @@ fn bench_drives_an_existing_cluster() {
     let dir = test_dir("bench");
     let cluster = Cluster::start(3, "memory", &dir.join("cluster"));
     let out = dir.join("out");
-    let addrs = cluster.addrs();
-    let o = psmr_admin(
-        &cluster.dir,
-        &[
-            "bench",
-            "--cluster",
-            &addrs,
-            "--scenario",
-            "latency-throughput",
-            "--sweep",
-            "clients=1,2",
-            "--set",
-            "warmup_s=0.2",
-            "--set",
-            "duration_s=1",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = cluster.bench(&[
+        "--scenario",
+        "latency-throughput",
+        "--sweep",
+        "clients=1,2",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     // The scenario's scheduler sweep gives way to the cluster's own.
     assert!(text(&o.stderr).contains("the cluster's own settings replace the sweep scheduler="), "{}", text(&o.stderr));
@@ -471,27 +472,20 @@ fn a_list_cluster_under_load_ends_with_equal_digests() {
     let extra = ["--service", "list", "--model", "sharded-global", "--shards", "2", "--mapping", mapping];
     let cluster = Cluster::start_with(3, "memory", &dir.join("cluster"), &extra);
     let out = dir.join("out");
-    let addrs = cluster.addrs();
-    let o = psmr_admin(
-        &cluster.dir,
-        &[
-            "bench",
-            "--cluster",
-            &addrs,
-            "--scenario",
-            "list-stealing",
-            "--set",
-            "shards=2",
-            "--set",
-            "clients=4",
-            "--set",
-            "warmup_s=0.2",
-            "--set",
-            "duration_s=1",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let o = cluster.bench(&[
+        "--scenario",
+        "list-stealing",
+        "--set",
+        "shards=2",
+        "--set",
+        "clients=4",
+        "--set",
+        "warmup_s=0.2",
+        "--set",
+        "duration_s=1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let st = cluster.converged();
     assert!(st["replicas"][0]["applied"].as_u64().unwrap() > 0);

@@ -14,6 +14,12 @@ pub fn one_replica_config(tune: impl FnOnce(&mut Config)) -> Config {
     let held: Vec<TcpListener> = (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let replicas = vec![Member::new(1, held[0].local_addr().unwrap(), held[1].local_addr().unwrap())];
     drop(held);
+    memory_config(replicas, tune)
+}
+
+/// A valid configuration of `replicas`, in memory, without TLS or users,
+/// ticking every 10 ms, changed by `tune`.
+pub fn memory_config(replicas: Vec<Member>, tune: impl FnOnce(&mut Config)) -> Config {
     let mut c = Config {
         replicas,
         storage: Storage::Memory,
