@@ -390,7 +390,7 @@ impl Runner {
         let events = faults::with_windows(events, windows, &result.completed, &history);
         let judgement = match hurt {
             true => Some(
-                verdict::judge(&addrs, history, MAX_STATES_DEFAULT, SETTLE)
+                verdict::judge((&addrs, user.as_ref()), history, MAX_STATES_DEFAULT, SETTLE)
                     .map_err(|e| RunError::Judge(e.to_string()))?,
             ),
             false => None,

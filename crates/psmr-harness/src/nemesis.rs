@@ -601,8 +601,11 @@ fn refill(cluster: &mut ProcessCluster, disks: Option<&SmallDisks>, id: u64) -> 
 /// set.
 fn converge(cluster: &Mutex<ProcessCluster>, stop: &AtomicBool) -> Option<u64> {
     let healed = Instant::now();
-    let addrs = cluster.lock().ok()?.addrs().to_vec();
-    let probe = Probe::new(&addrs).ok()?;
+    let (addrs, admin) = {
+        let cluster = cluster.lock().ok()?;
+        (cluster.addrs().to_vec(), cluster.user(crate::launch::ADMIN_USER))
+    };
+    let probe = Probe::new(&addrs).ok()?.as_user(admin);
     let timeout = Duration::from_millis(500);
     let applied = |p: &Probe| p.statuses(timeout).into_iter().map(|s| s.ok().map(|s| s.applied)).collect::<Vec<_>>();
     let target = applied(&probe).into_iter().flatten().max()?;

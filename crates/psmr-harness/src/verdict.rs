@@ -6,7 +6,7 @@
 
 use crate::history::{self, OpKind, Operation, Status, Verdict};
 use crate::probe::Probe;
-use psmr_client::{ClientConfig, ServiceClient};
+use psmr_client::{ClientConfig, Credentials, ServiceClient};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,17 +60,18 @@ impl Judgement {
 }
 
 /// Judges a run of the cluster at `addrs` whose clients recorded
-/// `history`: reads back every key an acknowledged update touched, checks
-/// the whole with at most `max_states` per key, and waits up to `settle`
-/// for the replicas to agree.
+/// `history`: reads back every key an acknowledged update touched (as
+/// `who`, on a cluster with users), checks the whole with at most
+/// `max_states` per key, and waits up to `settle` for the replicas to
+/// agree.
 pub fn judge(
-    addrs: &[SocketAddr],
+    (addrs, who): (&[SocketAddr], Option<&Credentials>),
     mut history: Vec<Operation>,
     max_states: usize,
     settle: Duration,
 ) -> Result<Judgement, VerdictError> {
-    let (converged_ms, replicas) = converged(addrs, settle);
-    let finals = final_reads(addrs, &history)?;
+    let (converged_ms, replicas) = converged(addrs, who, settle);
+    let finals = final_reads(addrs, who, &history)?;
     let lost = lost_updates(&history, &finals);
     let operations = history.len();
     let keys_read = finals.len();
@@ -94,9 +95,10 @@ fn describe(op: &Operation) -> String {
 /// Waits up to `settle` until every replica at `addrs` reports the same
 /// applied index and digest: how long it took (ms), and what each said
 /// last.
-pub fn converged(addrs: &[SocketAddr], settle: Duration) -> (Option<u64>, Vec<String>) {
+pub fn converged(addrs: &[SocketAddr], who: Option<&Credentials>, settle: Duration) -> (Option<u64>, Vec<String>) {
     let start = Instant::now();
     let Ok(probe) = Probe::new(addrs) else { return (None, Vec::new()) };
+    let probe = probe.as_user(who.cloned());
     loop {
         let statuses = probe.statuses(Duration::from_secs(1));
         let said: Vec<String> = statuses
@@ -122,13 +124,17 @@ pub fn converged(addrs: &[SocketAddr], settle: Duration) -> (Option<u64>, Vec<St
 /// Reads every key of `history` that an acknowledged update touched, in
 /// parallel; the reads as operations of a client of their own, invoked
 /// after everything in `history`.
-pub fn final_reads(addrs: &[SocketAddr], history: &[Operation]) -> Result<Vec<Operation>, VerdictError> {
+pub fn final_reads(
+    addrs: &[SocketAddr],
+    who: Option<&Credentials>,
+    history: &[Operation],
+) -> Result<Vec<Operation>, VerdictError> {
     let keys: BTreeSet<&str> =
         history.iter().filter(|o| o.status == Status::Ok && o.op != OpKind::Read).map(|o| o.key.as_str()).collect();
     let keys: Vec<&str> = keys.into_iter().collect();
     let per = keys.len().div_ceil(READERS).max(1);
     let values: Vec<(String, Option<String>)> = std::thread::scope(|scope| {
-        let readers: Vec<_> = keys.chunks(per).map(|part| scope.spawn(move || read_all(addrs, part))).collect();
+        let readers: Vec<_> = keys.chunks(per).map(|part| scope.spawn(move || read_all(addrs, who, part))).collect();
         readers.into_iter().map(|r| r.join().unwrap_or_else(|_| Err(panicked()))).collect::<Result<Vec<_>, _>>()
     })?
     .into_iter()
@@ -157,11 +163,15 @@ fn panicked() -> VerdictError {
 }
 
 /// Reads `keys` with one client, [`READ_BATCH`] per request.
-fn read_all(addrs: &[SocketAddr], keys: &[&str]) -> Result<Vec<(String, Option<String>)>, VerdictError> {
+fn read_all(
+    addrs: &[SocketAddr],
+    who: Option<&Credentials>,
+    keys: &[&str],
+) -> Result<Vec<(String, Option<String>)>, VerdictError> {
     let failed = |key: &str, reason: String| VerdictError::Read { key: key.to_string(), reason };
     let first = keys.first().copied().unwrap_or_default();
-    let mut client = ServiceClient::with_config(ClientConfig::new(addrs.to_vec()), KvCodec)
-        .map_err(|e| failed(first, e.to_string()))?;
+    let config = ClientConfig { credentials: who.cloned(), ..ClientConfig::new(addrs.to_vec()) };
+    let mut client = ServiceClient::with_config(config, KvCodec).map_err(|e| failed(first, e.to_string()))?;
     let mut out = Vec::with_capacity(keys.len());
     for batch in keys.chunks(READ_BATCH) {
         let ops: Vec<KvOp> = batch.iter().map(|k| KvOp::Read { key: k.as_bytes().to_vec() }).collect();
