@@ -57,12 +57,24 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run one replica of a cluster described by a configuration file.
+    #[command(after_help = "Examples:\n  \
+        psmr replica --config cluster.toml --id 2          # one host of a cluster (docs/cluster.md)\n  \
+        psmr replica --config cluster.toml --id 4 --join   # a replica added later; then psmr client add-replica")]
     Replica(cluster::ReplicaArgs),
     /// Run a local cluster of replica processes on this machine (loopback,
     /// free ports) until Ctrl-C or SIGTERM.
+    #[command(after_help = "Examples:\n  \
+        psmr cluster --replicas 3 --redis              # prints the variables to export once a leader is elected\n  \
+        psmr cluster --data-dir ./c --storage disk     # kept in ./c; run it again to bring the same cluster back")]
     Cluster(cluster::ClusterArgs),
     /// Talk to a cluster: put, get, delete, status, load, members,
     /// add-replica, remove-replica.
+    #[command(after_help = "Examples:\n  \
+        export PSMR_CLUSTER=127.0.0.1:7001,127.0.0.1:7002 PSMR_USER=admin PSMR_PASSWORD_FILE=DIR/admin.password\n  \
+        psmr client put 7 seven && psmr client get 7\n  \
+        psmr client status\n  \
+        psmr client load --clients 8 --per-request 50 --duration 5\n  \
+        psmr client remove-replica 3                   # an admin's command")]
     Client(cluster::ClientArgs),
     /// Compare execution schedulers on pre-built ordered batches (no network).
     ///
@@ -83,10 +95,16 @@ enum Command {
     Mapping(mapping::MappingArgs),
     /// Make a cluster CA and a certificate per replica for mutual TLS
     /// between replicas, and print the `[peer_tls]` configuration block.
+    #[command(after_help = "Examples:\n  \
+        psmr certs --dir certs --replicas 3            # a new cluster CA and replicas 1-3\n  \
+        psmr certs --dir certs --ids 4                 # replica 4, signed by the CA already in certs/")]
     Certs(certs::CertsArgs),
     /// Hash a user's password (read from standard input, or made with
     /// --generate) and print the `[[users]]` block for every replica's
     /// configuration.
+    #[command(after_help = "Examples:\n  \
+        psmr passwd --user app < app.password                          # a data user; the password from a file\n  \
+        psmr passwd --user ops --role admin --generate ops.password    # an admin with a new random password")]
     Passwd(users::PasswdArgs),
     /// Fuzz the decoders of the wire, log entries, snapshots and RESP with
     /// seeded mutations of valid encodings; fails on any panic or any input

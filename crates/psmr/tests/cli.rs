@@ -483,3 +483,13 @@ fn client_credentials_come_from_the_environment_or_a_file_never_a_flag() {
         "cannot read /nonexistent/pw",
     );
 }
+
+#[test]
+fn the_everyday_commands_show_examples() {
+    for cmd in ["replica", "cluster", "client", "certs", "passwd"] {
+        let o = psmr(&[cmd, "--help"]);
+        let help = String::from_utf8_lossy(&o.stdout).into_owned();
+        let examples = help.split_once("Examples:\n").map(|(_, e)| e).unwrap_or_default();
+        assert!(o.status.success() && examples.contains(&format!("psmr {cmd} ")), "{cmd}:\n{help}");
+    }
+}
