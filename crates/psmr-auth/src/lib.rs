@@ -270,6 +270,14 @@ impl Gate {
         self.insecure.then(|| Principal { name: DEFAULT_USER.into(), role: Role::Admin })
     }
 
+    /// The principal of user `name`, who proved who they are another way
+    /// (a client certificate from the cluster's CA naming them); None if
+    /// no such user is listed, or where clients are not authenticated.
+    pub fn certified(&self, name: &str) -> Option<Principal> {
+        let (name, user) = self.users.get_key_value(name)?;
+        Some(Principal { name: name.as_str().into(), role: user.role })
+    }
+
     /// An attempt to authenticate from `source` at `now`: how long it must
     /// wait before [`Gate::check`] (a source that failed waits, longer
     /// each time), or [`Refusal::Busy`].

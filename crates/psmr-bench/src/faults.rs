@@ -55,6 +55,14 @@ pub enum FaultsError {
         /// Its replicas.
         replicas: u64,
     },
+    /// The nemesis's judge reads over plain client ports.
+    #[error(
+        "point {point}: the nemesis judges its runs over plain client ports; client_tls=true is measured without it"
+    )]
+    NemesisTls {
+        /// The point's name.
+        point: String,
+    },
 }
 
 /// The faults to inject into every point.
@@ -89,6 +97,9 @@ impl Faults {
         let p = &point.params;
         if self.restarts() && p.storage == "memory" {
             return Err(FaultsError::MemoryStorage { point: point.name() });
+        }
+        if !self.nemesis.is_empty() && p.client_tls {
+            return Err(FaultsError::NemesisTls { point: point.name() });
         }
         match self.kill_replica {
             Some((id, _)) if id == 0 || id > p.replicas => {

@@ -168,7 +168,7 @@ pub fn check_params(p: &Params, existing: bool, seed: u64) -> Result<(), RunErro
     }
     // Without peer TLS and users: making a point's certificates and
     // passwords is its run's job (in its own directory), not the check's.
-    let check = Params { insecure_peers: true, auth: "none".into(), ..p.clone() };
+    let check = Params { insecure_peers: true, auth: "none".into(), client_tls: false, ..p.clone() };
     cluster_spec(&check)?.config(&std::env::temp_dir())?;
     if p.per_request > p.batch_max_commands {
         return Err(RunError::PerRequest { per_request: p.per_request, batch_max_commands: p.batch_max_commands });
@@ -226,6 +226,7 @@ pub fn cluster_spec(p: &Params) -> Result<ClusterSpec, RunError> {
             keys: 0,
             cost: p.cost.clone(),
         },
+        client_tls: p.client_tls,
         ..ClusterSpec::default()
     };
     let base = &mut spec.base;
@@ -298,7 +299,7 @@ pub enum Target {
     },
     /// An existing cluster at these client addresses, reached as this
     /// user (if any): only load parameters apply.
-    Existing(Vec<SocketAddr>, Option<psmr_client::Credentials>),
+    Existing(Vec<SocketAddr>, psmr_client::Access),
 }
 
 /// Runs points: where, with which faults, and the seed of their loads.
@@ -329,12 +330,17 @@ impl Runner {
         // `load::run` checks the spec again; `check_point` checked it first.
         let spec = load_spec(&point.params, history, self.seed)?;
         let (load, local) = match &self.target {
-            Target::Existing(addrs, who) => {
+            Target::Existing(addrs, access) => {
                 // Another machine's pids, or ours by chance: not guessed at.
                 let cpu = CpuSource::Off("n/a: the replicas of --cluster are not processes psmr bench started".into());
-                let client = || ClientConfig { credentials: who.clone(), ..ClientConfig::new(addrs.clone()) };
+                let (credentials, tls) = (access.credentials.clone(), access.tls.clone());
+                let client = || ClientConfig {
+                    credentials: credentials.clone(),
+                    tls: tls.clone(),
+                    ..ClientConfig::new(addrs.clone())
+                };
                 let load = load::run_with_cpu(addrs, client, &spec, &cpu)?;
-                let running = running(addrs, who);
+                let running = running(addrs, access.clone());
                 (load, Local { running, ..Local::default() })
             }
             Target::Local { exe } => self.run_local(exe, &point.params, &spec, logs)?,
@@ -372,13 +378,15 @@ impl Runner {
         let addrs = cluster.addrs().to_vec();
         // The load runs as the data user where the cluster has users.
         let user = cluster.user(psmr_auth::DEFAULT_USER);
+        let tls = cluster.tls();
         let cluster = Mutex::new(cluster);
         let nemesis = relays.as_ref().map(|r| {
             let plan = nemesis::Plan::new(self.faults.nemesis.clone(), self.seed);
             let drawn = nemesis::schedule(&plan, &ids, spec.warmup + spec.duration);
             faults::Nemesis { links: r.links(), disks: disks.as_ref(), replicas: ids.clone(), drawn }
         });
-        let client = || ClientConfig { credentials: user.clone(), ..ClientConfig::new(addrs.clone()) };
+        let client =
+            || ClientConfig { credentials: user.clone(), tls: tls.clone(), ..ClientConfig::new(addrs.clone()) };
         let (result, events, windows) = faults::during(&cluster, &self.faults, nemesis, || {
             load::run_with_cpu(&addrs, client, spec, &CpuSource::Local)
         });
@@ -395,7 +403,7 @@ impl Runner {
             ),
             false => None,
         };
-        let running = running(&addrs, &user);
+        let running = running(&addrs, psmr_client::Access::new(Duration::from_secs(2), user).with_tls(tls));
         let mut cluster = cluster.into_inner().map_err(|_| RunError::FaultThread)?;
         if let Some((id, status)) = cluster.exited().into_iter().next() {
             return Err(RunError::Exited { id, status });
@@ -428,9 +436,8 @@ fn read_history(file: &Path) -> Result<Vec<history::Operation>, RunError> {
 /// What each replica at `addrs` executes with now, as its status says
 /// (`1: auto: sequential`), with `auto`'s last decision; a replica that
 /// does not answer is left out.
-fn running(addrs: &[SocketAddr], who: &Option<psmr_client::Credentials>) -> Vec<String> {
+fn running(addrs: &[SocketAddr], access: psmr_client::Access) -> Vec<String> {
     let Ok(probe) = psmr_client::Client::new(ClientConfig::new(addrs.to_vec())) else { return Vec::new() };
-    let access = psmr_client::Access::new(Duration::from_secs(2), who.clone());
     addrs
         .iter()
         .filter_map(|&a| probe.status_of(a, access.clone()).ok())

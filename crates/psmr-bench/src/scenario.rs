@@ -105,6 +105,10 @@ pub struct Params {
     /// How clients say who they are: `none` (`insecure_clients`) or
     /// `password` (the cluster's users; the load runs as its data user).
     pub auth: String,
+    /// TLS on the ports clients reach (`[client_tls]` with the replicas'
+    /// certificates; the load checks them against the cluster's CA): for
+    /// measuring what client TLS costs.
+    pub client_tls: bool,
     /// How read-only requests are served: `index` (the leader, with raft's
     /// ReadIndex, no log entry) or `log` (a log entry like writes).
     pub reads: String,
@@ -169,6 +173,7 @@ impl Default for Params {
             snapshot_every: 10_000,
             insecure_peers: false,
             auth: "none".into(),
+            client_tls: false,
             reads: "index".into(),
             clients: 64,
             per_request: 50,
@@ -184,7 +189,7 @@ impl Default for Params {
 
 /// Parameters that shape the cluster rather than the load: they cannot
 /// vary against an existing cluster (`--cluster`).
-pub const CLUSTER_KEYS: [&str; 17] = [
+pub const CLUSTER_KEYS: [&str; 18] = [
     "service",
     "model",
     "shards",
@@ -201,6 +206,7 @@ pub const CLUSTER_KEYS: [&str; 17] = [
     "snapshot_every",
     "insecure_peers",
     "auth",
+    "client_tls",
     "reads",
 ];
 
@@ -277,19 +283,7 @@ impl Params {
                 }
             },
             "write_skew" => self.write_skew = if value.trim() == "none" { None } else { Some(share(value)?) },
-            "mapping" => self.mapping = value.trim().to_string(),
-            "replicas" => self.replicas = num(&key, value, count)?,
-            "scheduler" => self.scheduler = value.trim().to_string(),
-            "workers" => self.workers = num(&key, value, count)?,
-            "storage" => self.storage = one_of(&key, value, &["memory", "disk"])?,
-            "client_io_threads" => self.client_io_threads = num(&key, value, count)?,
-            "batch_max_commands" => self.batch_max_commands = num(&key, value, count)?,
-            "batch_delay_us" => self.batch_delay_us = num(&key, value, count)?,
-            "pipeline" => self.pipeline = num(&key, value, count)?,
-            "snapshot_every" => self.snapshot_every = num(&key, value, count)?,
-            "insecure_peers" => self.insecure_peers = num(&key, value, "true or false")?,
-            "auth" => self.auth = one_of(&key, value, &["none", "password"])?,
-            "reads" => self.reads = one_of(&key, value, &["index", "log"])?,
+            k if self.set_cluster(k, value)? => {}
             "clients" => self.clients = num(&key, value, count)?,
             "per_request" => self.per_request = num(&key, value, count)?,
             "write_pct" => self.write_pct = num(&key, value, "a percentage 0-100")?,
@@ -323,6 +317,30 @@ impl Params {
             _ => return Err(ScenarioError::UnknownKey { key, known: keys().collect::<Vec<_>>().join(", ") }),
         }
         Ok(())
+    }
+
+    /// Sets `key` if it is one of the cluster's settable as they are read;
+    /// false if it is not one of those.
+    fn set_cluster(&mut self, key: &str, value: &str) -> Result<bool, ScenarioError> {
+        let count = "a whole number";
+        match key {
+            "mapping" => self.mapping = value.trim().to_string(),
+            "replicas" => self.replicas = num(key, value, count)?,
+            "scheduler" => self.scheduler = value.trim().to_string(),
+            "workers" => self.workers = num(key, value, count)?,
+            "storage" => self.storage = one_of(key, value, &["memory", "disk"])?,
+            "client_io_threads" => self.client_io_threads = num(key, value, count)?,
+            "batch_max_commands" => self.batch_max_commands = num(key, value, count)?,
+            "batch_delay_us" => self.batch_delay_us = num(key, value, count)?,
+            "pipeline" => self.pipeline = num(key, value, count)?,
+            "snapshot_every" => self.snapshot_every = num(key, value, count)?,
+            "insecure_peers" => self.insecure_peers = num(key, value, "true or false")?,
+            "auth" => self.auth = one_of(key, value, &["none", "password"])?,
+            "client_tls" => self.client_tls = num(key, value, "true or false")?,
+            "reads" => self.reads = one_of(key, value, &["index", "log"])?,
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 
     /// Applies one phase of [`Params::phases`]: `KEY=VALUE+KEY=VALUE`
@@ -378,6 +396,7 @@ impl Params {
             "snapshot_every" => self.snapshot_every.to_string(),
             "insecure_peers" => self.insecure_peers.to_string(),
             "auth" => self.auth.clone(),
+            "client_tls" => self.client_tls.to_string(),
             "reads" => self.reads.clone(),
             "clients" => self.clients.to_string(),
             "per_request" => self.per_request.to_string(),
@@ -846,7 +865,7 @@ mod tests {
         assert_eq!(points[0].name(), "workers=1 scheduler=a");
         assert_eq!(points[5].name(), "workers=2 scheduler=c");
         assert_eq!((points[4].params.workers, points[4].params.scheduler.as_str()), (2, "b"));
-        assert_eq!(keys().count(), 28);
+        assert_eq!(keys().count(), 29);
         for key in keys() {
             assert!(Params::default().get(key).is_some(), "{key}");
             let mut p = Params::default();

@@ -47,9 +47,9 @@ use std::time::Duration;
 
 pub mod order;
 pub use order::{Deliver, InOrder, Offered, Round};
+pub use psmr_tls::Connector;
+use psmr_tls::Stream;
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -104,6 +104,10 @@ pub struct ClientConfig {
     /// Who the client is (sent first on every connection); None: nobody,
     /// for replicas with `insecure_clients`.
     pub credentials: Option<Credentials>,
+    /// TLS to the replicas' client ports (`[client_tls]`): the cluster's
+    /// CA, and a user certificate if the client shows one; None: plain
+    /// TCP.
+    pub tls: Option<Connector>,
 }
 
 impl ClientConfig {
@@ -116,6 +120,7 @@ impl ClientConfig {
             deadline: Duration::from_secs(30),
             frame_max: FRAME_MAX_DEFAULT,
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -129,27 +134,35 @@ pub struct Access {
     pub timeout: Duration,
     /// Who asks (sent before the question); None: nobody.
     pub credentials: Option<Credentials>,
+    /// TLS to the replica, if its client port is in TLS.
+    pub tls: Option<Connector>,
 }
 
 impl From<Duration> for Access {
     fn from(timeout: Duration) -> Self {
-        Self { timeout, credentials: None }
+        Self { timeout, credentials: None, tls: None }
     }
 }
 
 impl Access {
     /// `credentials` asking within `timeout`.
     pub fn new(timeout: Duration, credentials: Option<Credentials>) -> Self {
-        Self { timeout, credentials }
+        Self { timeout, credentials, tls: None }
+    }
+
+    /// The same, in TLS with `tls` (None: plain TCP).
+    pub fn with_tls(mut self, tls: Option<Connector>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
 /// Says who the client is on a fresh connection `s`, if it has
 /// credentials; a refusal as [`ServerMsg::Denied`]'s text.
-async fn authenticate(s: &mut TcpStream, who: Option<&Credentials>, max: usize) -> Result<(), Attempt> {
+async fn authenticate(s: &mut Stream, who: Option<&Credentials>, max: usize) -> Result<(), Attempt> {
     let Some(who) = who else { return Ok(()) };
     let msg = ClientMsg::Auth { user: who.user().to_string(), password: who.password().to_string() };
-    s.write_all(&msg.to_frame()).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
+    s.send(&msg.to_frame()).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
     let f = read_frame_async(s, max).await.map_err(|e| Attempt::Retry(format!("receive failed: {e}")))?;
     match ServerMsg::from_frame(&f).map_err(|e| Attempt::Retry(format!("bad answer: {e}")))? {
         ServerMsg::Authenticated { .. } => Ok(()),
@@ -232,7 +245,7 @@ pub struct AsyncClient {
     config: ClientConfig,
     id: u64,
     next_seq: u64,
-    conn: Option<(SocketAddr, TcpStream)>,
+    conn: Option<(SocketAddr, Stream)>,
     /// Where to try next.
     next_addr: usize,
     leader: Option<SocketAddr>,
@@ -280,16 +293,16 @@ impl AsyncClient {
 
     /// The connection to the replica to ask, made (and authenticated)
     /// if there is none.
-    async fn connection(&mut self) -> Result<&mut TcpStream, Attempt> {
+    async fn connection(&mut self) -> Result<&mut Stream, Attempt> {
         if self.conn.is_none() {
             let addr = self.pick();
             let timeout = self.config.attempt_timeout;
             let (who, max) = (self.config.credentials.as_ref(), self.config.frame_max);
+            let tls = self.config.tls.as_ref();
             let open = async {
-                let mut stream = TcpStream::connect(addr)
+                let mut stream = Connector::dial(tls, addr)
                     .await
                     .map_err(|e| Attempt::Retry(format!("cannot connect to {addr}: {e}")))?;
-                stream.set_nodelay(true).map_err(|e| Attempt::Retry(e.to_string()))?;
                 authenticate(&mut stream, who, max).await?;
                 Ok(stream)
             };
@@ -399,7 +412,7 @@ impl AsyncClient {
         let (id, timeout, max) = (self.id, self.config.attempt_timeout, self.config.frame_max);
         let frame = ClientMsg::Request { client: id, commands: pending }.to_frame();
         let stream = self.connection().await?;
-        stream.write_all(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
+        stream.send(&frame).await.map_err(|e| Attempt::Retry(format!("send failed: {e}")))?;
         drop(frame);
         while round.unanswered() > 0 {
             let f = tokio::time::timeout(timeout, read_frame_async(stream, max))
@@ -518,7 +531,7 @@ impl AsyncClient {
         loop {
             let msg = ClientMsg::Snapshot { id: id.clone(), offset };
             let step = async {
-                s.write_all(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
+                s.send(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
                 let f =
                     read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| format!("receive failed: {e}"))?;
                 ServerMsg::from_frame(&f).map_err(|e| format!("bad answer: {e}"))
@@ -615,7 +628,7 @@ impl AsyncClient {
                 next += 1;
                 cluster[(next - 1) % cluster.len()]
             });
-            let within = Access { timeout: left, credentials: access.credentials.clone() };
+            let within = Access { timeout: left, ..access.clone() };
             let pause = match Self::exchange(addr, &msg, within).await {
                 Ok(ServerMsg::Members(members)) => return Ok(members),
                 Ok(ServerMsg::Redirect { leader: id, addr: to }) => {
@@ -660,7 +673,7 @@ impl AsyncClient {
         let timeout = access.timeout;
         let work = async {
             let mut s = Self::open(addr, &access).await?;
-            s.write_all(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
+            s.send(&msg.to_frame()).await.map_err(|e| format!("send failed: {e}"))?;
             let f = read_frame_async(&mut s, FRAME_MAX_DEFAULT).await.map_err(|e| format!("receive failed: {e}"))?;
             ServerMsg::from_frame(&f).map_err(|e| format!("bad answer: {e}"))
         };
@@ -668,8 +681,8 @@ impl AsyncClient {
     }
 
     /// A connection to `addr`, authenticated as `access` says.
-    async fn open(addr: SocketAddr, access: &Access) -> Result<TcpStream, String> {
-        let mut s = TcpStream::connect(addr).await.map_err(|e| format!("cannot connect: {e}"))?;
+    async fn open(addr: SocketAddr, access: &Access) -> Result<Stream, String> {
+        let mut s = Connector::dial(access.tls.as_ref(), addr).await.map_err(|e| format!("cannot connect: {e}"))?;
         authenticate(&mut s, access.credentials.as_ref(), FRAME_MAX_DEFAULT).await.map_err(Attempt::into_text)?;
         Ok(s)
     }
@@ -888,6 +901,7 @@ impl<C: OpCodec> ServiceClient<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
 
     #[test]
     fn bad_configurations_and_unreachable_clusters_are_clear_errors() {

@@ -130,6 +130,75 @@ impl PeerTls {
     }
 }
 
+/// A port that clients reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FacingPort {
+    /// psmr's own client port.
+    Client,
+    /// The Redis port.
+    Redis,
+    /// The metrics port (HTTPS when in TLS).
+    Metrics,
+}
+
+impl FacingPort {
+    /// Every port clients reach.
+    pub const ALL: [FacingPort; 3] = [FacingPort::Client, FacingPort::Redis, FacingPort::Metrics];
+
+    /// The name the configuration gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FacingPort::Client => "client",
+            FacingPort::Redis => "redis",
+            FacingPort::Metrics => "metrics",
+        }
+    }
+}
+
+/// TLS on the ports clients reach (`psmr certs` makes the files; a
+/// replica's certificate names the hosts clients dial). Required for a
+/// port that listens beyond loopback, unless `insecure_clients`.
+///
+/// `{id}` in `cert` and `key` stands for the replica's id, as in
+/// [`PeerTls`]; the replicas' peer certificates serve here too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTls {
+    /// The certificate this replica shows clients (PEM), e.g.
+    /// `certs/replica-{id}.pem`.
+    pub cert: PathBuf,
+    /// Its private key (PEM, readable by its owner only).
+    pub key: PathBuf,
+    /// The CA whose user certificates (`psmr certs --user NAME`) let a
+    /// client prove it is user `NAME` without a password; a certificate
+    /// from another CA is refused. None: clients show no certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// The ports in TLS (`client`, `redis`, `metrics`); all by default.
+    #[serde(default = "ClientTls::all_ports")]
+    pub ports: Vec<FacingPort>,
+    /// A client's TLS handshake must finish within this, in ms, or its
+    /// connection is closed.
+    #[serde(default = "ClientTls::handshake_default")]
+    pub handshake_timeout_ms: u64,
+}
+
+impl ClientTls {
+    fn all_ports() -> Vec<FacingPort> {
+        FacingPort::ALL.to_vec()
+    }
+
+    fn handshake_default() -> u64 {
+        5_000
+    }
+
+    /// TLS on every port clients reach, with `cert` and `key`.
+    pub fn new(cert: PathBuf, key: PathBuf) -> Self {
+        Self { cert, key, ca: None, ports: Self::all_ports(), handshake_timeout_ms: Self::handshake_default() }
+    }
+}
+
 /// A replica's configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -171,6 +240,10 @@ pub struct Config {
     /// write, flush and change the membership. Only where every process
     /// that can reach the client and Redis ports is trusted.
     pub insecure_clients: bool,
+    /// TLS on the ports clients reach (`[client_tls]`); plain TCP if
+    /// absent, which only loopback addresses allow (or
+    /// `insecure_clients`).
+    pub client_tls: Option<ClientTls>,
     /// ClientIO threads.
     pub client_io_threads: usize,
     /// Most client connections at once. A new connection beyond it closes
@@ -270,6 +343,7 @@ impl Default for Config {
             insecure_peers: false,
             users: Vec::new(),
             insecure_clients: false,
+            client_tls: None,
             client_io_threads: 2,
             max_connections: 10_000,
             client_idle_timeout_ms: 300_000,
@@ -361,6 +435,7 @@ impl Config {
             _ => {}
         }
         psmr_auth::Gate::new(&self.users, self.insecure_clients).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.check_client_tls()?;
         bounded("client_io_threads", self.client_io_threads as u64, 1, 256)?;
         bounded("max_connections", self.max_connections as u64, 1, 1_000_000)?;
         bounded("client_idle_timeout_ms", self.client_idle_timeout_ms, 100, 86_400_000)?;
@@ -394,6 +469,51 @@ impl Config {
                 "election_ticks ({}) must exceed heartbeat_ticks ({})",
                 self.election_ticks, self.heartbeat_ticks
             )));
+        }
+        Ok(())
+    }
+
+    /// `[client_tls]` if `port` is in TLS.
+    pub fn tls_on(&self, port: FacingPort) -> Option<&ClientTls> {
+        self.client_tls.as_ref().filter(|t| t.ports.contains(&port))
+    }
+
+    /// The ports clients reach are in TLS where they listen beyond
+    /// loopback, unless every client is trusted.
+    fn check_client_tls(&self) -> Result<(), ConfigError> {
+        if let Some(tls) = &self.client_tls {
+            bounded("client_tls.handshake_timeout_ms", tls.handshake_timeout_ms, 10, 600_000)?;
+            if tls.ports.is_empty() {
+                return Err(ConfigError::Invalid("client_tls.ports is empty: list client, redis or metrics".into()));
+            }
+            let forwards = tls.ports.contains(&FacingPort::Client) && self.replicas.iter().any(|m| m.redis.is_some());
+            if forwards && tls.ca.is_none() && self.peer_tls.is_none() {
+                return Err(ConfigError::Invalid(
+                    "client_tls: the Redis ports reach the leader's client port in TLS and need a CA to trust: \
+                     give client_tls.ca (or [peer_tls])"
+                        .into(),
+                ));
+            }
+        }
+        if self.insecure_clients {
+            return Ok(());
+        }
+        for m in &self.replicas {
+            let ports =
+                [(FacingPort::Client, Some(m.client)), (FacingPort::Redis, m.redis), (FacingPort::Metrics, m.metrics)];
+            for (port, addr) in ports {
+                let Some(addr) = addr.filter(|a| !a.ip().is_loopback()) else { continue };
+                if self.tls_on(port).is_none() {
+                    return Err(ConfigError::Invalid(format!(
+                        "replica {}'s {} port listens on {addr}, beyond loopback, in plain TCP: give [client_tls] \
+                         with {:?} in its ports (`psmr certs` makes the files) or, where every process that can \
+                         reach it is trusted, set insecure_clients = true",
+                        m.id,
+                        port.name(),
+                        port.name()
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -504,11 +624,47 @@ mod tests {
     fn every_key_is_documented() {
         let doc = include_str!("../../../docs/cluster.md");
         let tls = PeerTls { ca: "ca.pem".into(), cert: "c.pem".into(), key: "c.key".into() };
-        let keys = toml::Table::try_from(Config { peer_tls: Some(tls), ..three() }).unwrap();
+        let client = ClientTls { ca: Some("ca.pem".into()), ..ClientTls::new("c.pem".into(), "c.key".into()) };
+        let keys =
+            toml::Table::try_from(Config { peer_tls: Some(tls), client_tls: Some(client.clone()), ..three() }).unwrap();
+        let client_keys = toml::Table::try_from(client).unwrap();
         let shown =
             |k: &String| [format!("\n{k} ="), format!("\n[{k}]"), format!("\n[[{k}]]")].iter().any(|p| doc.contains(p));
-        let missing: Vec<&String> = keys.keys().filter(|k| !shown(k)).collect();
+        let missing: Vec<&String> = keys.keys().chain(client_keys.keys()).filter(|k| !shown(k)).collect();
         assert!(missing.is_empty(), "docs/cluster.md's sample does not show {missing:?}");
+    }
+
+    #[test]
+    fn ports_beyond_loopback_need_tls_unless_every_client_is_trusted() {
+        let mut c = three();
+        c.replicas[1].redis = Some("10.0.0.2:6379".parse().unwrap());
+        c.validate().unwrap();
+        c.insecure_clients = false;
+        c.users = vec![psmr_auth::UserSpec {
+            name: "u".into(),
+            password: psmr_auth::PasswordHash::new(b"pw", psmr_auth::ITERATIONS_MIN).unwrap().to_string(),
+            role: psmr_auth::Role::Data,
+        }];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("replica 2's redis port listens on 10.0.0.2:6379, beyond loopback"), "{e}");
+        let mut tls = ClientTls::new("c.pem".into(), "c.key".into());
+        tls.ports = vec![FacingPort::Client, FacingPort::Metrics];
+        tls.ca = Some("ca.pem".into());
+        c.client_tls = Some(tls.clone());
+        assert!(c.validate().unwrap_err().to_string().contains("redis port"));
+        tls.ports.push(FacingPort::Redis);
+        c.client_tls = Some(tls.clone());
+        c.validate().unwrap();
+        // The Redis gateway's own client needs a CA to trust the leader.
+        c.client_tls = Some(ClientTls { ca: None, ..tls.clone() });
+        assert!(c.validate().unwrap_err().to_string().contains("need a CA to trust"));
+        tls.ports.clear();
+        c.client_tls = Some(tls.clone());
+        assert!(c.validate().unwrap_err().to_string().contains("client_tls.ports is empty"));
+        let text = "cert = \"c\"\nkey = \"k\"\nports = [\"gopher\"]\n";
+        assert!(toml::from_str::<ClientTls>(text).is_err());
+        let text = "cert = \"c\"\nkey = \"k\"\n";
+        assert_eq!(toml::from_str::<ClientTls>(text).unwrap().ports, FacingPort::ALL.to_vec());
     }
 
     #[test]

@@ -15,10 +15,9 @@
 use psmr_client::Deliver;
 use psmr_model::wire::Outcome;
 use psmr_resp::{Reply, Version};
+use psmr_tls::Stream;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Encoded replies written to the socket at a time.
@@ -40,6 +39,22 @@ pub(crate) enum Step<Op> {
     /// Authenticates, after every step before it is answered (never
     /// among a batch's [`Answers`]).
     Auth(crate::auth::Login),
+    /// `EXEC`'s steps, submitted in one request (never among a batch's
+    /// [`Answers`]: a batch holds an [`Step::ArrayStart`] and the steps).
+    Transaction(Vec<Step<Op>>),
+    /// Starts an array of the replies of the steps that follow.
+    ArrayStart(usize),
+}
+
+impl<Op> Step<Op> {
+    /// Operations and their bytes.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        match self {
+            Step::Execute(_, encoded) => (1, encoded.len()),
+            Step::Transaction(steps) => steps.iter().map(Step::load).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+            _ => (0, 0),
+        }
+    }
 }
 
 /// Turns an executed operation's outcome into its Redis reply.
@@ -53,7 +68,7 @@ pub(crate) trait Replier<Op>: Sync {
 pub(crate) struct Answers<'a, Op, R> {
     steps: std::vec::IntoIter<Step<Op>>,
     replier: &'a R,
-    stream: &'a mut TcpStream,
+    stream: &'a mut Stream,
     version: &'a mut Version,
     out: Vec<u8>,
     /// How long a write may wait for the client.
@@ -73,7 +88,7 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
     pub(crate) fn new(
         steps: Vec<Step<Op>>,
         replier: &'a R,
-        stream: &'a mut TcpStream,
+        stream: &'a mut Stream,
         version: &'a mut Version,
         stall: Duration,
         budget: Arc<Semaphore>,
@@ -105,6 +120,10 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
                     *self.version = version;
                     reply
                 }
+                Some(Step::ArrayStart(n)) => {
+                    Reply::encode_array_start(n, &mut self.out);
+                    continue;
+                }
                 _ => {
                     self.quit = true;
                     Reply::ok()
@@ -120,7 +139,7 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
             return;
         }
         if self.broken.is_none() {
-            let write = tokio::time::timeout(self.stall, self.stream.write_all(&self.out)).await;
+            let write = tokio::time::timeout(self.stall, self.stream.send(&self.out)).await;
             self.broken = match write {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e.to_string()),

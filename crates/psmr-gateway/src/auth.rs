@@ -15,29 +15,58 @@ use bytes::Bytes;
 use psmr_auth::{Gate, Need, Principal, Refusal};
 use psmr_model::ratelog::RateLimit;
 use psmr_resp::{Reply, Version};
+use psmr_tls::Stream;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpStream;
 
 static DENIED: RateLimit = RateLimit::new(10, Duration::from_secs(10));
 
 /// Told of every refusal (the replica counts them in its metrics).
 pub type Refused = Arc<dyn Fn(&Refusal) + Send + Sync>;
 
-/// The users of a gateway, and where its refusals are counted.
+/// Told of every TLS handshake that fails or runs out of time.
+pub type HandshakeFailed = Arc<dyn Fn() + Send + Sync>;
+
+/// The users of a gateway, its TLS, and where its refusals are counted.
 #[derive(Clone)]
 pub struct Auth {
     /// The replica's users.
     pub gate: Arc<Gate>,
     /// Counts a refusal.
     pub refused: Refused,
+    /// TLS on the port, and where failed handshakes are counted. A client
+    /// certificate, if the port asks for one, must be from the cluster's
+    /// CA, but names nobody here: Redis clients say who they are with
+    /// `AUTH`, as they do to Redis, so that a follower's gateway can
+    /// forward their commands to the leader as them.
+    pub tls: Option<(psmr_tls::Acceptor, HandshakeFailed)>,
 }
 
 impl Auth {
     /// Every connection may do everything; refusals are not counted
     /// (tests).
     pub fn insecure() -> Self {
-        Self { gate: Arc::new(Gate::insecure()), refused: Arc::new(|_| {}) }
+        Self { gate: Arc::new(Gate::insecure()), refused: Arc::new(|_| {}), tls: None }
+    }
+
+    /// The connection on `stream` from `peer`, in TLS if the port is; None
+    /// if its handshake failed (counted and logged).
+    pub(crate) async fn handshake(&self, stream: TcpStream, peer: SocketAddr) -> Option<Stream> {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, "redis connection: {e}");
+            return None;
+        }
+        let Some((tls, failed)) = &self.tls else { return Some(Stream::Plain(stream)) };
+        match tls.accept(stream).await {
+            Ok((stream, _user)) => Some(stream),
+            Err(e) => {
+                failed();
+                psmr_model::warn_limited!(DENIED, %peer, "redis client refused: {e}");
+                None
+            }
+        }
     }
 }
 

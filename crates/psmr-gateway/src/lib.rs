@@ -40,9 +40,10 @@
 
 mod answers;
 mod auth;
+mod multi;
 
 use answers::{Answers, Replier, Step};
-pub use auth::{Auth, Refused};
+pub use auth::{Auth, HandshakeFailed, Refused};
 use bytes::{Bytes, BytesMut};
 use psmr_auth::{Need, Principal};
 use psmr_client::{Session, Submit};
@@ -50,6 +51,7 @@ use psmr_model::ratelog::RateLimit;
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::App;
 use psmr_resp::{Commands, Limits, Reply, Request, RequestParser, Version};
+use psmr_tls::Stream;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -188,6 +190,7 @@ where
     }
 
     async fn connection(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, stop: Stop) {
+        let Some(stream) = self.auth.handshake(stream, peer).await else { return };
         match Connection::open(&self, stream, peer, stop) {
             Ok(mut conn) => match conn.run().await {
                 Ok(()) => debug!(%peer, "redis client disconnected"),
@@ -233,7 +236,7 @@ where
 
 struct Connection<'g, A: App, C, S: Submit> {
     gateway: &'g Gateway<A, C, S>,
-    stream: TcpStream,
+    stream: Stream,
     client: S::Session,
     /// Completes when the replica stops.
     stop: Stop,
@@ -247,6 +250,8 @@ struct Connection<'g, A: App, C, S: Submit> {
     peer: SocketAddr,
     /// The user it acts as; None before it authenticates.
     who: Option<Principal>,
+    /// The transaction queued since `MULTI`, if any.
+    multi: Option<multi::Transaction<A::Op>>,
 }
 
 impl<'g, A, C, S> Connection<'g, A, C, S>
@@ -255,8 +260,7 @@ where
     C: Commands<Op = A::Op, Reply = A::Reply>,
     S: Submit,
 {
-    fn open(gateway: &'g Gateway<A, C, S>, stream: TcpStream, peer: SocketAddr, stop: Stop) -> Result<Self, String> {
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    fn open(gateway: &'g Gateway<A, C, S>, stream: Stream, peer: SocketAddr, stop: Stop) -> Result<Self, String> {
         let client = gateway.submit.session().map_err(|e| e.to_string())?;
         Ok(Self {
             gateway,
@@ -271,6 +275,7 @@ where
             name: None,
             peer,
             who: gateway.auth.gate.anonymous(),
+            multi: None,
         })
     }
 
@@ -310,16 +315,25 @@ where
                     None => break,
                 },
             };
-            if let Step::Execute(_, encoded) = &step {
-                // The batch is submitted whole or refused whole: an
-                // operation that would take it past the byte limit waits
-                // for the next one.
-                if bytes + encoded.len() > limits.batch_max_bytes && ops > 0 {
+            // The batch is submitted whole or refused whole: an operation
+            // (or a transaction) that would take it past the byte limit
+            // waits for the next one.
+            let (n, b) = step.load();
+            if n > 0 {
+                if (bytes + b > limits.batch_max_bytes || ops + n > limits.batch_max_commands) && ops > 0 {
                     self.carried = Some(step);
                     break;
                 }
-                (ops, bytes) = (ops + 1, bytes + encoded.len());
+                (ops, bytes) = (ops + n, bytes + b);
             }
+            let step = match step {
+                Step::Transaction(queued) => {
+                    steps.push(Step::ArrayStart(queued.len()));
+                    steps.extend(queued);
+                    continue;
+                }
+                step => step,
+            };
             let barrier = matches!(step, Step::Hello(..) | Step::Quit | Step::Auth(_));
             steps.push(step);
             if barrier {
@@ -375,9 +389,40 @@ where
         }
     }
 
+    /// What `request` turns into, in or out of a transaction.
     fn step(&mut self, request: &Request) -> Step<C::Op> {
+        let name = String::from_utf8_lossy(&request.args[0]).to_ascii_uppercase();
+        let limits = self.gateway.limits;
+        match multi::control(&name, request.args.len(), self.multi.is_some()) {
+            multi::Control::Multi => match self.gateway.auth.may(self.peer, self.who.as_ref(), Need::Data, "multi") {
+                Ok(()) => {
+                    self.multi = Some(multi::Transaction::default());
+                    Step::Local(Reply::ok())
+                }
+                Err(refusal) => Step::Local(refusal),
+            },
+            multi::Control::Exec => match self.multi.take() {
+                Some(transaction) => transaction.exec(),
+                None => Step::Local(Reply::error("ERR EXEC without MULTI")),
+            },
+            multi::Control::Discard => {
+                self.multi = None;
+                Step::Local(Reply::ok())
+            }
+            multi::Control::Answer(reply) => Step::Local(reply),
+            multi::Control::Other => {
+                let step = self.command(request, name);
+                match &mut self.multi {
+                    Some(t) => Step::Local(t.queue(step, limits.batch_max_commands, limits.batch_max_bytes)),
+                    None => step,
+                }
+            }
+        }
+    }
+
+    /// What a command that is not about transactions turns into.
+    fn command(&mut self, request: &Request, name: String) -> Step<C::Op> {
         let args = &request.args;
-        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         let auth = &self.gateway.auth;
         let need = match name.as_str() {
             "AUTH" => return auth::auth_command(args).map_or_else(Step::Local, Step::Auth),
@@ -566,7 +611,7 @@ where
         for r in replies {
             r.encode(self.version, &mut out);
         }
-        let _ = self.stream.write_all(&out).await;
+        let _ = self.stream.send(&out).await;
     }
 }
 

@@ -26,6 +26,7 @@
 
 use crate::probe::Probe;
 use psmr_client::ClientError;
+use psmr_core::config::{ClientTls, PeerTls};
 use psmr_replica::{Config, ConfigError, Member, Replica, ReplicaBuilder, ReplicaError, Storage};
 use psmr_services::kv::KvRedis;
 use psmr_services::{BuiltIn, KvApp, ListApp, ServiceConfig, WorkloadError};
@@ -80,8 +81,8 @@ pub enum LaunchError {
     /// The `[service]` section does not serialize.
     #[error("the [service] section: {0}")]
     ServiceTable(#[from] toml::ser::Error),
-    /// The peer certificates cannot be made.
-    #[error("cannot make peer certificates in {dir}: {source}")]
+    /// The certificates cannot be made or read.
+    #[error("certificates in {dir}: {source}")]
     Certificates {
         /// Where they were to be.
         dir: PathBuf,
@@ -314,6 +315,11 @@ pub struct ClusterSpec {
     pub metrics: bool,
     /// Give each replica a Redis port on a free port (kv only).
     pub redis: bool,
+    /// TLS on every port clients reach (`[client_tls]`), with the
+    /// replicas' certificates (made even where peers are insecure), which
+    /// name the spec's hosts; clients may show user certificates of the
+    /// cluster's CA.
+    pub client_tls: bool,
 }
 
 impl Default for ClusterSpec {
@@ -327,6 +333,7 @@ impl Default for ClusterSpec {
             base: Config { insecure_clients: true, ..Config::default() },
             metrics: false,
             redis: false,
+            client_tls: false,
         }
     }
 }
@@ -359,16 +366,16 @@ impl ClusterSpec {
         };
         config.validate()?;
         checked_service(&config)?;
-        if !self.base.insecure_peers {
-            // Certificates for replicas that may join later too
-            // (`psmr replica --join`, then `psmr client add-replica`).
-            let last = config.replicas.iter().map(|m| m.id).max().unwrap_or(0);
-            let ids: Vec<u64> = (1..=last + psmr_replica::local::JOINERS_MAX).collect();
-            let certs = dir.join("certs");
-            let tls = psmr_replica::tls::generate(&certs, &ids)
-                .map_err(|source| LaunchError::Certificates { dir: certs, source })?;
-            config.peer_tls = Some(tls);
-            config.insecure_peers = false;
+        if !self.base.insecure_peers || self.client_tls {
+            let tls = self.certificates(&config, dir)?;
+            if self.client_tls {
+                let client = ClientTls::new(tls.cert.clone(), tls.key.clone());
+                config.client_tls = Some(ClientTls { ca: Some(tls.ca.clone()), ..client });
+            }
+            if !self.base.insecure_peers {
+                config.peer_tls = Some(tls);
+                config.insecure_peers = false;
+            }
             config.validate()?;
         }
         if !self.base.insecure_clients {
@@ -380,6 +387,19 @@ impl ClusterSpec {
             config.validate()?;
         }
         Ok(config)
+    }
+
+    /// A new cluster CA and certificates under `dir/certs`, for the
+    /// replicas of `config` and those that may join later (`psmr replica
+    /// --join`, then `psmr client add-replica`), naming the spec's hosts.
+    fn certificates(&self, config: &Config, dir: &Path) -> Result<PeerTls, LaunchError> {
+        let last = config.replicas.iter().map(|m| m.id).max().unwrap_or(0);
+        let ids: Vec<u64> = (1..=last + psmr_replica::local::JOINERS_MAX).collect();
+        let certs = dir.join("certs");
+        let mut hosts: Vec<&str> = psmr_replica::tls::LOOPBACK_HOSTS.to_vec();
+        hosts.extend(self.hosts.iter().map(String::as_str).filter(|h| !psmr_replica::tls::LOOPBACK_HOSTS.contains(h)));
+        psmr_replica::tls::generate_for_hosts(&certs, &ids, &hosts)
+            .map_err(|source| LaunchError::Certificates { dir: certs, source })
     }
 
     /// Members 1 to `replicas`, each on free ports: client, peer, then
@@ -401,6 +421,19 @@ impl ClusterSpec {
             Member { id, client: p[0], peer: p[1], redis, metrics }
         });
         Ok(members.collect())
+    }
+}
+
+/// What a client of `config`'s cluster needs to reach its client ports in
+/// TLS (trusting `[client_tls]`'s CA), if they are.
+pub fn client_connector(config: &Config) -> Result<Option<psmr_client::Connector>, LaunchError> {
+    let tls = config.tls_on(psmr_core::config::FacingPort::Client);
+    match tls.and_then(|t| t.ca.as_ref().or(config.peer_tls.as_ref().map(|p| &p.ca))) {
+        Some(ca) => Ok(Some(
+            psmr_client::Connector::load(ca, None)
+                .map_err(|source| LaunchError::Certificates { dir: ca.clone(), source })?,
+        )),
+        None => Ok(None),
     }
 }
 
@@ -475,6 +508,8 @@ pub struct ProcessCluster {
     /// Where replicas behind a relay listen for their peers
     /// (`--peer-listen`).
     peer_listen: BTreeMap<u64, SocketAddr>,
+    /// TLS to the client ports, if they are in TLS.
+    tls: Option<psmr_client::Connector>,
 }
 
 impl ProcessCluster {
@@ -494,7 +529,9 @@ impl ProcessCluster {
         logs: Option<&Path>,
         peer_listen: BTreeMap<u64, SocketAddr>,
     ) -> Result<Self, LaunchError> {
+        let tls = client_connector(config)?;
         let mut cluster = ProcessCluster {
+            tls,
             children: Vec::new(),
             addrs: config.replicas.iter().map(|m| m.client).collect(),
             config_file: config_file.to_path_buf(),
@@ -617,7 +654,7 @@ impl ProcessCluster {
 
     /// The leader the answering replicas know of, if any.
     pub fn leader(&self) -> Option<u64> {
-        Probe::new(&self.addrs).ok()?.as_user(self.user(ADMIN_USER)).leader(Duration::from_millis(500))
+        self.probe().ok()?.leader(Duration::from_millis(500))
     }
 
     /// Replicas that have exited on their own (not killed on purpose),
@@ -655,10 +692,20 @@ impl ProcessCluster {
         psmr_client::Credentials::from_file(user, &password_file(dir, user)).ok()
     }
 
+    /// What a client needs to reach the client ports in TLS, if they are.
+    pub fn tls(&self) -> Option<psmr_client::Connector> {
+        self.tls.clone()
+    }
+
+    /// A probe of the replicas, as the admin (where there are users).
+    fn probe(&self) -> Result<Probe, ClientError> {
+        Ok(Probe::new(&self.addrs)?.as_user(self.user(ADMIN_USER)).with_tls(self.tls()))
+    }
+
     /// Waits until every replica answers and one of them leads.
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), LaunchError> {
         let deadline = Instant::now() + timeout;
-        let probe = Probe::new(&self.addrs)?.as_user(self.user(ADMIN_USER));
+        let probe = self.probe()?;
         loop {
             if let Some((id, status)) = self.exited().into_iter().next() {
                 return Err(LaunchError::ExitedStarting { id, status });

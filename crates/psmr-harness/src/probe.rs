@@ -53,14 +53,11 @@ pub fn resolve(list: &[String]) -> Result<Vec<SocketAddr>, ResolveError> {
 }
 
 /// The replicas at `list` (`HOST:PORT`), resolved, once one of them at
-/// least answers `who` within `timeout`; the error says why each did not.
-pub fn reachable(
-    list: &[String],
-    who: Option<psmr_client::Credentials>,
-    timeout: Duration,
-) -> Result<Vec<SocketAddr>, ProbeError> {
+/// least answers as `access` asks (who, in TLS or not, within its
+/// timeout); the error says why each did not.
+pub fn reachable(list: &[String], access: psmr_client::Access) -> Result<Vec<SocketAddr>, ProbeError> {
     let addrs = resolve(list)?;
-    let answers = Probe::new(&addrs)?.as_user(who).statuses(timeout);
+    let answers = Probe::new(&addrs)?.as_user(access.credentials).with_tls(access.tls).statuses(access.timeout);
     if answers.iter().all(Result::is_err) {
         let why: Vec<String> =
             addrs.iter().zip(&answers).filter_map(|(a, r)| Some(format!("{a}: {}", r.as_ref().err()?))).collect();
@@ -82,13 +79,15 @@ pub struct Probe {
     addrs: Vec<SocketAddr>,
     /// Who asks (replicas with users answer status to data users).
     credentials: Option<psmr_client::Credentials>,
+    /// TLS to client ports in TLS.
+    tls: Option<psmr_client::Connector>,
 }
 
 impl Probe {
     /// A probe of the replicas at `addrs` (client addresses).
     pub fn new(addrs: &[SocketAddr]) -> Result<Self, ClientError> {
         let client = Client::new(ClientConfig::new(addrs.to_vec()))?;
-        Ok(Self { client, addrs: addrs.to_vec(), credentials: None })
+        Ok(Self { client, addrs: addrs.to_vec(), credentials: None, tls: None })
     }
 
     /// The same probe, asking as `credentials`.
@@ -97,8 +96,14 @@ impl Probe {
         self
     }
 
+    /// The same probe, in TLS with `tls` (None: plain TCP).
+    pub fn with_tls(mut self, tls: Option<psmr_client::Connector>) -> Self {
+        self.tls = tls;
+        self
+    }
+
     fn access(&self, timeout: Duration) -> psmr_client::Access {
-        psmr_client::Access::new(timeout, self.credentials.clone())
+        psmr_client::Access::new(timeout, self.credentials.clone()).with_tls(self.tls.clone())
     }
 
     /// The addresses probed, in order.

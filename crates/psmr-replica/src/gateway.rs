@@ -21,6 +21,8 @@ struct Cluster {
     view: Arc<ClusterView>,
     frame_max: usize,
     io: Arc<ClientIo>,
+    /// TLS to the client ports, if they are in TLS.
+    tls: Option<psmr_client::Connector>,
 }
 
 impl Submit for Cluster {
@@ -34,6 +36,7 @@ impl Submit for Cluster {
         cluster.extend(self.view.members().iter().map(|m| m.client).filter(|&a| a != self.me));
         let mut config = ClientConfig::new(cluster);
         config.frame_max = self.frame_max.max(psmr_model::wire::FRAME_MAX_DEFAULT);
+        config.tls = self.tls.clone();
         let patience = config.attempt_timeout;
         let net = AsyncClient::new(config)?;
         let local = self.io.local_session(net.id());
@@ -124,8 +127,13 @@ where
     let client_metrics = h.metrics.client.clone();
     let refused: psmr_gateway::Refused =
         Arc::new(move |r| client_metrics.refused(psmr_transport::metrics::ClientRefusal::of_auth(r)));
-    let auth = psmr_gateway::Auth { gate: io.gate().clone(), refused };
-    let submit = Cluster { me, view: h.view.clone(), frame_max: config.frame_max, io };
+    let counted = h.metrics.client.clone();
+    let failed: psmr_gateway::HandshakeFailed =
+        Arc::new(move || counted.refused(psmr_transport::metrics::ClientRefusal::Handshake));
+    let tls = h.tls_for(psmr_core::config::FacingPort::Redis).map(|t| (t, failed));
+    let auth = psmr_gateway::Auth { gate: io.gate().clone(), refused, tls };
+    let (view, tls) = (h.view.clone(), h.forward_tls.clone());
+    let submit = Cluster { me, view, frame_max: config.frame_max, io, tls };
     let (id, view, applied) = (h.id, h.view.clone(), h.applied.clone());
     let info: Info = Arc::new(move || psmr_gateway::Replica {
         id,

@@ -11,9 +11,10 @@
 use crate::error::ReplicaError;
 use crate::replica::Replica;
 use crate::start::ReplicaBuilder;
-use psmr_core::config::{Config, Member, Storage};
+use psmr_core::config::{ClientTls, Config, Member, Storage};
 use psmr_model::App;
 use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Builds a [`LocalCluster`].
@@ -23,6 +24,7 @@ pub struct LocalClusterBuilder {
     config: Config,
     redis: bool,
     metrics: bool,
+    client_tls: bool,
 }
 
 impl Default for LocalClusterBuilder {
@@ -31,7 +33,7 @@ impl Default for LocalClusterBuilder {
         // Elections in a fraction of a second rather than seconds.
         config.tick_ms = 20;
         config.client_io_threads = 1;
-        Self { replicas: 3, config, redis: false, metrics: false }
+        Self { replicas: 3, config, redis: false, metrics: false, client_tls: false }
     }
 }
 
@@ -59,6 +61,16 @@ impl LocalClusterBuilder {
     /// its own (addresses in [`LocalCluster::metrics_addrs`]).
     pub fn metrics(mut self, on: bool) -> Self {
         self.metrics = on;
+        self
+    }
+
+    /// TLS on every port clients reach, with the replicas' certificates
+    /// (which name the loopback hosts); clients may show user
+    /// certificates of the cluster's CA (`[client_tls]`, its CA in
+    /// [`LocalCluster::config`]). A `[client_tls]` given to
+    /// [`LocalClusterBuilder::configure`] keeps its ports and deadline.
+    pub fn client_tls(mut self, on: bool) -> Self {
+        self.client_tls = on;
         self
     }
 
@@ -106,7 +118,16 @@ impl LocalClusterBuilder {
         config.replicas = bound.iter().map(Bound::member).collect::<std::io::Result<_>>()?;
         // Certificates for the replicas that may join later too.
         let certified: Vec<u64> = (1..=self.replicas + JOINERS_MAX).collect();
-        config.peer_tls = Some(crate::tls::generate(&dir.path().join("certs"), &certified)?);
+        let tls = crate::tls::generate(&dir.path().join("certs"), &certified)?;
+        if self.client_tls {
+            // The files are the builder's; the ports and the deadline may
+            // come from `configure`.
+            let given = config.client_tls.take();
+            let client = given.unwrap_or_else(|| ClientTls::new(PathBuf::new(), PathBuf::new()));
+            config.client_tls =
+                Some(ClientTls { cert: tls.cert.clone(), key: tls.key.clone(), ca: Some(tls.ca.clone()), ..client });
+        }
+        config.peer_tls = Some(tls);
         config.insecure_peers = false;
         config.data_dir = dir.path().join("data");
         let mut replicas = Vec::new();

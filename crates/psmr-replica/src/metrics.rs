@@ -102,8 +102,8 @@ use prometheus_client::registry::{Registry, Unit};
 use psmr_core::config::Member;
 use psmr_core::guard::Rule;
 use psmr_model::wire::WorkerSample;
+use psmr_tls::Stream;
 use psmr_transport::client::ClientMetrics;
-use psmr_transport::life::Life;
 use psmr_transport::metrics::{ClientRefusal, CounterSet, Histogram};
 use psmr_transport::peer::Peers;
 use psmr_transport::queue::Meter;
@@ -567,12 +567,11 @@ pub(crate) fn listener(given: Option<TcpListener>, me: &Member) -> Result<Option
     }
 }
 
-/// Serves `/metrics` on `listener` (if any) on `runtime` until the replica
-/// stops.
+/// Serves `/metrics` on `listener` (if any) on the current runtime until
+/// the replica of `h` stops, in TLS if `[client_tls]` lists `metrics`.
 pub(crate) fn spawn(
     runtime: &tokio::runtime::Runtime,
-    observed: &Observed,
-    life: &Arc<Life>,
+    h: &crate::start::Handles,
     listener: Option<TcpListener>,
 ) -> std::io::Result<()> {
     let Some(listener) = listener else { return Ok(()) };
@@ -582,18 +581,28 @@ pub(crate) fn spawn(
         tokio::net::TcpListener::from_std(listener)?
     };
     let addr = listener.local_addr()?;
-    let o = observed.clone();
+    let o = h.observed();
     let render: Render = Arc::new(move || exposition(&o));
-    let life = life.clone();
-    runtime.spawn(serve(listener, HttpLimits::default(), render, async move { life.stopped().await }));
-    info!(id = observed.id, "metrics at http://{addr}/metrics");
+    let life = h.life.clone();
+    let counted = h.metrics.client.clone();
+    let failed: Failed = Arc::new(move || counted.refused(ClientRefusal::Handshake));
+    let tls = h.tls_for(psmr_core::config::FacingPort::Metrics).map(|t| (t, failed));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    runtime.spawn(serve(listener, HttpLimits::default(), tls, render, async move { life.stopped().await }));
+    info!(id = h.id, "metrics at {scheme}://{addr}/metrics");
     Ok(())
 }
 
+/// Told of every TLS handshake that fails or runs out of time.
+pub type Failed = Arc<dyn Fn() + Send + Sync>;
+
 /// Serves HTTP on `listener` within `limits` until `stop` completes.
+/// With `tls`, every connection is in TLS (HTTPS), its handshake within
+/// the connection's time.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     limits: HttpLimits,
+    tls: Option<(psmr_tls::Acceptor, Failed)>,
     render: Render,
     stop: impl Future<Output = ()>,
 ) {
@@ -602,7 +611,7 @@ pub async fn serve(
     let live: Arc<Mutex<BTreeMap<u64, oneshot::Sender<()>>>> = Arc::default();
     tokio::pin!(stop);
     for id in 0u64.. {
-        let mut stream = tokio::select! {
+        let stream = tokio::select! {
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
                 Err(e) => {
@@ -630,17 +639,35 @@ pub async fn serve(
         };
         let (end, ended) = oneshot::channel();
         live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, end);
-        let (render, live) = (render.clone(), live.clone());
+        let (render, live, tls) = (render.clone(), live.clone(), tls.clone());
         tokio::spawn(async move {
+            let mut open = None;
+            let served = async {
+                let stream = open.insert(secure(stream, tls).await?);
+                exchange(stream, &limits, &render).await
+            };
             tokio::select! {
-                _ = tokio::time::timeout(limits.timeout, exchange(&mut stream, &limits, &render)) => {}
+                _ = tokio::time::timeout(limits.timeout, served) => {}
                 _ = ended => {}
             }
             live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             // The slot is free before the client sees the connection end.
             drop(permit);
-            drop(stream);
+            drop(open);
         });
+    }
+}
+
+/// `stream` in TLS if `tls` says so; a failed handshake is counted.
+async fn secure(stream: TcpStream, tls: Option<(psmr_tls::Acceptor, Failed)>) -> std::io::Result<Stream> {
+    let Some((tls, failed)) = tls else { return Ok(Stream::Plain(stream)) };
+    match tls.accept(stream).await {
+        Ok((stream, _)) => Ok(stream),
+        Err(e) => {
+            failed();
+            tracing::debug!("metrics connection: {e}");
+            Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, e))
+        }
     }
 }
 
@@ -657,7 +684,7 @@ enum Head {
     Closed,
 }
 
-async fn read_head(stream: &mut TcpStream, max: usize) -> std::io::Result<Head> {
+async fn read_head(stream: &mut Stream, max: usize) -> std::io::Result<Head> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -759,7 +786,7 @@ fn route(head: &[u8], render: &Render) -> Response {
 }
 
 /// One request and its response on `stream`.
-async fn exchange(stream: &mut TcpStream, limits: &HttpLimits, render: &Render) -> std::io::Result<()> {
+async fn exchange(stream: &mut Stream, limits: &HttpLimits, render: &Render) -> std::io::Result<()> {
     let response = match read_head(stream, limits.head_max).await? {
         Head::Complete(head) => route(&head, render),
         Head::TooLarge => Response::text(431, "Request Header Fields Too Large", "request head too large"),
@@ -916,6 +943,7 @@ mod tests {
     use super::*;
     use psmr_core::config::Config;
     use psmr_model::wire::WireError;
+    use psmr_transport::life::Life;
 
     fn observed() -> Observed {
         let config = Arc::new(Config::default());
@@ -1030,7 +1058,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let render: Render = Arc::new(|| "psmr_raft_term 1\n# EOF\n".to_string());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, limits, render, async move {
+        tokio::spawn(serve(listener, limits, None, render, async move {
             let _ = rx.await;
         }));
         (addr, tx)

@@ -8,7 +8,7 @@ use crate::metrics::{Metrics, Observed};
 use crate::replica::Replica;
 use crate::{manager, metrics, protocol, snapshot};
 use psmr_core::apply::{Applier, Setup};
-use psmr_core::config::{Config, ConfigError, Member, Storage};
+use psmr_core::config::{Config, ConfigError, FacingPort, Member, PeerTls, Storage};
 use psmr_core::protocol::{Options, Protocol};
 use psmr_model::App;
 use psmr_model::{ClassModel, Mapping};
@@ -25,6 +25,7 @@ use psmr_transport::view::ClusterView;
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::info;
 
 /// Starts a replica: the application, its configuration and its id, and
@@ -111,8 +112,10 @@ impl<A: App> ReplicaBuilder<A> {
             None => (bind(me.client)?, bind(me.peer)?),
         };
         let metrics_listener = metrics::listener(metrics_listener, &me)?;
+        let (client_tls, forward_tls) = client_tls(&config, id)?;
         let (log, incarnation) = open_log(&config, id)?;
-        let h = Handles::new(config, id, incarnation, psmr_core::store::Store::vote_floor(&log).is_some());
+        let mut h = Handles::new(config, id, incarnation, psmr_core::store::Store::vote_floor(&log).is_some());
+        (h.client_tls, h.forward_tls) = (client_tls, forward_tls);
         let mut replica = h.replica(client_listener.local_addr()?);
         let q = Queues::new(&h);
         let tls = start_peers(&h, peer_listener, &q, &mut replica)?;
@@ -147,6 +150,11 @@ pub(crate) struct Handles {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) router: Arc<Router>,
     pub(crate) peers: Arc<Peers>,
+    /// TLS for the ports clients reach (`[client_tls]`), if any.
+    pub(crate) client_tls: Option<psmr_tls::Acceptor>,
+    /// TLS for the Redis gateway's own client of the leader's client
+    /// port, if that port is in TLS.
+    pub(crate) forward_tls: Option<psmr_tls::Connector>,
 }
 
 impl Handles {
@@ -167,7 +175,14 @@ impl Handles {
             metrics: Arc::default(),
             router,
             peers,
+            client_tls: None,
+            forward_tls: None,
         }
+    }
+
+    /// TLS for `port`, if `[client_tls]` lists it.
+    pub(crate) fn tls_for(&self, port: FacingPort) -> Option<psmr_tls::Acceptor> {
+        self.config.tls_on(port).and(self.client_tls.clone())
     }
 
     pub(crate) fn observed(&self) -> Observed {
@@ -323,6 +338,7 @@ fn start_io(
         control,
         metrics: h.metrics.client.clone(),
         gate: Arc::new(psmr_auth::Gate::new(&h.config.users, h.config.insecure_clients)?),
+        tls: h.tls_for(FacingPort::Client),
     };
     client_listener.set_nonblocking(true)?;
     let listener = {
@@ -331,8 +347,27 @@ fn start_io(
     };
     let io = Arc::new(ClientIo::new(port));
     runtime.spawn(io.clone().serve(listener));
-    metrics::spawn(&runtime, &h.observed(), &h.life, metrics_listener)?;
+    metrics::spawn(&runtime, h, metrics_listener)?;
     Ok((runtime, io))
+}
+
+/// The acceptor of `[client_tls]` for replica `id`, if configured, and the
+/// connector its Redis gateway reaches the leader's client port with, if
+/// that port is in TLS (trusting `[client_tls]`'s CA, else the peers'):
+/// their files are read (and checked) once, at start.
+type ClientTlsPair = (Option<psmr_tls::Acceptor>, Option<psmr_tls::Connector>);
+
+fn client_tls(config: &Config, id: u64) -> Result<ClientTlsPair, ReplicaError> {
+    let Some(tls) = &config.client_tls else { return Ok((None, None)) };
+    let (cert, key) = (PeerTls::for_replica(&tls.cert, id), PeerTls::for_replica(&tls.key, id));
+    let deadline = Duration::from_millis(tls.handshake_timeout_ms);
+    let acceptor = psmr_tls::Acceptor::load(&cert, &key, tls.ca.as_deref(), deadline)?;
+    let ca = tls.ca.as_ref().or(config.peer_tls.as_ref().map(|p| &p.ca));
+    let connector = match (config.tls_on(FacingPort::Client), ca) {
+        (Some(_), Some(ca)) => Some(psmr_tls::Connector::load(ca, None)?),
+        _ => None,
+    };
+    Ok((Some(acceptor), connector))
 }
 
 /// The scheduler `config` asks for: its kind, workers and, for early

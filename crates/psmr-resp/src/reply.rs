@@ -84,6 +84,12 @@ impl Reply {
         Self::Map(pairs)
     }
 
+    /// Appends the start of an array of `len` elements, in either version,
+    /// for a reply whose elements are encoded one by one after it.
+    pub fn encode_array_start(len: usize, out: &mut Vec<u8>) {
+        header(out, b'*', len);
+    }
+
     /// Appends the wire form of this reply in `version` to `out`.
     pub fn encode(&self, version: Version, out: &mut Vec<u8>) {
         match self {

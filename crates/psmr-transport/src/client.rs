@@ -40,6 +40,7 @@ use psmr_model::wire::{
     frame_len, parse_frame, read_body_async, ClientMsg, Frame, MemberChange, Outcome, ReplicaStatus, ServerMsg,
     WireCommand, WireError,
 };
+use psmr_tls::{ReadHalf, Stream, WriteHalf};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -50,7 +51,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::BufReader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::debug;
@@ -59,7 +59,7 @@ use tracing::debug;
 /// the frame budget: at most this much per connection).
 pub const READ_BUFFER: usize = 2048;
 
-type Reader = BufReader<OwnedReadHalf>;
+type Reader = BufReader<ReadHalf>;
 
 /// A connection idle at least this long may be closed to make room for a
 /// new one when `max_connections` are open.
@@ -147,6 +147,8 @@ pub struct ClientPort {
     pub metrics: ClientMetrics,
     /// Who clients are and what they may do.
     pub gate: Arc<Gate>,
+    /// TLS on the port (`[client_tls]` with `client` among its ports).
+    pub tls: Option<psmr_tls::Acceptor>,
 }
 
 /// The client port. See the module documentation.
@@ -267,6 +269,24 @@ impl ClientIo {
         open: &Open,
     ) -> Result<(), WireError> {
         stream.set_nodelay(true)?;
+        let mut who = Who { peer, principal: self.port.gate.anonymous() };
+        let stream = match &self.port.tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let (stream, user) = match tls.accept(stream).await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        self.port.metrics.refused(ClientRefusal::Handshake);
+                        psmr_model::warn_limited!(BAD_CLIENT, %peer, "client refused: {e}");
+                        return Ok(());
+                    }
+                };
+                if let Some(principal) = user.and_then(|u| self.port.gate.certified(&u)) {
+                    who.principal = Some(principal);
+                }
+                stream
+            }
+        };
         let (rd, wr) = stream.into_split();
         // A small buffer takes a frame's header and (usually) its body in
         // one read; a larger body bypasses it.
@@ -276,7 +296,6 @@ impl ClientIo {
         let clock = ReplyClock::new(pending.clone(), self.port.metrics.request_latency.clone());
         let writer = tokio::spawn(write_loop(wr, rx, clock));
         let mut clients = Vec::new();
-        let who = Who { peer, principal: self.port.gate.anonymous() };
         let result = tokio::select! {
             r = self.read_loop(&mut rd, (conn, who), open, &outbox, &pending, &mut clients) => r,
             _ = open.evict.notified() => Err(timed_out(format!(
@@ -527,7 +546,7 @@ struct Queued<'a> {
 
 /// Writes a connection's outgoing messages, coalescing the outcomes that
 /// are waiting into one `Replies` frame per client.
-async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx, mut clock: ReplyClock) {
+async fn write_loop(mut wr: WriteHalf, mut rx: OutboxRx, mut clock: ReplyClock) {
     let mut buf = Vec::new();
     let mut replies: Vec<(u64, Vec<(u64, Outcome)>)> = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -556,7 +575,8 @@ async fn write_loop(mut wr: tokio::net::tcp::OwnedWriteHalf, mut rx: OutboxRx, m
         // Observed before the bytes go out: a client that has its reply
         // finds its request counted.
         clock.settle();
-        if wr.write_all(&buf).await.is_err() {
+        // The flush sends what TLS kept back (nothing in plain TCP).
+        if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
             return;
         }
         buf.clear();

@@ -220,6 +220,7 @@ mod tests {
             control: Arc::new(Queues),
             metrics,
             gate: Arc::new(psmr_auth::Gate::insecure()),
+            tls: None,
         };
         Port { io: Arc::new(ClientIo::new(port)), requests, view, router }
     }

@@ -215,11 +215,14 @@ pub enum ClientRefusal {
     NoPerm,
     /// An authentication refused because too many were attempted.
     AuthBusy,
+    /// A TLS handshake that failed (a certificate from another CA, not
+    /// TLS at all) or did not finish within `handshake_timeout_ms`.
+    Handshake,
 }
 
 impl ClientRefusal {
     /// Every reason, in label order.
-    pub const ALL: [ClientRefusal; 16] = [
+    pub const ALL: [ClientRefusal; 17] = [
         ClientRefusal::FrameTooLarge,
         ClientRefusal::FrameTooShort,
         ClientRefusal::Version,
@@ -236,6 +239,7 @@ impl ClientRefusal {
         ClientRefusal::WrongPass,
         ClientRefusal::NoPerm,
         ClientRefusal::AuthBusy,
+        ClientRefusal::Handshake,
     ];
 
     /// The label value.
@@ -257,6 +261,7 @@ impl ClientRefusal {
             ClientRefusal::WrongPass => "wrongpass",
             ClientRefusal::NoPerm => "noperm",
             ClientRefusal::AuthBusy => "auth_busy",
+            ClientRefusal::Handshake => "tls_handshake",
         }
     }
 

@@ -7,12 +7,12 @@
 //! id. So every replica proves its id with a certificate, both ways:
 //!
 //! * **One CA per cluster.** [`generate`] makes a self-signed ECDSA P-256
-//!   CA and, per replica id `N`, a certificate signed by it whose only
-//!   identity is the DNS name `replica-N.psmr` (the subject alternative
-//!   name; the common name repeats it for people reading the file), usable
-//!   for server and client authentication, valid for ten years. Trusting
-//!   only this CA, and no system roots, means that no certificate issued
-//!   for anything else can pass, however valid it is elsewhere.
+//!   CA and, per replica id `N`, a certificate signed by it whose identity
+//!   among replicas is the DNS name `replica-N.psmr` (it also names the
+//!   hosts clients dial, see [`psmr_tls::issue`]), usable for server and
+//!   client authentication, valid for ten years. Trusting only this CA,
+//!   and no system roots, means that no certificate issued for anything
+//!   else can pass, however valid it is elsewhere.
 //! * **Both ends authenticate.** The connecting replica checks that the
 //!   server is `replica-{to}.psmr` (rustls's usual server name check); the
 //!   accepting replica requires a client certificate from the cluster CA
@@ -31,309 +31,36 @@
 //! and keeps raft traffic confidential and unaltered. It does not protect
 //! against a replica whose key was stolen, nor against a flood of
 //! connections (the peer port bounds handshakes for that, see
-//! [`crate::peer`]). Clients are not authenticated here.
+//! [`crate::peer`]). TLS on the ports clients reach is [`psmr_tls`]'s.
 //!
 //! [`TlsStream`] runs over any blocking `Read + Write` transport; the
 //! caller's transport enforces deadlines (see [`crate::peer`]), so nothing
 //! here knows about time.
 
 use psmr_core::config::PeerTls;
+use psmr_tls::pem::{load_identity, load_roots};
 use rustls::client::Resumption;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
-use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConfig, ServerConnection};
+use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use thiserror::Error;
 
-/// How long generated certificates are valid.
-pub const VALIDITY: Duration = Duration::from_secs(3653 * 24 * 3600);
+pub use psmr_tls::{generate_user, replica_name, TlsError, LOOPBACK_HOSTS, VALIDITY};
 
-/// Generated certificates are valid from this long before they are made,
-/// so that a replica whose clock is somewhat behind accepts them at once.
-const BACKDATE: Duration = Duration::from_secs(24 * 3600);
-
-/// Errors making, loading or using the peer certificates.
-#[derive(Debug, Error)]
-pub enum TlsError {
-    /// [`generate`] would overwrite a file.
-    #[error("{0} exists; refusing to overwrite it (remove it or choose another directory)")]
-    Exists(PathBuf),
-    /// A file or directory cannot be read, created or written.
-    #[error("cannot {what} {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
-    },
-    /// A file holds no usable PEM certificate or key.
-    #[error("{path}: {why}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong.
-        why: String,
-    },
-    /// A private key file may be read by others than its owner.
-    #[error(
-        "private key {path} is readable by group or others (mode {mode:03o}); \
-         run `chmod 600 {path}` and keep it private"
-    )]
-    KeyReadable {
-        /// The key file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
-    /// The replica ids given to [`generate`] are unusable.
-    #[error("replica ids: {0}")]
-    Ids(String),
-    /// Certificate generation failed.
-    #[error("cannot make certificates: {0}")]
-    Generate(#[from] rcgen::Error),
-    /// The certificates and key do not make a TLS configuration.
-    #[error("TLS configuration: {0}")]
-    Config(String),
-    /// This replica's own certificate is not for its id.
-    #[error("{path} is not a certificate of {name} (replica {id}): {why}")]
-    NotOwnCertificate {
-        /// The certificate file.
-        path: PathBuf,
-        /// The replica.
-        id: u64,
-        /// The name it must carry.
-        name: String,
-        /// What webpki found.
-        why: String,
-    },
-    /// The TLS handshake failed (a peer without a valid certificate, a
-    /// certificate from another CA, a broken connection or a timeout).
-    #[error("TLS handshake failed: {0}")]
-    Handshake(io::Error),
-    /// The peer's certificate is not the one of the replica it claims to
-    /// be.
-    #[error("peer claims to be replica {claimed} but its certificate is not for {name}: {why}")]
-    WrongPeer {
-        /// The id claimed in the `Hello`.
-        claimed: u64,
-        /// The name the certificate must carry.
-        name: String,
-        /// What was wrong.
-        why: String,
-    },
-}
-
-/// The only name in replica `id`'s certificate.
-pub fn replica_name(id: u64) -> String {
-    format!("replica-{id}.psmr")
-}
-
-fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> TlsError + 'a {
-    move |source| TlsError::Io { what, path: path.to_path_buf(), source }
-}
-
-/// Makes one certificate per replica id under `dir` (`replica-N.pem`,
-/// `replica-N.key`), signed by the cluster CA there (`ca.pem`, `ca.key`),
-/// which is made first if neither file exists: so a replica added later
-/// gets its certificate from the CA the others trust. The directory is
-/// created readable by its owner only (an existing one is left as it
-/// is), key files are created with mode 0600; no existing file is
-/// overwritten. Returns the `[peer_tls]` configuration that points at
-/// them, with absolute paths.
+/// Makes the cluster CA (unless `dir` has one) and one certificate per
+/// replica id under `dir`, naming the loopback hosts for clients (see
+/// [`psmr_tls::generate`]); returns the `[peer_tls]` configuration that
+/// points at them, with absolute paths.
 pub fn generate(dir: &Path, ids: &[u64]) -> Result<PeerTls, TlsError> {
-    check_ids(ids)?;
-    let (ca_pem, ca_key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
-    let existing = ca_pem.exists() && ca_key_path.exists();
-    let mut files = Vec::new();
-    if !existing {
-        files.extend([(ca_pem.clone(), false), (ca_key_path.clone(), true)]);
-    }
-    for id in ids {
-        files.push((dir.join(format!("replica-{id}.pem")), false));
-        files.push((dir.join(format!("replica-{id}.key")), true));
-    }
-    // Checked before anything is made, so that a refusal leaves nothing
-    // half-written; `create_new` below still refuses a file that appears
-    // in between.
-    if let Some((path, _)) = files.iter().find(|(p, _)| p.symlink_metadata().is_ok()) {
-        return Err(TlsError::Exists(path.clone()));
-    }
-    let now = SystemTime::now();
-    let validity = (now.checked_sub(BACKDATE).unwrap_or(now), now.checked_add(VALIDITY).unwrap_or(now));
-    let (ca, ca_key, mut contents) = match existing {
-        true => {
-            let (ca, key) = existing_ca(&ca_pem, &ca_key_path, validity)?;
-            (ca, key, Vec::new())
-        }
-        false => {
-            let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-            let ca = ca_params(validity)?.self_signed(&key)?;
-            let contents = vec![ca.pem(), key.serialize_pem()];
-            (ca, key, contents)
-        }
-    };
-    for &id in ids {
-        let (cert, key) = replica_cert(id, &ca, &ca_key, validity)?;
-        contents.extend([cert, key]);
-    }
-    create_private_dir(dir)?;
-    for ((path, secret), text) in files.iter().zip(&contents) {
-        write_new(path, text.as_bytes(), if *secret { 0o600 } else { 0o644 })?;
-    }
-    let dir = dir.canonicalize().map_err(io_err("resolve", dir))?;
-    Ok(PeerTls { ca: dir.join("ca.pem"), cert: dir.join("replica-{id}.pem"), key: dir.join("replica-{id}.key") })
+    generate_for_hosts(dir, ids, &LOOPBACK_HOSTS)
 }
 
-fn check_ids(ids: &[u64]) -> Result<(), TlsError> {
-    if ids.is_empty() {
-        return Err(TlsError::Ids("no replica ids given".into()));
-    }
-    if ids.contains(&0) {
-        return Err(TlsError::Ids("replica ids start at 1".into()));
-    }
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    match sorted.windows(2).find(|w| w[0] == w[1]) {
-        Some(w) => Err(TlsError::Ids(format!("id {} is given twice", w[0]))),
-        None => Ok(()),
-    }
-}
-
-/// Not before, not after.
-type Validity = (SystemTime, SystemTime);
-
-/// The cluster CA's own certificate: its name alone identifies it as the
-/// issuer of the replicas' certificates.
-fn ca_params((not_before, not_after): Validity) -> Result<rcgen::CertificateParams, TlsError> {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(rcgen::DnType::CommonName, "psmr cluster CA");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
-    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-    params.not_before = not_before.into();
-    params.not_after = not_after.into();
-    Ok(params)
-}
-
-/// The CA of `ca.pem` and its key `ca.key` (private, as every key psmr
-/// reads), as an issuer: its name and key are what signing needs. A key
-/// that is not `ca.pem`'s is refused.
-fn existing_ca(pem: &Path, key: &Path, validity: Validity) -> Result<(rcgen::Certificate, rcgen::KeyPair), TlsError> {
-    let text = String::from_utf8(read_private(key)?)
-        .map_err(|_| TlsError::Parse { path: key.to_path_buf(), why: "not PEM text".into() })?;
-    let ca_key =
-        rcgen::KeyPair::from_pem(&text).map_err(|e| TlsError::Parse { path: key.to_path_buf(), why: e.to_string() })?;
-    let cert = parse_certs(pem, &read_file(pem)?)?;
-    let public = ca_key.public_key_raw();
-    if !cert[0].as_ref().windows(public.len()).any(|w| w == public) {
-        return Err(TlsError::Parse { path: key.to_path_buf(), why: format!("not the key of {}", pem.display()) });
-    }
-    Ok((ca_params(validity)?.self_signed(&ca_key)?, ca_key))
-}
-
-/// Replica `id`'s certificate and key, PEM, signed by `ca`.
-fn replica_cert(
-    id: u64,
-    ca: &rcgen::Certificate,
-    ca_key: &rcgen::KeyPair,
-    (not_before, not_after): Validity,
-) -> Result<(String, String), TlsError> {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = rcgen::CertificateParams::new(vec![replica_name(id)])?;
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(rcgen::DnType::CommonName, replica_name(id));
-    params.is_ca = rcgen::IsCa::ExplicitNoCa;
-    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages =
-        vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    params.use_authority_key_identifier_extension = true;
-    params.not_before = not_before.into();
-    params.not_after = not_after.into();
-    let cert = params.signed_by(&key, ca, ca_key)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
-fn create_private_dir(dir: &Path) -> Result<(), TlsError> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(io_err("create directory", dir))
-}
-
-/// Writes a file that must not exist yet, created with `mode` (never wider
-/// for a moment, as a chmod afterwards would be).
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-    #[cfg(not(unix))]
-    let _ = mode;
-    let mut file = options.open(path).map_err(|source| match source.kind() {
-        io::ErrorKind::AlreadyExists => TlsError::Exists(path.to_path_buf()),
-        _ => TlsError::Io { what: "create", path: path.to_path_buf(), source },
-    })?;
-    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(io_err("write", path))
-}
-
-/// Longest certificate or key file read. A CA bundle of a few hundred
-/// certificates fits many times over; a huge file is a mistake, not a
-/// reason to fill memory.
-const PEM_FILE_MAX: u64 = 1 << 20;
-
-fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
-    let file = std::fs::File::open(path).map_err(io_err("read", path))?;
-    read_bounded(path, file)
-}
-
-fn read_bounded(path: &Path, file: std::fs::File) -> Result<Vec<u8>, TlsError> {
-    let mut bytes = Vec::new();
-    file.take(PEM_FILE_MAX + 1).read_to_end(&mut bytes).map_err(io_err("read", path))?;
-    if bytes.len() as u64 > PEM_FILE_MAX {
-        return Err(TlsError::Parse {
-            path: path.to_path_buf(),
-            why: format!("longer than {PEM_FILE_MAX} bytes: not a PEM certificate or key"),
-        });
-    }
-    Ok(bytes)
-}
-
-/// Reads a private key file, refusing one that group or others may read.
-/// The mode is checked on the opened file, so the file checked is the
-/// file read.
-fn read_private(path: &Path) -> Result<Vec<u8>, TlsError> {
-    let file = std::fs::File::open(path).map_err(io_err("read", path))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = file.metadata().map_err(io_err("inspect", path))?.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(TlsError::KeyReadable { path: path.to_path_buf(), mode });
-        }
-    }
-    read_bounded(path, file)
-}
-
-fn parse_certs(path: &Path, bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Parse { path: path.to_path_buf(), why: format!("not a PEM certificate: {e}") })?;
-    if certs.is_empty() {
-        return Err(TlsError::Parse { path: path.to_path_buf(), why: "no CERTIFICATE block in the file".into() });
-    }
-    Ok(certs)
-}
-
-fn parse_key(path: &Path, bytes: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(bytes)
-        .map_err(|e| TlsError::Parse { path: path.to_path_buf(), why: format!("not a PEM private key: {e}") })
+/// [`generate`], naming `hosts` for clients.
+pub fn generate_for_hosts(dir: &Path, ids: &[u64], hosts: &[&str]) -> Result<PeerTls, TlsError> {
+    let files = psmr_tls::generate(dir, ids, hosts)?;
+    Ok(PeerTls { ca: files.ca, cert: files.cert, key: files.key })
 }
 
 fn dns_name(id: u64) -> ServerName<'static> {
@@ -369,23 +96,16 @@ impl PeerTlsContext {
     pub fn load(files: &PeerTls, id: u64) -> Result<Self, TlsError> {
         let (ca_path, cert_path, key_path) =
             (files.ca.clone(), PeerTls::for_replica(&files.cert, id), PeerTls::for_replica(&files.key, id));
-        let cas = parse_certs(&ca_path, &read_file(&ca_path)?)?;
-        let chain = parse_certs(&cert_path, &read_file(&cert_path)?)?;
-        let key = parse_key(&key_path, &read_private(&key_path)?)?;
+        let roots = Arc::new(load_roots(&ca_path)?);
+        let (chain, key) = load_identity(&cert_path, &key_path)?;
         cert_is_for(&chain[0], id).map_err(|why| TlsError::NotOwnCertificate {
             path: cert_path.clone(),
             id,
             name: replica_name(id),
             why,
         })?;
-
         let config_err = |what: &str, e: &dyn std::fmt::Display| TlsError::Config(format!("{what}: {e}"));
-        let mut roots = RootCertStore::empty();
-        for ca in cas {
-            roots.add(ca).map_err(|e| config_err(&format!("CA certificate {}", ca_path.display()), &e))?;
-        }
-        let roots = Arc::new(roots);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = psmr_tls::provider();
         let versions = [&rustls::version::TLS13];
         let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
             .build()
@@ -553,7 +273,9 @@ impl<S: Read + Write> Write for TlsStream<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use psmr_tls::pem::{parse_certs, parse_key, read_private};
     use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -608,9 +330,9 @@ mod tests {
         generate(&half, &[1]).unwrap();
         std::fs::remove_file(half.join("ca.key")).unwrap();
         assert!(matches!(generate(&half, &[2]), Err(TlsError::Exists(p)) if p.ends_with("ca.pem")));
-        assert!(matches!(generate(&other, &[]), Err(TlsError::Ids(_))));
-        assert!(matches!(generate(&other, &[0]), Err(TlsError::Ids(_))));
-        assert!(matches!(generate(&other, &[3, 3]), Err(TlsError::Ids(_))));
+        assert!(matches!(generate(&other, &[]), Err(TlsError::Names(_))));
+        assert!(matches!(generate(&other, &[0]), Err(TlsError::Names(_))));
+        assert!(matches!(generate(&other, &[3, 3]), Err(TlsError::Names(_))));
     }
 
     #[test]

@@ -33,9 +33,9 @@ pub struct BenchArgs {
     /// the scenario's sweep over KEY or adds one. Keys of the cluster:
     /// service, model, shards, cost, mapping, replicas, scheduler, workers,
     /// storage, client_io_threads, batch_max_commands, batch_delay_us,
-    /// pipeline, snapshot_every, insecure_peers, auth, reads; of the load:
-    /// workload, skew, write_skew, clients, per_request, write_pct, keys,
-    /// value_bytes, warmup_s, duration_s, phases.
+    /// pipeline, snapshot_every, insecure_peers, auth, client_tls, reads;
+    /// of the load: workload, skew, write_skew, clients, per_request,
+    /// write_pct, keys, value_bytes, warmup_s, duration_s, phases.
     #[arg(long = "sweep", value_name = "KEY=V1,V2")]
     sweeps: Vec<String>,
     /// Set a parameter of every point, KEY=VALUE (repeatable; same keys).
@@ -210,8 +210,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         runner::check_point(point, existing, &faults, args.seed)?;
     }
     let target = if existing {
-        let who = args.who.credentials()?;
-        Target::Existing(probe::reachable(&args.cluster, who.clone(), Duration::from_secs(3))?, who)
+        let access =
+            psmr_client::Access::new(Duration::from_secs(3), args.who.credentials()?).with_tls(args.who.tls()?);
+        Target::Existing(probe::reachable(&args.cluster, access.clone())?, access)
     } else {
         Target::Local { exe: psmr_exe()? }
     };

@@ -6,6 +6,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use psmr_client::{Access, Client, ClientConfig, Reconfiguration};
+use psmr_core::config::FacingPort;
 use psmr_harness::launch::{self, describe_exit, ClusterDir, ClusterSpec, ProcessCluster};
 use psmr_harness::load::{LoadSpec, Ops};
 use psmr_harness::probe::{self, Probe};
@@ -220,6 +221,12 @@ pub struct ClusterArgs {
     /// work against any of them (kv service only).
     #[arg(long)]
     redis: bool,
+    /// TLS on the client, Redis and metrics ports too, with the replicas'
+    /// certificates from DIR/certs (`psmr client` and `redis-cli --tls`
+    /// check them against DIR/certs/ca.pem; the ready line says how)
+    /// [default: plain TCP with users, on loopback only].
+    #[arg(long)]
+    client_tls: bool,
 }
 
 impl ClusterArgs {
@@ -254,6 +261,7 @@ impl ClusterArgs {
             base,
             metrics: self.metrics,
             redis: self.redis,
+            client_tls: self.client_tls,
         }
     }
 }
@@ -298,9 +306,14 @@ fn run_cluster(file: &Path, config: &Config) -> Result<()> {
     }
     let dir = file.parent().unwrap_or(Path::new("."));
     let mut cluster = ProcessCluster::start(&psmr_exe()?, file, config, None)?;
+    let scheme = if config.tls_on(FacingPort::Metrics).is_some() { "https" } else { "http" };
+    let cli_tls = match config.tls_on(FacingPort::Redis).and_then(|t| t.ca.as_ref()) {
+        Some(ca) => format!(" --tls --cacert {}", ca.display()),
+        None => String::new(),
+    };
     for m in config.replicas.iter() {
         if let Some(addr) = m.metrics {
-            eprintln!("replica {} metrics: http://{addr}/metrics", m.id);
+            eprintln!("replica {} metrics: {scheme}://{addr}/metrics", m.id);
         }
         if let Some(addr) = m.redis {
             let auth = match config.users.is_empty() {
@@ -309,7 +322,7 @@ fn run_cluster(file: &Path, config: &Config) -> Result<()> {
                     format!("REDISCLI_AUTH=$(cat {}) ", launch::password_file(dir, psmr_auth::DEFAULT_USER).display())
                 }
             };
-            eprintln!("replica {} redis: {auth}redis-cli -h {} -p {}", m.id, addr.ip(), addr.port());
+            eprintln!("replica {} redis: {auth}redis-cli{cli_tls} -h {} -p {}", m.id, addr.ip(), addr.port());
         }
     }
     announce(config, dir, &stop);
@@ -350,10 +363,19 @@ fn announce(config: &Config, dir: &Path, stop: &AtomicBool) {
         );
         export += &format!(" PSMR_USER={} PSMR_PASSWORD_FILE={}", launch::ADMIN_USER, file.display());
     }
+    let tls = match launch::client_connector(config) {
+        Ok(tls) => tls,
+        Err(e) => return eprintln!("cannot reach the client ports in TLS: {e}"),
+    };
+    if let (Some(_), Some(client_tls)) = (&tls, &config.client_tls) {
+        let ca = client_tls.ca.as_deref().unwrap_or(Path::new("?"));
+        export += &format!(" PSMR_TLS_CA={}", ca.display());
+    }
     let Ok(client) = Client::new(ClientConfig::new(addrs.clone())) else { return };
     let end = std::time::Instant::now() + ELECTION_WAIT;
     while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < end {
-        let status = |a| client.status_of(a, Access::new(Duration::from_millis(500), admin.clone())).ok();
+        let access = Access::new(Duration::from_millis(500), admin.clone()).with_tls(tls.clone());
+        let status = |a| client.status_of(a, access.clone()).ok();
         if let Some(id) = addrs.iter().find_map(|&a| status(a).map(|s| s.leader).filter(|&l| l > 0)) {
             eprintln!("ready: replica {id} leads; {export}; then e.g. psmr client put k v");
             return;
@@ -598,21 +620,22 @@ fn secs(s: f64, what: &str) -> Result<Duration> {
 pub fn client(args: ClientArgs) -> Result<()> {
     let addrs = probe::resolve(&args.cluster)?;
     let timeout = secs(args.timeout, "--timeout")?;
-    let who = args.who.credentials()?;
+    let (who, tls) = (args.who.credentials()?, args.who.tls()?);
     if !matches!(args.op, ClientOp::Status { .. } | ClientOp::Members { .. }) {
         // A wrong or dead address list fails within a second per address,
         // each named with what it answered (nothing, or another protocol),
         // instead of being retried until --timeout.
         let reach = REACH_ATTEMPT * u32::try_from(addrs.len()).unwrap_or(u32::MAX);
-        members(&addrs, timeout.min(reach)).context("no psmr client port among --cluster")?;
+        members(&addrs, tls.clone(), timeout.min(reach)).context("no psmr client port among --cluster")?;
     }
     let config = || {
         let mut c = ClientConfig::new(addrs.clone());
         c.deadline = timeout;
         c.credentials = who.clone();
+        c.tls = tls.clone();
         c
     };
-    let access = |t: Duration| Access::new(t, who.clone());
+    let access = |t: Duration| Access::new(t, who.clone()).with_tls(tls.clone());
     let one = |op: KvOp| -> Result<KvReply> {
         let mut c = Client::new(config())?;
         let mut replies = c.call(&KvCodec, &[op])?;
@@ -631,7 +654,7 @@ pub fn client(args: ClientArgs) -> Result<()> {
             KvReply::Done(true) => println!("deleted"),
             _ => println!("absent"),
         },
-        ClientOp::Status { json } => status(&addrs, who.clone(), json)?,
+        ClientOp::Status { json } => status(&addrs, (who.clone(), tls.clone()), json)?,
         ClientOp::Load(l) => load(&addrs, config, l)?,
         ClientOp::AddReplica { id, client_addr, peer_addr } => {
             let change = MemberChange::Add { id, client: client_addr.to_string(), peer: peer_addr.to_string() };
@@ -640,7 +663,7 @@ pub fn client(args: ClientArgs) -> Result<()> {
             print!("{}", members_table(&members));
         }
         ClientOp::RemoveReplica { id } => {
-            let now = members(&addrs, timeout)?;
+            let now = members(&addrs, tls.clone(), timeout)?;
             if !now.iter().any(|m| m.id == id) {
                 let ids: Vec<String> = now.iter().map(|m| m.id.to_string()).collect();
                 bail!("replica {id} is not a member of the cluster (members: {})", ids.join(", "));
@@ -657,7 +680,7 @@ pub fn client(args: ClientArgs) -> Result<()> {
             save_snapshot(&addrs, replica, &file, access(timeout))?
         }
         ClientOp::Members { json } => {
-            let members = members(&addrs, timeout)?;
+            let members = members(&addrs, tls.clone(), timeout)?;
             if json {
                 println!("{}", members_json(&members));
             } else {
@@ -670,7 +693,7 @@ pub fn client(args: ClientArgs) -> Result<()> {
 
 /// Switches replica `replica`'s scheduler as `change` says.
 fn reconfigure(addrs: &[SocketAddr], replica: u64, change: Reconfiguration, access: Access) -> Result<()> {
-    let member = members(addrs, access.timeout)?.into_iter().find(|m| m.id == replica);
+    let member = members(addrs, access.tls.clone(), access.timeout)?.into_iter().find(|m| m.id == replica);
     let Some(member) = member else { bail!("replica {replica} is not a member of the cluster") };
     let addr: SocketAddr =
         member.client.parse().map_err(|_| anyhow!("replica {replica}'s client address {:?}", member.client))?;
@@ -692,7 +715,7 @@ fn save_snapshot(addrs: &[SocketAddr], replica: Option<u64>, file: &Path, access
     let timeout = access.timeout;
     let from: Vec<SocketAddr> = match replica {
         Some(id) => {
-            let member = members(addrs, timeout)?.into_iter().find(|m| m.id == id);
+            let member = members(addrs, access.tls.clone(), timeout)?.into_iter().find(|m| m.id == id);
             let member = member.ok_or_else(|| anyhow!("replica {id} is not a member of the cluster"))?;
             vec![member.client.parse().map_err(|_| anyhow!("replica {id}'s client address {:?}", member.client))?]
         }
@@ -741,7 +764,7 @@ fn change_membership(addrs: &[SocketAddr], change: MemberChange, access: Access)
 
 /// The members as the first replica of `addrs` to answer knows them, all
 /// within `timeout`; the error says why each replica did not answer.
-fn members(addrs: &[SocketAddr], timeout: Duration) -> Result<Vec<MemberInfo>> {
+fn members(addrs: &[SocketAddr], tls: Option<psmr_client::Connector>, timeout: Duration) -> Result<Vec<MemberInfo>> {
     let client = Client::new(ClientConfig::new(addrs.to_vec()))?;
     let end = std::time::Instant::now() + timeout;
     let mut why = Vec::new();
@@ -752,7 +775,8 @@ fn members(addrs: &[SocketAddr], timeout: Duration) -> Result<Vec<MemberInfo>> {
             continue;
         }
         let per = (timeout / u32::try_from(addrs.len()).unwrap_or(u32::MAX)).max(REACH_ATTEMPT);
-        match client.members_of(addr, left.min(per).min(MEMBERS_ATTEMPT_MAX)) {
+        let access = Access::from(left.min(per).min(MEMBERS_ATTEMPT_MAX)).with_tls(tls.clone());
+        match client.members_of(addr, access) {
             Ok(members) => return Ok(members),
             Err(e) => why.push(format!("{addr}: {e}")),
         }
@@ -791,8 +815,11 @@ fn members_json(members: &[MemberInfo]) -> serde_json::Value {
         .collect()
 }
 
-fn status(addrs: &[SocketAddr], who: Option<psmr_client::Credentials>, json: bool) -> Result<()> {
-    let status = Probe::new(addrs)?.as_user(who).status(Duration::from_secs(3));
+/// Who asks, and in TLS or not.
+type Asker = (Option<psmr_client::Credentials>, Option<psmr_client::Connector>);
+
+fn status(addrs: &[SocketAddr], (who, tls): Asker, json: bool) -> Result<()> {
+    let status = Probe::new(addrs)?.as_user(who).with_tls(tls).status(Duration::from_secs(3));
     if json {
         println!("{}", status.to_json());
     } else {

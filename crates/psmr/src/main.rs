@@ -94,10 +94,13 @@ enum Command {
     /// optimizer of 003 Alg. 3 (proven optimal) or the naive mapping.
     Mapping(mapping::MappingArgs),
     /// Make a cluster CA and a certificate per replica for mutual TLS
-    /// between replicas, and print the `[peer_tls]` configuration block.
+    /// between replicas and TLS on the ports clients reach, and user
+    /// certificates; print the `[peer_tls]` and `[client_tls]` blocks.
     #[command(after_help = "Examples:\n  \
         psmr certs --dir certs --replicas 3            # a new cluster CA and replicas 1-3\n  \
-        psmr certs --dir certs --ids 4                 # replica 4, signed by the CA already in certs/")]
+        psmr certs --dir certs --ids 4                 # replica 4, signed by the CA already in certs/\n  \
+        psmr certs --dir certs --replicas 3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3   # clients dial these\n  \
+        psmr certs --dir certs --user ops              # ops's certificate: no password needed")]
     Certs(certs::CertsArgs),
     /// Hash a user's password (read from standard input, or made with
     /// --generate) and print the `[[users]]` block for every replica's

@@ -24,6 +24,18 @@ pub struct CredentialArgs {
     /// DIR/NAME.password); else the PSMR_PASSWORD environment variable.
     #[arg(long, env = "PSMR_PASSWORD_FILE", value_name = "FILE")]
     password_file: Option<PathBuf>,
+    /// Reach the client ports in TLS, trusting the cluster CA of FILE
+    /// (`psmr certs` writes DIR/ca.pem); for replicas whose
+    /// `[client_tls]` lists `client`.
+    #[arg(long, env = "PSMR_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Show the user certificate of FILE (`psmr certs --user NAME` writes
+    /// DIR/user-NAME.pem): the client is user NAME without a password.
+    #[arg(long, env = "PSMR_TLS_CERT", value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (DIR/user-NAME.key).
+    #[arg(long, env = "PSMR_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 impl CredentialArgs {
@@ -41,11 +53,18 @@ impl CredentialArgs {
                 let user = user.unwrap_or_else(|| psmr_auth::DEFAULT_USER.into());
                 Ok(Some(Credentials::new(user, password).map_err(|e| anyhow!("{PASSWORD_ENV}: {e}"))?))
             }
-            (None, None) if user.is_some() => {
+            (None, None) if user.is_some() && self.tls_cert.is_none() => {
                 bail!("--user needs a password: --password-file FILE (or PSMR_PASSWORD_FILE) or PSMR_PASSWORD")
             }
             (None, None) => Ok(None),
         }
+    }
+
+    /// TLS to the client ports, if --tls-ca is given.
+    pub fn tls(&self) -> Result<Option<psmr_client::Connector>> {
+        let Some(ca) = &self.tls_ca else { return Ok(None) };
+        let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        Ok(Some(psmr_client::Connector::load(ca, identity)?))
     }
 }
 

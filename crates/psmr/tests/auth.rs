@@ -11,9 +11,10 @@ use psmr::replica::LocalCluster;
 use psmr::services::kv::{KvCodec, KvOp, KvRedis, KvReply};
 use psmr::services::{KvApp, ServiceConfig};
 use psmr_auth::{PasswordHash, Role, UserSpec, ITERATIONS_MIN};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
+
+mod common;
 
 const ADMIN: &str = "admin-secret";
 const DATA: &str = "data-secret";
@@ -118,20 +119,8 @@ fn psmr_protocol_data_users_read_and_write_and_only_admins_administer() {
     assert_eq!(left.len(), 2);
 }
 
-/// Sends `request` (inline commands) to a Redis port and reads until the
-/// replies hold `replies` lines.
 fn redis(addr: SocketAddr, request: &str, replies: usize) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    let mut buf = [0u8; 4096];
-    while out.matches("\r\n").count() < replies {
-        let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "closed after {out:?}");
-        out.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
-    out
+    common::resp_exchange(addr, request, replies, WAIT)
 }
 
 fn redis_checks(addr: SocketAddr) {
@@ -147,6 +136,10 @@ fn redis_checks(addr: SocketAddr) {
     assert!(out.ends_with("$7\r\ndefault\r\n"), "{out}");
     let admin = format!("AUTH admin {ADMIN}\r\nFLUSHDB\r\nGET k\r\nACL WHOAMI\r\n");
     assert_eq!(redis(addr, &admin, 5), "+OK\r\n+OK\r\n$-1\r\n$5\r\nadmin\r\n");
+    // Every command queued in a transaction is checked as it is queued.
+    let out = redis(addr, &format!("AUTH {DATA}\r\nMULTI\r\nSET k x\r\nFLUSHDB\r\nEXEC\r\nGET k\r\n"), 6);
+    assert!(out.starts_with("+OK\r\n+OK\r\n+QUEUED\r\n-NOPERM"), "{out}");
+    assert!(out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n$-1\r\n"), "{out}");
     let out = redis(addr, &format!("HELLO 3 AUTH default {DATA}\r\nSET k w\r\n"), 27);
     assert!(out.starts_with("%7\r\n") && out.ends_with("+OK\r\n"), "{out}");
 }

@@ -523,7 +523,9 @@ fn certs_makes_private_certificates_and_prints_the_configuration() {
         assert!(out.contains(name.trim_end_matches(".pem")), "{name} not listed: {out}");
     }
     let abs = certs.canonicalize().unwrap();
-    let block: String = out.lines().skip_while(|l| *l != "[peer_tls]").collect::<Vec<_>>().join("\n");
+    let block: String =
+        out.lines().skip_while(|l| *l != "[peer_tls]").take_while(|l| !l.is_empty()).collect::<Vec<_>>().join("\n");
+    assert!(out.contains(&format!("[client_tls]\ncert = \"{}/replica-{{id}}.pem\"", abs.display())), "{out}");
     assert_eq!(
         block,
         format!(
@@ -619,6 +621,59 @@ fn a_cluster_says_when_it_is_ready_and_clients_find_it_through_psmr_cluster() {
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&members.stdout).unwrap().as_array().unwrap().len(), 3);
     assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
     assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_cluster_with_client_tls_serves_psmr_client_redis_cli_and_user_certificates() {
+    let dir = test_dir("client-tls");
+    let dir_arg = dir.to_str().unwrap();
+    let args = ["--replicas", "3", "--storage", "memory", "--redis", "--client-tls", "--data-dir", dir_arg];
+    let (mut child, before, export) = cluster_until_ready(&args);
+    let ca = var(&export, "PSMR_TLS_CA");
+    let client = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_psmr"));
+        cmd.arg("client").args(args).envs(export.clone());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let put = client(&["put", "k", "v"], &[]);
+    assert!(put.status.success(), "{}", text(&put.stderr));
+    // Without the CA, the client port is not psmr's protocol in plain TCP.
+    let plain = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["client", "--timeout", "3", "get", "k"])
+        .envs(export.iter().filter(|(k, _)| k != "PSMR_TLS_CA").cloned())
+        .output()
+        .unwrap();
+    assert!(!plain.status.success());
+    // A user certificate instead of a password.
+    let made = psmr(&["certs", "--dir", &format!("{dir_arg}/certs"), "--user", "admin"]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let (cert, key) = (format!("{dir_arg}/certs/user-admin.pem"), format!("{dir_arg}/certs/user-admin.key"));
+    let by_cert = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["client", "--tls-cert", &cert, "--tls-key", &key, "members"])
+        .env("PSMR_CLUSTER", var(&export, "PSMR_CLUSTER"))
+        .env("PSMR_TLS_CA", &ca)
+        .output()
+        .unwrap();
+    assert!(by_cert.status.success(), "{}", text(&by_cert.stderr));
+    let flushed = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["client", "--tls-cert", &cert, "--tls-key", &key, "get", "k"])
+        .env("PSMR_CLUSTER", var(&export, "PSMR_CLUSTER"))
+        .env("PSMR_TLS_CA", &ca)
+        .output()
+        .unwrap();
+    assert_eq!(text(&flushed.stdout).trim(), "v", "{}", text(&flushed.stderr));
+    // The printed redis-cli line works as printed.
+    let line = before.iter().find(|l| l.starts_with("replica 2 redis: ")).expect("a redis line");
+    assert!(line.contains("--tls --cacert"), "{line}");
+    let command = line.trim_start_matches("replica 2 redis: ").to_string() + " GET k";
+    let out = Command::new("bash").arg("-c").arg(&command).output().unwrap();
+    assert_eq!(text(&out.stdout).trim(), "v", "{command}: {}", text(&out.stderr));
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The value of `key` among the variables a ready line says to export.

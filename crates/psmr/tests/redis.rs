@@ -13,6 +13,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+mod common;
+
 fn cluster() -> LocalCluster {
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     LocalCluster::builder()
@@ -97,6 +99,63 @@ fn a_pipeline_is_a_client_batch_and_keeps_its_order() {
     assert!(entries(&cluster) - entries_before <= 10, "{} entries", entries(&cluster) - entries_before);
 }
 
+#[test]
+fn transactions_run_whole_and_a_refused_command_aborts_them() {
+    let cluster = cluster();
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).unwrap();
+    let follower = cluster.redis_addrs()[if leader == 1 { 1 } else { 0 }];
+    let wait = Duration::from_secs(20);
+    let run = |request: &str, lines| common::resp_exchange(follower, request, lines, wait);
+    let out = run("MULTI\r\nSET t 1\r\nINCR t\r\nPING\r\nGET t\r\nEXEC\r\n", 10);
+    assert_eq!(out, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n+OK\r\n:2\r\n+PONG\r\n$1\r\n2\r\n");
+    let out = run("MULTI\r\nSET t 9\r\nNOSUCH\r\nEXEC\r\nGET t\r\n", 6);
+    assert!(out.starts_with("+OK\r\n+QUEUED\r\n-ERR unknown command"), "{out}");
+    assert!(out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n$1\r\n2\r\n"), "{out}");
+    let out = run("EXEC\r\nMULTI\r\nMULTI\r\nDISCARD\r\nDISCARD\r\nMULTI\r\nEXEC\r\nWATCH t\r\nUNWATCH\r\n", 9);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("-ERR EXEC without MULTI") && lines[2].contains("nested"), "{out}");
+    assert_eq!(&lines[3..7], ["+OK", "-ERR DISCARD without MULTI", "+OK", "*0"], "{out}");
+    assert!(lines[7].starts_with("-ERR WATCH") && lines[8] == "+OK", "{out}");
+
+    // redis-rs's atomic pipelines are MULTI/EXEC; writers through every
+    // replica never let a reader see one key of a transaction moved
+    // without the other.
+    let mut con = connect(follower);
+    let (set, n): (String, i64) = redis::pipe().atomic().set("p", 1).incr("p", 1).query(&mut con).unwrap();
+    assert_eq!((set.as_str(), n), ("OK", 2));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writers: Vec<_> = cluster
+            .redis_addrs()
+            .into_iter()
+            .map(|addr| {
+                s.spawn(move || {
+                    let mut con = connect(addr);
+                    for _ in 0..100 {
+                        let _: (i64, i64) = redis::pipe().atomic().incr("x", 1).incr("y", 1).query(&mut con).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let reader = s.spawn(|| {
+            let mut con = connect(follower);
+            let mut reads = 0;
+            while !done.load(Ordering::SeqCst) || reads == 0 {
+                let (x, y): (Option<i64>, Option<i64>) =
+                    redis::pipe().atomic().get("x").get("y").query(&mut con).unwrap();
+                assert_eq!(x, y, "a transaction seen half done");
+                reads += 1;
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+        reader.join().unwrap();
+    });
+    assert_eq!(cmd::<i64>(&mut con, &["GET", "x"]).unwrap(), 300);
+}
+
 /// Sends `bytes` on a fresh connection and returns what comes back
 /// before the server closes or goes quiet (bounded by a read timeout).
 fn raw(addr: SocketAddr, bytes: &[u8]) -> (String, bool) {
@@ -159,18 +218,12 @@ fn hello_3_switches_to_resp3() {
     assert!(out.contains("$-1\r\n-NOPROTO"), "{out}");
 }
 
-fn tool(name: &str) -> std::path::PathBuf {
-    let found =
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file()));
-    found.unwrap_or_else(|| panic!("{name} is not installed: scripts/setup.sh installs redis-tools"))
-}
-
 #[test]
 fn redis_cli_and_redis_benchmark_work_against_any_replica() {
     let cluster = cluster();
     for addr in cluster.redis_addrs() {
         let cli = |args: &[&str]| {
-            let out = std::process::Command::new(tool("redis-cli"))
+            let out = std::process::Command::new(common::tool("redis-cli"))
                 .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
                 .args(args)
                 .output()
@@ -182,7 +235,7 @@ fn redis_cli_and_redis_benchmark_work_against_any_replica() {
         assert_eq!(cli(&["GET", "tool"]), addr.to_string());
     }
     let addr = cluster.redis_addrs()[1];
-    let out = std::process::Command::new(tool("redis-benchmark"))
+    let out = std::process::Command::new(common::tool("redis-benchmark"))
         .args(["-h", &addr.ip().to_string(), "-p", &addr.port().to_string()])
         .args(["-t", "set,get", "-n", "2000", "-c", "8", "-P", "10", "-q", "--csv"])
         .output()

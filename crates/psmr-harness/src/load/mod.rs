@@ -322,7 +322,8 @@ pub fn run_with_cpu(
 ) -> Result<LoadResult, LoadError> {
     spec.validate()?;
     // The probe asks as the clients do.
-    let probe = Probe::new(addrs)?.as_user(config().credentials);
+    let asks = config();
+    let probe = Probe::new(addrs)?.as_user(asks.credentials).with_tls(asks.tls);
     // Before the clients start, so that finding the replicas costs the
     // load nothing.
     let watch = CpuWatch::locate(&probe, cpu);
