@@ -4,7 +4,7 @@
 //! # Threat model
 //!
 //! Peers are authenticated members of the cluster and are trusted to run
-//! honest psmr code (crash faults, not Byzantine ones; see `DESIGN.md`).
+//! honest psmr code (crash faults, not Byzantine ones; see `docs/design.md`).
 //! But bugs happen, frames get corrupted in ways a checksum misses, and an
 //! old or mismatched binary may speak the same wire format with other
 //! meanings. raft-rs, for its part, trusts its input completely: dozens of

@@ -62,6 +62,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::debug;
 
+/// The commands the gateway answers itself, whatever the service: the
+/// connection's, the transactions' and the tools' (`redis-cli`,
+/// `redis-benchmark`, client libraries).
+pub const CONNECTION_COMMANDS: [&str; 16] = [
+    "AUTH", "HELLO", "QUIT", "PING", "ECHO", "SELECT", "CLIENT", "COMMAND", "CONFIG", "INFO", "ACL", "MULTI", "EXEC",
+    "DISCARD", "WATCH", "UNWATCH",
+];
+
 /// Bytes read from a socket at a time (and held against the budget ahead
 /// of a read).
 const READ_CHUNK: usize = 16 * 1024;

@@ -191,3 +191,42 @@ fn the_endpoint_refuses_what_is_not_a_scrape() {
     // Still serving.
     assert!(value(&scrape(addr), "psmr_replica_id") == 1.0);
 }
+
+/// The metric families of the reference table in `src/metrics.rs`'s module
+/// documentation, named as `# TYPE` lines name them (a counter without
+/// `_total`).
+fn documented() -> std::collections::BTreeSet<String> {
+    let source = include_str!("../src/metrics.rs");
+    let mut names = std::collections::BTreeSet::new();
+    for row in source.lines().filter_map(|l| l.strip_prefix("//! | `psmr_")) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let counter = cells.get(1).is_some_and(|t| t.trim() == "counter");
+        for name in format!("`psmr_{}", cells[0]).split(", ") {
+            let name = name.trim_matches('`');
+            let name = name.split('{').next().unwrap();
+            let name = if counter { name.strip_suffix("_total").unwrap_or(name) } else { name };
+            names.insert(name.to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn the_reference_lists_every_metric_the_endpoint_serves_and_no_other() {
+    let cluster = cluster();
+    let leader = cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
+    put(cluster.client_addrs(), 1);
+    let (_, body) = scrape_http(cluster.metrics_addrs()[(leader - 1) as usize]);
+    let served: std::collections::BTreeSet<String> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect();
+    let documented = documented();
+    assert!(documented.len() > 30, "the table did not parse: {documented:?}");
+    let undocumented: Vec<&String> = served.difference(&documented).collect();
+    let absent: Vec<&String> = documented.difference(&served).collect();
+    assert!(undocumented.is_empty(), "served but not in the reference of src/metrics.rs: {undocumented:?}");
+    assert!(absent.is_empty(), "in the reference but not served: {absent:?}");
+}

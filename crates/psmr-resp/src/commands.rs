@@ -23,6 +23,12 @@ pub trait Commands: Send + Sync + 'static {
 
     /// `reply`, the outcome of `op`, as Redis would say it.
     fn reply(&self, op: &Self::Op, reply: Self::Reply) -> Reply;
+
+    /// The names of the commands [`Commands::operation`] knows, in lower
+    /// case (for references and checks; none by default).
+    fn names(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
 }
 
 /// The error Redis sends for a command it does not know.

@@ -13,7 +13,7 @@
 //! # Who may speak raft here
 //!
 //! The peer port is reachable by every process on the network and on the
-//! host (DESIGN.md, "Trust"). With `[peer_tls]` ([`crate::tls`]) each
+//! host (docs/design.md, "Trust"). With `[peer_tls]` ([`crate::tls`]) each
 //! connection first runs a mutual TLS 1.3 handshake: the accepting replica
 //! requires a certificate from the cluster CA, the connecting one checks
 //! that the server is the replica it meant to reach, and the id claimed in

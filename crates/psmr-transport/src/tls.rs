@@ -1,6 +1,6 @@
 //! Mutual TLS between replicas: who may speak raft to a replica.
 //!
-//! The threat model (DESIGN.md, "Trust") is crash faults on a network and
+//! The threat model (docs/design.md, "Trust") is crash faults on a network and
 //! a host shared with other processes. Any process that reaches a peer
 //! port could otherwise forge raft messages (a forged `MsgAppend` makes a
 //! follower apply a command nobody committed) or claim another replica's

@@ -36,6 +36,7 @@
 //! * [`replica`]: a replica (raft, the staged pipeline, storage) and local
 //!   clusters;
 //! * [`client`]: the client library;
+//! * [`gateway`] and [`resp`]: the Redis port and the Redis protocol;
 //! * [`services`]: the built-in key-value store and sharded list;
 //! * [`harness`]: local clusters of replica processes, the closed-loop
 //!   load, client histories and the linearizability checker;
@@ -44,9 +45,11 @@
 
 pub use psmr_bench as bench;
 pub use psmr_client as client;
+pub use psmr_gateway as gateway;
 pub use psmr_harness as harness;
 pub use psmr_model as model;
 pub use psmr_replica as replica;
+pub use psmr_resp as resp;
 pub use psmr_rt as rt;
 pub use psmr_sched as sched;
 pub use psmr_sched_bench as sched_bench;

@@ -48,10 +48,46 @@ fn alloc_meter() -> Option<psmr_harness::fuzz::AllocMeter> {
 /// Parallel state machine replication: replicas agree on an order of
 /// commands and execute them on many cores, deterministically.
 #[derive(Parser, Debug)]
-#[command(name = "psmr", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "psmr",
+    version,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = "Help texts cite the papers psmr implements by number and place (\"003 Alg. 3\": \
+                  Algorithm 3 of document 003); docs/papers.md lists them."
+)]
 struct Cli {
+    /// How log lines are written to standard error: `text` for people,
+    /// `json` (one object per line) for log shippers. Replicas that
+    /// `psmr cluster` starts take PSMR_LOG_FORMAT from the environment.
+    #[arg(long, global = true, env = "PSMR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// Lines for people (in colour on a terminal only).
+    Text,
+    /// One JSON object per line: time, level, target, fields, message.
+    Json,
+}
+
+/// Logs to standard error in `format`: warnings, and the audit of admin
+/// operations, unless `RUST_LOG` says otherwise.
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,psmr::audit=info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        // Colour for a terminal only: logs written to a file or a pipe
+        // carry no escape codes.
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -461,25 +497,15 @@ fn main() -> ExitCode {
             std::process::exit(psmr_harness::launch::EXIT_PANIC);
         }
     }));
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // Warnings, and the audit of admin operations.
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,psmr::audit=info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour for a terminal only: logs written to a file or a pipe
-        // carry no escape codes.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    // `FAILPOINTS=name=action` injects faults (builds with `failpoints`).
-    #[cfg(feature = "failpoints")]
-    let _faults = fail::FailScenario::setup();
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
     let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    init_logs(cli.log_format);
+    // `FAILPOINTS=name=action` injects faults (builds with `failpoints`).
+    #[cfg(feature = "failpoints")]
+    let _faults = fail::FailScenario::setup();
     let result = match cli.command {
         Command::SchedBench(args) => sched_bench(args),
         Command::Replica(args) => cluster::replica(args),
@@ -520,6 +546,43 @@ fn given(matches: &clap::ArgMatches, name: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// `docs/cli.md`: the long help of `psmr` and of every subcommand, as
+    /// the binary prints it (environment values hidden, 100 columns).
+    fn cli_reference() -> String {
+        fn add(out: &mut String, path: &str, cmd: &mut clap::Command) {
+            let mut cmd = cmd.clone().term_width(100).mut_args(|a| a.hide_env_values(true));
+            let help = cmd.render_long_help().to_string();
+            let help: Vec<&str> = help.lines().map(str::trim_end).collect();
+            out.push_str(&format!("\n## `{path}`\n\n```text\n{}\n```\n", help.join("\n").trim_end()));
+            let names: Vec<String> = cmd.get_subcommands().map(|c| c.get_name().to_string()).collect();
+            for name in names.iter().filter(|n| *n != "help") {
+                add(out, &format!("{path} {name}"), cmd.find_subcommand_mut(name).expect("listed"));
+            }
+        }
+        let mut out = String::from(
+            "# Command line reference\n\nEvery `psmr` command and flag, as `psmr ... --help` prints them. \
+             Generated: a test (`cli_reference_is_current` in `crates/psmr/src/main.rs`) fails when this page \
+             and the code differ, and `PSMR_UPDATE_DOCS=1 cargo test -p psmr --bin psmr cli_reference` \
+             rewrites it.\n",
+        );
+        add(&mut out, "psmr", &mut Cli::command());
+        out
+    }
+
+    #[test]
+    fn cli_reference_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/cli.md");
+        let now = cli_reference();
+        if std::env::var_os("PSMR_UPDATE_DOCS").is_some() {
+            std::fs::write(path, &now).unwrap();
+        }
+        let written = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            written == now,
+            "docs/cli.md differs from the help texts; run PSMR_UPDATE_DOCS=1 cargo test -p psmr --bin psmr cli_reference"
+        );
+    }
 
     #[test]
     fn sched_bench_help_names_every_scheduler() {

@@ -493,3 +493,45 @@ fn the_everyday_commands_show_examples() {
         assert!(o.status.success() && examples.contains(&format!("psmr {cmd} ")), "{cmd}:\n{help}");
     }
 }
+
+#[test]
+fn log_lines_are_json_objects_with_log_format_json() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let held =
+        [std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap()];
+    let (client, peer) = (held[0].local_addr().unwrap(), held[1].local_addr().unwrap());
+    drop(held);
+    let config = dir.path().join("c.toml");
+    let text = format!(
+        "storage = \"memory\"\ninsecure_peers = true\ninsecure_clients = true\n\
+         [[replicas]]\nid = 1\nclient = \"{client}\"\npeer = \"{peer}\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["--log-format", "json", "replica", "--config", config.to_str().unwrap(), "--id", "1"])
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let mut started = None;
+    for line in lines.map_while(Result::ok) {
+        if line.contains("replica started") {
+            started = Some(line);
+            break;
+        }
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = started.unwrap_or_else(|| panic!("no start line in {seen:#?}"));
+    let object: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(object["level"], "INFO", "{line}");
+    assert_eq!(object["fields"]["message"], "replica started", "{line}");
+    assert!(object["timestamp"].is_string() && object["target"].is_string(), "{line}");
+    for earlier in &seen {
+        serde_json::from_str::<serde_json::Value>(earlier).unwrap_or_else(|e| panic!("{e}: {earlier}"));
+    }
+}

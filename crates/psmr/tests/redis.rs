@@ -156,6 +156,33 @@ fn transactions_run_whole_and_a_refused_command_aborts_them() {
     assert_eq!(cmd::<i64>(&mut con, &["GET", "x"]).unwrap(), 300);
 }
 
+#[test]
+fn the_command_reference_matches_the_code_both_ways() {
+    use psmr::resp::Commands;
+    let doc = include_str!("../../../docs/redis.md");
+    let table = &doc[doc.find("## Commands").expect("a Commands section")..];
+    let table = &table[..table[3..].find("\n## ").map_or(table.len(), |i| i + 3)];
+    let mut documented: Vec<String> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .flat_map(|row| row.split(" | ").next().unwrap().split(", ").map(|c| c.trim_matches('`').to_string()))
+        .collect();
+    documented.sort();
+    let mut known: Vec<String> = KvRedis.names().iter().map(|n| n.to_ascii_uppercase()).collect();
+    known.extend(psmr::gateway::CONNECTION_COMMANDS.iter().map(|c| c.to_string()));
+    known.sort();
+    assert_eq!(documented, known, "docs/redis.md's table against the code");
+
+    // Every command the gateway says it answers is answered, not unknown.
+    let cluster = cluster();
+    let addr = cluster.redis_addrs()[0];
+    let wait = Duration::from_secs(20);
+    for name in psmr::gateway::CONNECTION_COMMANDS.iter().filter(|&&c| c != "QUIT") {
+        let out = common::resp_exchange(addr, &format!("{name}\r\n"), 1, wait);
+        assert!(!out.contains("unknown command"), "{name}: {out}");
+    }
+}
+
 /// Sends `bytes` on a fresh connection and returns what comes back
 /// before the server closes or goes quiet (bounded by a read timeout).
 fn raw(addr: SocketAddr, bytes: &[u8]) -> (String, bool) {

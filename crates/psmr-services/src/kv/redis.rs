@@ -82,6 +82,10 @@ impl Commands for KvRedis {
         (spec.parse)(args)
     }
 
+    fn names(&self) -> Vec<&'static str> {
+        TABLE.iter().map(|s| s.name).collect()
+    }
+
     fn reply(&self, op: &KvOp, reply: KvReply) -> Reply {
         match reply {
             KvReply::Error(e) => Reply::error(e.to_string()),
