@@ -230,3 +230,33 @@ fn the_reference_lists_every_metric_the_endpoint_serves_and_no_other() {
     assert!(undocumented.is_empty(), "served but not in the reference of src/metrics.rs: {undocumented:?}");
     assert!(absent.is_empty(), "in the reference but not served: {absent:?}");
 }
+
+#[test]
+fn the_dashboard_asks_only_for_metrics_a_replica_serves() {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../../../deploy/grafana-dashboard.json")).expect("the dashboard is JSON");
+    let documented = documented();
+    let mut asked = 0;
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expression");
+            let names =
+                expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("psmr_"));
+            for name in names {
+                // Samples of a family: a counter's `_total`, a histogram's
+                // `_bucket`, `_sum` and `_count`.
+                let family = ["_total", "_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| documented.contains(*f)))
+                    .unwrap_or(name);
+                assert!(
+                    documented.contains(family),
+                    "{name} in panel {:?} is not a metric psmr serves",
+                    panel["title"]
+                );
+                asked += 1;
+            }
+        }
+    }
+    assert!(asked >= 12, "the dashboard asks for {asked} metrics");
+}

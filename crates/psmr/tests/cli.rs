@@ -535,3 +535,26 @@ fn log_lines_are_json_objects_with_log_format_json() {
         serde_json::from_str::<serde_json::Value>(earlier).unwrap_or_else(|e| panic!("{e}: {earlier}"));
     }
 }
+
+#[test]
+fn the_service_unit_verifies_and_the_dockerfile_uses_the_projects_scripts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let unit = std::fs::read_to_string(root.join("deploy/psmr-replica@.service")).unwrap();
+    assert!(unit.contains("ExecStart=/usr/local/bin/psmr replica --config /etc/psmr/cluster.toml --id %i"), "{unit}");
+    // Where systemd's own checker exists, the unit passes it without a
+    // warning (with this build's binary in place of the installed one).
+    let analyze =
+        ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].into_iter().find(|p| std::path::Path::new(p).exists());
+    if let Some(analyze) = analyze {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("psmr-replica@1.service");
+        std::fs::write(&file, unit.replace("/usr/local/bin/psmr", env!("CARGO_BIN_EXE_psmr"))).unwrap();
+        let out = Command::new(analyze).arg("verify").arg(&file).output().unwrap();
+        assert!(out.status.success() && out.stderr.is_empty(), "{}", stderr(&out));
+    }
+    let docker = std::fs::read_to_string(root.join("deploy/Dockerfile")).unwrap();
+    assert!(docker.contains("bash scripts/setup.sh") && root.join("scripts/setup.sh").exists(), "{docker}");
+    assert!(docker.contains("cargo build --release -p psmr"), "{docker}");
+    assert!(docker.contains("COPY --from=build /target/release/psmr /usr/local/bin/psmr"), "{docker}");
+    assert!(docker.contains("ENTRYPOINT [\"/usr/local/bin/psmr\"]"), "{docker}");
+}
