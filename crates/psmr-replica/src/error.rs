@@ -32,8 +32,11 @@ pub enum ReplicaError {
     #[error(transparent)]
     Storage(#[from] psmr_storage::DiskError),
     /// The peer certificates cannot be used.
-    #[error("peer TLS: {0}")]
+    #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
+    /// Certificates that could not be reloaded (the ones in use stay).
+    #[error("certificates not reloaded (the ones in use stay): {0}")]
+    Certificates(String),
     /// A thread or runtime cannot start.
     #[error("cannot start: {0}")]
     Start(#[from] std::io::Error),

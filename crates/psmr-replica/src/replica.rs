@@ -26,6 +26,18 @@ pub struct Replica {
     pub(crate) client_addr: SocketAddr,
     pub(crate) threads: Vec<JoinHandle<()>>,
     pub(crate) runtime: Option<tokio::runtime::Runtime>,
+    pub(crate) certificates: Certificates,
+}
+
+/// The certificates a replica holds, each reloadable in place.
+#[derive(Default)]
+pub(crate) struct Certificates {
+    /// `[peer_tls]`: its own certificate and key, the cluster's CA.
+    pub(crate) peer: Option<Arc<psmr_transport::tls::PeerTlsContext>>,
+    /// `[client_tls]`: what the client, Redis and metrics ports show.
+    pub(crate) client: Option<psmr_tls::Acceptor>,
+    /// The CA its Redis gateway trusts to reach the leader's client port.
+    pub(crate) forward: Option<psmr_tls::Connector>,
 }
 
 impl Replica {
@@ -94,6 +106,29 @@ impl Replica {
             peer_refused: c.peer_refused.load(Ordering::Acquire),
             entries_proposed: c.entries_proposed.load(Ordering::Acquire),
             commands_proposed: c.commands_proposed.load(Ordering::Acquire),
+        }
+    }
+
+    /// Reads every certificate, key and CA file the replica uses again
+    /// (`[peer_tls]`, `[client_tls]`), for connections made from now on:
+    /// certificates are rotated one replica at a time without a restart
+    /// (`psmr replica` does this on SIGHUP). Each set of files is read and
+    /// checked before it replaces the one in use; a set that fails (a
+    /// missing file, a key that is not the certificate's, a certificate
+    /// that is not this replica's) leaves its predecessor in use, the
+    /// others are still reloaded, and the error names what failed.
+    pub fn reload_certificates(&self) -> Result<(), ReplicaError> {
+        let c = &self.certificates;
+        let results = [
+            ("[peer_tls]", c.peer.as_ref().map(|p| p.reload())),
+            ("[client_tls]", c.client.as_ref().map(psmr_tls::Acceptor::reload)),
+            ("the CA of the Redis gateway's client", c.forward.as_ref().map(psmr_tls::Connector::reload)),
+        ];
+        let failed: Vec<String> =
+            results.into_iter().filter_map(|(what, r)| Some(format!("{what}: {}", r?.err()?))).collect();
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(ReplicaError::Certificates(failed.join("; "))),
         }
     }
 

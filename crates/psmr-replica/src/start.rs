@@ -119,6 +119,11 @@ impl<A: App> ReplicaBuilder<A> {
         let mut replica = h.replica(client_listener.local_addr()?);
         let q = Queues::new(&h);
         let tls = start_peers(&h, peer_listener, &q, &mut replica)?;
+        replica.certificates = crate::replica::Certificates {
+            peer: tls.clone(),
+            client: h.client_tls.clone(),
+            forward: h.forward_tls.clone(),
+        };
         let app = Arc::new(app);
         let (request_tx, decision_tx, inbound_tx) = (q.requests.clone(), q.decisions.clone(), q.inbound.clone());
         start_stages(&h, app.clone(), sched, log.clone(), q, tls, &mut replica)?;
@@ -211,6 +216,7 @@ impl Handles {
             client_addr,
             threads: Vec::new(),
             runtime: None,
+            certificates: Default::default(),
         }
     }
 }

@@ -61,6 +61,17 @@ impl Stream {
         self.flush().await
     }
 
+    /// The certificate the other end showed (DER), if it is in TLS and
+    /// showed one.
+    pub fn peer_certificate(&self) -> Option<Vec<u8>> {
+        let Stream::Tls(tls) = self else { return None };
+        let certs = match tls.as_ref() {
+            tokio_rustls::TlsStream::Client(c) => c.get_ref().1.peer_certificates(),
+            tokio_rustls::TlsStream::Server(s) => s.get_ref().1.peer_certificates(),
+        };
+        certs.and_then(|c| c.first()).map(|c| c.to_vec())
+    }
+
     /// Whether the connection is in TLS.
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))

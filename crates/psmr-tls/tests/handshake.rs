@@ -153,3 +153,36 @@ fn files_are_checked_when_loaded() {
     assert!(matches!(Acceptor::load(&cert, &key, None, Duration::from_secs(1)), Err(TlsError::KeyReadable { .. })));
     assert!(Connector::load(&dir.join("ca.pem"), None).unwrap().with_server_name("not a name").is_err());
 }
+
+#[tokio::test]
+async fn a_reload_takes_rotated_files_and_a_bad_one_keeps_the_old() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    generate(dir, &[1], &LOOPBACK_HOSTS).unwrap();
+    let server = acceptor(dir, false);
+    let client = Connector::load(&dir.join("ca.pem"), None).unwrap();
+    let seen = |server: Acceptor| {
+        let client = client.clone();
+        async move {
+            let (addr, task) = echo_once(server).await;
+            let mut s = Connector::dial(Some(&client), addr).await.unwrap();
+            talk(&mut s).await.unwrap();
+            task.await.unwrap().unwrap();
+            s.peer_certificate().expect("the server's certificate")
+        }
+    };
+    let before = seen(server.clone()).await;
+    // Rotated: a new certificate of the same CA in the same files.
+    std::fs::remove_file(dir.join("replica-1.pem")).unwrap();
+    std::fs::remove_file(dir.join("replica-1.key")).unwrap();
+    generate(dir, &[1], &LOOPBACK_HOSTS).unwrap();
+    assert_eq!(seen(server.clone()).await, before, "nothing changes before the reload");
+    server.reload().unwrap();
+    let after = seen(server.clone()).await;
+    assert_ne!(after, before, "the rotated certificate is shown");
+    // A key that is not the certificate's: refused, the old pair stays.
+    std::fs::copy(dir.join("ca.key"), dir.join("replica-1.key")).unwrap();
+    assert!(matches!(server.reload(), Err(TlsError::Config(_))));
+    assert_eq!(seen(server.clone()).await, after);
+    client.reload().unwrap();
+}

@@ -37,6 +37,7 @@
 //! caller's transport enforces deadlines (see [`crate::peer`]), so nothing
 //! here knows about time.
 
+use parking_lot::RwLock;
 use psmr_core::config::PeerTls;
 use psmr_tls::pem::{load_identity, load_roots};
 use rustls::client::Resumption;
@@ -76,12 +77,16 @@ fn cert_is_for(cert: &CertificateDer<'_>, id: u64) -> Result<(), String> {
 
 /// One replica's TLS settings: a server side that requires a certificate
 /// from the cluster CA, and a client side that trusts only the cluster CA
-/// and presents this replica's certificate.
+/// and presents this replica's certificate. [`PeerTlsContext::reload`]
+/// reads the files again, for connections made from then on.
 pub struct PeerTlsContext {
     id: u64,
-    server: Arc<ServerConfig>,
-    client: Arc<ClientConfig>,
+    files: PeerTls,
+    current: RwLock<Configs>,
 }
+
+/// The server and the client side.
+type Configs = (Arc<ServerConfig>, Arc<ClientConfig>);
 
 impl std::fmt::Debug for PeerTlsContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,6 +99,21 @@ impl PeerTlsContext {
     /// paths stands for it) and checks that the certificate is this
     /// replica's.
     pub fn load(files: &PeerTls, id: u64) -> Result<Self, TlsError> {
+        let current = RwLock::new(Self::configs(files, id)?);
+        Ok(Self { id, files: files.clone(), current })
+    }
+
+    /// Reads the CA, certificate and key again (rotated files) and uses
+    /// them for every handshake from now on; on an error, including a
+    /// certificate that is not this replica's, the files in use stay in
+    /// use. Connections already made keep theirs.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let fresh = Self::configs(&self.files, self.id)?;
+        *self.current.write() = fresh;
+        Ok(())
+    }
+
+    fn configs(files: &PeerTls, id: u64) -> Result<Configs, TlsError> {
         let (ca_path, cert_path, key_path) =
             (files.ca.clone(), PeerTls::for_replica(&files.cert, id), PeerTls::for_replica(&files.key, id));
         let roots = Arc::new(load_roots(&ca_path)?);
@@ -126,7 +146,7 @@ impl PeerTlsContext {
             .with_client_auth_cert(chain, key)
             .map_err(|e| config_err(&format!("{} with {}", cert_path.display(), key_path.display()), &e))?;
         client.resumption = Resumption::disabled();
-        Ok(Self { id, server: Arc::new(server), client: Arc::new(client) })
+        Ok((Arc::new(server), Arc::new(client)))
     }
 
     /// This replica's id.
@@ -139,7 +159,8 @@ impl PeerTlsContext {
     /// is for the caller to check ([`TlsStream::verify_peer_is`]) against
     /// the id the client claims.
     pub fn accept<S: Read + Write>(&self, sock: S) -> Result<TlsStream<S>, TlsError> {
-        let conn = ServerConnection::new(self.server.clone()).map_err(|e| TlsError::Config(e.to_string()))?;
+        let server = self.current.read().0.clone();
+        let conn = ServerConnection::new(server).map_err(|e| TlsError::Config(e.to_string()))?;
         TlsStream::handshake(conn.into(), sock)
     }
 
@@ -148,8 +169,8 @@ impl PeerTlsContext {
     /// server's verdict on this replica's certificate arrives with its
     /// first answer.
     pub fn connect<S: Read + Write>(&self, to: u64, sock: S) -> Result<TlsStream<S>, TlsError> {
-        let conn =
-            ClientConnection::new(self.client.clone(), dns_name(to)).map_err(|e| TlsError::Config(e.to_string()))?;
+        let client = self.current.read().1.clone();
+        let conn = ClientConnection::new(client, dns_name(to)).map_err(|e| TlsError::Config(e.to_string()))?;
         TlsStream::handshake(conn.into(), sock)
     }
 }
@@ -431,5 +452,40 @@ mod tests {
         let server = std::thread::spawn(move || two.accept(b).map(|_| ()));
         assert!(matches!(one_again.connect(1, a), Err(TlsError::Handshake(_))));
         assert!(server.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn a_reload_rotates_the_certificate_and_refuses_another_replicas() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tls = generate(tmp.path(), &[1, 2]).unwrap();
+        let (one, two) = (PeerTlsContext::load(&tls, 1).unwrap(), PeerTlsContext::load(&tls, 2).unwrap());
+        let two = Arc::new(two);
+        let shown = |two: &Arc<PeerTlsContext>| {
+            let (a, b) = pair();
+            let server = {
+                let two = two.clone();
+                std::thread::spawn(move || two.accept(b).map(|_| ()))
+            };
+            let c = one.connect(2, a).unwrap();
+            server.join().unwrap().unwrap();
+            c.conn.peer_certificates().unwrap()[0].to_vec()
+        };
+        let before = shown(&two);
+        for ext in ["pem", "key"] {
+            std::fs::remove_file(tmp.path().join(format!("replica-2.{ext}"))).unwrap();
+        }
+        generate(tmp.path(), &[2]).unwrap();
+        two.reload().unwrap();
+        let after = shown(&two);
+        assert_ne!(after, before, "the rotated certificate is shown");
+        // Replica 1's certificate in replica 2's files: refused, and the
+        // rotated one stays.
+        for ext in ["pem", "key"] {
+            let to = tmp.path().join(format!("replica-2.{ext}"));
+            std::fs::remove_file(&to).unwrap();
+            std::fs::copy(tmp.path().join(format!("replica-1.{ext}")), to).unwrap();
+        }
+        assert!(matches!(two.reload(), Err(TlsError::NotOwnCertificate { id: 2, .. })));
+        assert_eq!(shown(&two), after);
     }
 }

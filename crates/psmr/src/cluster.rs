@@ -14,6 +14,7 @@ use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_replica::{Config, Storage};
 use psmr_services::kv::{KvCodec, KvOp, KvReply};
 use psmr_services::ServiceConfig;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,13 +89,31 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
         restore(&config, args.id, file)?;
     }
     let replica = launch::start_replica(&config, args.id, args.peer_listen)?;
-    // SIGTERM, SIGINT and SIGHUP stop the replica cleanly: its threads
-    // finish and its log files close whole, so that the restart finds
-    // nothing to cut.
-    let stopper = replica.stopper();
-    ctrlc::set_handler(move || stopper.stop()).context("cannot handle SIGTERM")?;
+    // SIGTERM and SIGINT stop the replica cleanly: its threads finish and
+    // its log files close whole, so that the restart finds nothing to cut.
+    // SIGHUP reloads its certificates (rotated files), as daemons reload.
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .context("cannot handle SIGTERM, SIGINT and SIGHUP")?;
+    let signals_handle = signals.handle();
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
-    if let Err(e) = replica.wait() {
+    let waited = std::thread::scope(|scope| {
+        let replica = &replica;
+        scope.spawn(move || {
+            for signal in signals.forever() {
+                match signal {
+                    SIGHUP => match replica.reload_certificates() {
+                        Ok(()) => tracing::info!(id = args.id, "certificates reloaded"),
+                        Err(e) => tracing::error!(id = args.id, "{e}"),
+                    },
+                    _ => replica.stopper().stop(),
+                }
+            }
+        });
+        let waited = replica.wait();
+        signals_handle.close();
+        waited
+    });
+    if let Err(e) = waited {
         // Exit at once: joining the replica's threads could wait forever
         // on the one that failed.
         eprintln!("psmr: error: replica {}: {e}", args.id);

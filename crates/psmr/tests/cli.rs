@@ -558,3 +558,55 @@ fn the_service_unit_verifies_and_the_dockerfile_uses_the_projects_scripts() {
     assert!(docker.contains("COPY --from=build /target/release/psmr /usr/local/bin/psmr"), "{docker}");
     assert!(docker.contains("ENTRYPOINT [\"/usr/local/bin/psmr\"]"), "{docker}");
 }
+
+#[test]
+fn sighup_reloads_a_replicas_certificates_and_a_bad_file_keeps_the_old() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    psmr::replica::tls::generate(&certs, &[1]).unwrap();
+    let held =
+        [std::net::TcpListener::bind("127.0.0.1:0").unwrap(), std::net::TcpListener::bind("127.0.0.1:0").unwrap()];
+    let (client, peer) = (held[0].local_addr().unwrap(), held[1].local_addr().unwrap());
+    drop(held);
+    let config = dir.path().join("c.toml");
+    let c = certs.display();
+    let text = format!(
+        "storage = \"memory\"\ninsecure_clients = true\n[[replicas]]\nid = 1\nclient = \"{client}\"\npeer = \"{peer}\"\n\
+         [peer_tls]\nca = \"{c}/ca.pem\"\ncert = \"{c}/replica-{{id}}.pem\"\nkey = \"{c}/replica-{{id}}.key\"\n\
+         [client_tls]\ncert = \"{c}/replica-{{id}}.pem\"\nkey = \"{c}/replica-{{id}}.key\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_psmr"))
+        .args(["replica", "--config", config.to_str().unwrap(), "--id", "1"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| drop(tx.send(l))));
+    // Every line up to the first that holds `needle`; a bound on the wait
+    // so that a missing line fails the test instead of hanging it.
+    let until = |needle: &str| -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(line) if line.contains(needle) => return seen,
+                Ok(line) => seen.push(line),
+                Err(e) => panic!("no {needle:?} ({e}) after {seen:#?}"),
+            }
+        }
+    };
+    let hup = || assert!(Command::new("kill").arg("-HUP").arg(child.id().to_string()).status().unwrap().success());
+    until("replica started");
+    hup();
+    until("certificates reloaded");
+    std::fs::write(certs.join("replica-1.pem"), "not a certificate").unwrap();
+    hup();
+    until("certificates not reloaded (the ones in use stay)");
+    assert!(child.try_wait().unwrap().is_none(), "the replica runs on with the certificates it had");
+    assert!(Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+}
