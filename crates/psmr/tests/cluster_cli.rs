@@ -1064,3 +1064,26 @@ fn replicas_on_addresses_of_their_own_connect_from_them_and_change_membership() 
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_walkthrough_of_separate_hosts_runs_as_documented() {
+    let dir = test_dir("walkthrough");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/walkthrough.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(&dir)
+        .env("PSMR", env!("CARGO_BIN_EXE_psmr"))
+        .env_remove("PSMR_CLUSTER")
+        .output()
+        .unwrap();
+    let logs: Vec<String> = (1..=4)
+        .map(|id| std::fs::read_to_string(dir.join(format!("host-{id}/replica.log"))).unwrap_or_default())
+        .collect();
+    assert!(out.status.success(), "{}\n{}\n{logs:#?}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("walk-through done"), "{}", text(&out.stdout));
+    // Clean stops and a rotation that logs no warning.
+    for (i, log) in logs.iter().enumerate() {
+        assert!(!log.contains("WARN") && !log.contains("ERROR"), "replica {}: {log}", i + 1);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
