@@ -316,7 +316,12 @@ impl Run<'_> {
             per_request: p.per_request,
             warmup: Duration::ZERO,
             duration: Duration::from_secs_f64(p.duration_s),
-            ops: Ops::Kv { keys: p.keys, write_pct: 100, value_bytes: Some(p.value_bytes.unwrap_or(1024)) },
+            ops: Ops::Kv {
+                keys: p.keys,
+                write_pct: 100,
+                value_bytes: Some(p.value_bytes.unwrap_or(1024)),
+                prefix: String::new(),
+            },
             phases: Vec::new(),
             history: None,
             seed: self.spec.seed ^ self.report.windows.len() as u64,

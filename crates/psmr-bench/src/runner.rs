@@ -205,7 +205,7 @@ fn ops(p: &Params) -> Result<Ops, RunError> {
             let cost: Cost = p.cost.parse()?;
             Ops::List { model: p.model.parse()?, workload: list_workload(p)?, list_size: cost.list_size() }
         }
-        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct, value_bytes: p.value_bytes },
+        _ => Ops::Kv { keys: p.keys, write_pct: p.write_pct, value_bytes: p.value_bytes, prefix: String::new() },
     })
 }
 

@@ -609,9 +609,14 @@ struct LoadArgs {
     /// Seconds to run (after one second of warm-up).
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
-    /// Keys the commands touch.
+    /// Keys the commands touch: PREFIX0 to PREFIX(N-1).
     #[arg(long, default_value_t = 10_000)]
     keys: u64,
+    /// What every key the load writes and reads starts with, so that the
+    /// load keeps off a cluster's other data ("" for the bare numbers
+    /// 0..N, the keys a benchmark's store is filled with).
+    #[arg(long, default_value = "psmr-load:")]
+    prefix: String,
     /// Percentage of writes (puts); the rest are reads.
     #[arg(long, default_value_t = 50)]
     write_pct: u8,
@@ -856,7 +861,7 @@ fn load(addrs: &[SocketAddr], config: impl Fn() -> ClientConfig, l: LoadArgs) ->
         per_request: l.per_request,
         warmup: Duration::from_secs(1),
         duration: secs(l.duration, "--duration")?,
-        ops: Ops::Kv { keys: l.keys, write_pct: l.write_pct, value_bytes: None },
+        ops: Ops::Kv { keys: l.keys, write_pct: l.write_pct, value_bytes: None, prefix: l.prefix.clone() },
         phases: Vec::new(),
         history: l.history,
         seed: l.seed,

@@ -411,6 +411,8 @@ fn histories_of_a_cluster_are_linearizable_and_a_doctored_one_is_not() {
     assert!(text(&ok.stdout).starts_with("linearizable"));
 
     let lines: Vec<String> = std::fs::read_to_string(&history).unwrap().lines().map(String::from).collect();
+    // The load keeps to keys of its own.
+    assert!(lines.iter().all(|l| l.contains("\"key\":\"psmr-load:")), "{lines:?}");
     let read = lines.iter().rposition(|l| l.contains("\"op\":\"read\"") && l.contains("\"status\":\"ok\"")).unwrap();
     let mut doctored = lines.clone();
     let mut op: serde_json::Value = serde_json::from_str(&doctored[read]).unwrap();

@@ -107,6 +107,7 @@ pub(super) enum Generator {
         keys: u64,
         write_pct: u64,
         value_bytes: Option<usize>,
+        prefix: Vec<u8>,
         x: XorShift,
     },
     List(Box<OpStream>),
@@ -135,10 +136,11 @@ impl Generator {
         // Each client its own stream, the same seed the same streams.
         let mixed = kv_stream::client_seed(seed, client);
         Ok(match ops {
-            Ops::Kv { keys, write_pct, value_bytes } => Generator::Kv {
+            Ops::Kv { keys, write_pct, value_bytes, prefix } => Generator::Kv {
                 keys: *keys,
                 write_pct: u64::from(*write_pct),
                 value_bytes: *value_bytes,
+                prefix: prefix.clone().into_bytes(),
                 x: XorShift::new(mixed),
             },
             Ops::List { model, workload, list_size } => {
@@ -151,12 +153,13 @@ impl Generator {
     pub fn request(&mut self, n: usize) -> Request {
         let mut r = Request { encoded: Vec::with_capacity(n), kinds: Vec::with_capacity(n), kv: Vec::new() };
         match self {
-            Generator::Kv { keys, write_pct, value_bytes, x } => {
+            Generator::Kv { keys, write_pct, value_bytes, prefix, x } => {
                 // The etcd driver of the peers scenario draws the same
                 // three numbers per put: keep them in step.
                 let mut next = || x.next();
                 for _ in 0..n {
-                    let key = kv::key_bytes(next() % *keys);
+                    let mut key = prefix.clone();
+                    key.extend_from_slice(&kv::key_bytes(next() % *keys));
                     let op = if next() % 100 < *write_pct {
                         let n = next();
                         let value =
@@ -241,8 +244,8 @@ mod tests {
             per_request: 1,
             warmup: Duration::from_secs(1),
             duration: Duration::from_secs(8),
-            ops: Ops::Kv { keys: 10, write_pct: 0, value_bytes: None },
-            phases: vec![Ops::Kv { keys: 10, write_pct: 100, value_bytes: None }; 3],
+            ops: Ops::Kv { keys: 10, write_pct: 0, value_bytes: None, prefix: String::new() },
+            phases: vec![Ops::Kv { keys: 10, write_pct: 100, value_bytes: None, prefix: String::new() }; 3],
             history: None,
             seed: 1,
         };
@@ -261,9 +264,15 @@ mod tests {
 
     #[test]
     fn sized_loads_put_values_of_exactly_their_size() {
-        let mut g = Generator::new(&Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(64) }, 1, 0).unwrap();
+        let mut g =
+            Generator::new(&Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(64), prefix: String::new() }, 1, 0)
+                .unwrap();
         let r = g.request(20);
         let small = |key: &[u8]| std::str::from_utf8(key).is_ok_and(|k| k.parse::<u64>().is_ok_and(|n| n < 10));
         assert!(r.kv.iter().all(|op| matches!(op, KvOp::Put { key, value } if small(key) && value.len() == 64)));
+        let ops = Ops::Kv { keys: 10, write_pct: 50, value_bytes: None, prefix: "load:".into() };
+        let r = Generator::new(&ops, 1, 0).unwrap().request(20);
+        let own = |key: &[u8]| key.strip_prefix(b"load:").is_some_and(small);
+        assert!(r.kv.iter().all(|op| matches!(op, KvOp::Put { key, .. } | KvOp::Read { key } if own(key))));
     }
 }

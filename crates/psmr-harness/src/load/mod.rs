@@ -20,7 +20,7 @@
 //!     per_request: 10,
 //!     warmup: Duration::from_secs(1),
 //!     duration: Duration::from_secs(5),
-//!     ops: Ops::Kv { keys: 10_000, write_pct: 50, value_bytes: None },
+//!     ops: Ops::Kv { keys: 10_000, write_pct: 50, value_bytes: None, prefix: String::new() },
 //!     phases: Vec::new(),
 //!     history: None,
 //!     seed: 1,
@@ -81,6 +81,9 @@ pub enum LoadError {
     /// A kv load's write percentage is above 100.
     #[error("--write-pct must be at most 100, got {0}")]
     WritePct(u8),
+    /// A kv load's key prefix is too long.
+    #[error("--prefix must be at most {PREFIX_MAX} bytes, got {0}")]
+    Prefix(usize),
     /// A kv load's value size is out of range.
     #[error("value_bytes must be between 1 and {VALUE_BYTES_MAX}, got {0}")]
     ValueBytes(usize),
@@ -121,12 +124,15 @@ pub enum LoadError {
     Panicked,
 }
 
+/// Longest key prefix of [`Ops::Kv`].
+pub const PREFIX_MAX: usize = 256;
+
 /// The commands a load sends.
 #[derive(Clone, Debug)]
 pub enum Ops {
     /// Key-value store: puts (`write_pct` %) and reads of keys
     /// [`psmr_services::kv::key_bytes`]`(0..keys)`: `"0"`, `"1"`, ... in
-    /// decimal.
+    /// decimal, after `prefix`.
     Kv {
         /// Keys the commands touch.
         keys: u64,
@@ -136,6 +142,11 @@ pub enum Ops {
         /// random number in decimal, padded with zeros on the left (or its
         /// last `value_bytes` digits). None: the number's own digits.
         value_bytes: Option<usize>,
+        /// Before every key's number, at most [`PREFIX_MAX`] bytes: a
+        /// load on a cluster that holds other data keeps to keys of its
+        /// own (`psmr client load`); empty for the preloaded keys of a
+        /// benchmark's cluster.
+        prefix: String,
     },
     /// Sharded list: the α-β-γ workload of `workload` (its mix, shards,
     /// skew, write skew and spread; its seed is replaced per client).
@@ -199,7 +210,10 @@ impl Ops {
     /// written of these operations).
     fn validate(&self, recorded: bool) -> Result<(), LoadError> {
         match self {
-            Ops::Kv { keys, write_pct, value_bytes } => {
+            Ops::Kv { keys, write_pct, value_bytes, prefix } => {
+                if prefix.len() > PREFIX_MAX {
+                    return Err(LoadError::Prefix(prefix.len()));
+                }
                 if *keys == 0 {
                     return Err(LoadError::Keys);
                 }
@@ -440,7 +454,7 @@ mod tests {
             per_request: 1,
             warmup: Duration::ZERO,
             duration: Duration::from_secs(1),
-            ops: Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(value_bytes) },
+            ops: Ops::Kv { keys: 10, write_pct: 100, value_bytes: Some(value_bytes), prefix: String::new() },
             phases: Vec::new(),
             history: None,
             seed: 1,
