@@ -157,6 +157,33 @@ fn transactions_run_whole_and_a_refused_command_aborts_them() {
 }
 
 #[test]
+fn hashes_work_through_any_replica_as_redis_clients_use_them() {
+    let cluster = cluster();
+    let addrs = cluster.redis_addrs();
+    let (mut a, mut b) = (connect(addrs[0]), connect(addrs[1]));
+    assert_eq!(cmd::<i64>(&mut a, &["HSET", "user:1", "name", "ada", "lang", "rust"]).unwrap(), 2);
+    assert_eq!(cmd::<String>(&mut b, &["HGET", "user:1", "name"]).unwrap(), "ada");
+    let all: std::collections::HashMap<String, String> = cmd(&mut b, &["HGETALL", "user:1"]).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(cmd::<Vec<String>>(&mut a, &["HKEYS", "user:1"]).unwrap(), ["lang", "name"]);
+    assert_eq!(cmd::<i64>(&mut a, &["HINCRBY", "user:1", "visits", "3"]).unwrap(), 3);
+    assert_eq!(cmd::<String>(&mut a, &["HINCRBYFLOAT", "user:1", "score", "1.5"]).unwrap(), "1.5");
+    assert_eq!(cmd::<String>(&mut a, &["HMSET", "user:2", "a", "1"]).unwrap(), "OK");
+    assert_eq!(cmd::<String>(&mut a, &["TYPE", "user:1"]).unwrap(), "hash");
+    let e = cmd::<String>(&mut a, &["GET", "user:1"]).unwrap_err().to_string();
+    assert!(e.contains("WRONGTYPE"), "{e}");
+    let e = cmd::<i64>(&mut a, &["HSET", "user:1", "odd"]).unwrap_err().to_string();
+    assert!(e.contains("wrong number of arguments"), "{e}");
+    let e = cmd::<String>(&mut a, &["HINCRBYFLOAT", "user:1", "score", "x"]).unwrap_err().to_string();
+    assert!(e.contains("not a valid float"), "{e}");
+    assert_eq!(cmd::<i64>(&mut b, &["HDEL", "user:2", "a"]).unwrap(), 1);
+    assert_eq!(cmd::<String>(&mut b, &["TYPE", "user:2"]).unwrap(), "none", "gone with its last field");
+    // RESP3: HGETALL is a map.
+    let (out, _) = raw(addrs[2], b"HELLO 3\r\nHGETALL user:2\r\nHGETALL user:1\r\n");
+    assert!(out.contains("%0\r\n%4\r\n"), "{out}");
+}
+
+#[test]
 fn the_command_reference_matches_the_code_both_ways() {
     use psmr::resp::Commands;
     let doc = include_str!("../../../docs/redis.md");

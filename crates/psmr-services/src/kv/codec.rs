@@ -1,6 +1,6 @@
 //! [`KvCodec`]: [`KvOp`]s and [`KvReply`]s on the wire.
 
-use super::{KvError, KvOp, KvReply, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
+use super::{HashCmd, KvError, KvOp, KvReply, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX};
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 
 /// Puts [`KvOp`]s and [`KvReply`]s on the wire.
@@ -33,7 +33,23 @@ mod tag {
     pub const EXISTS: u8 = 12;
     pub const DBSIZE: u8 = 13;
     pub const FLUSHDB: u8 = 14;
+    pub const HASH: u8 = 15;
+    pub const TYPE: u8 = 16;
 }
+
+/// Errors on the wire: their place in this list.
+const ERRORS: [KvError; 10] = [
+    KvError::NotInteger,
+    KvError::Overflow,
+    KvError::TooLarge,
+    KvError::ReplyTooLarge,
+    KvError::WrongType,
+    KvError::HashNotInteger,
+    KvError::HashNotFloat,
+    KvError::NotFloat,
+    KvError::NotFinite,
+    KvError::HashTooLarge,
+];
 
 impl OpCodec for KvCodec {
     type Op = KvOp;
@@ -62,6 +78,8 @@ impl OpCodec for KvCodec {
             KvOp::Exists { keys } => encode_keys(e.u8(tag::EXISTS), keys),
             KvOp::DbSize => e.u8(tag::DBSIZE),
             KvOp::FlushDb => e.u8(tag::FLUSHDB),
+            KvOp::Hash { key, cmd } => encode_hash(e.u8(tag::HASH).bytes(key), cmd),
+            KvOp::Type { key } => e.u8(tag::TYPE).bytes(key),
         };
         e.finish()
     }
@@ -84,6 +102,8 @@ impl OpCodec for KvCodec {
             tag::EXISTS => KvOp::Exists { keys: keys(&mut d)? },
             tag::DBSIZE => KvOp::DbSize,
             tag::FLUSHDB => KvOp::FlushDb,
+            tag::HASH => KvOp::Hash { key: key(&mut d)?, cmd: hash_cmd(&mut d)? },
+            tag::TYPE => KvOp::Type { key: key(&mut d)? },
             t => return Err(d.error(format!("unknown operation tag {t}"))),
         };
         d.end()?;
@@ -117,7 +137,9 @@ impl OpCodec for KvCodec {
             1 => KvReply::Done(flag(&mut d)?),
             2 => KvReply::Int(d.u64()? as i64),
             3 => {
-                let n = d.count(OP_KEYS_MAX, 1)?;
+                // A hash's fields or values may be many more than one
+                // operation's keys; each takes at least its marker byte.
+                let n = d.count(REPLY_VALUES_MAX, 1)?;
                 KvReply::Values((0..n).map(|_| decode_value(&mut d)).collect::<Result<_, _>>()?)
             }
             4 => KvReply::Error(error(&mut d)?),
@@ -156,12 +178,54 @@ fn when_byte(when: SetWhen) -> u8 {
 }
 
 fn error_byte(e: KvError) -> u8 {
-    match e {
-        KvError::NotInteger => 0,
-        KvError::Overflow => 1,
-        KvError::TooLarge => 2,
-        KvError::ReplyTooLarge => 3,
+    ERRORS.iter().position(|&x| x == e).expect("every error is listed") as u8
+}
+
+/// A hash command after its key: a sub-tag in [`HashCmd`] declaration
+/// order, then its fields.
+fn encode_hash<'e>(e: &'e mut Encoder, cmd: &HashCmd) -> &'e mut Encoder {
+    match cmd {
+        HashCmd::Set(pairs) => {
+            e.u8(0).u32(list_len(pairs.len()));
+            pairs.iter().fold(e, |e, (k, v)| e.bytes(k).bytes(v))
+        }
+        HashCmd::MSet(pairs) => {
+            e.u8(13).u32(list_len(pairs.len()));
+            pairs.iter().fold(e, |e, (k, v)| e.bytes(k).bytes(v))
+        }
+        HashCmd::SetNx(f, v) => e.u8(1).bytes(f).bytes(v),
+        HashCmd::Get(f) => e.u8(2).bytes(f),
+        HashCmd::MGet(fs) => encode_keys(e.u8(3), fs),
+        HashCmd::Del(fs) => encode_keys(e.u8(4), fs),
+        HashCmd::GetAll => e.u8(5),
+        HashCmd::Keys => e.u8(6),
+        HashCmd::Vals => e.u8(7),
+        HashCmd::Len => e.u8(8),
+        HashCmd::Exists(f) => e.u8(9).bytes(f),
+        HashCmd::IncrBy(f, by) => e.u8(10).bytes(f).u64(*by as u64),
+        HashCmd::IncrByFloat(f, by) => e.u8(11).bytes(f).bytes(by),
+        HashCmd::Strlen(f) => e.u8(12).bytes(f),
     }
+}
+
+fn hash_cmd(d: &mut Decoder<'_>) -> Result<HashCmd, WireError> {
+    Ok(match d.u8()? {
+        0 => HashCmd::Set(pairs(d)?),
+        1 => HashCmd::SetNx(key(d)?, value(d)?),
+        2 => HashCmd::Get(key(d)?),
+        3 => HashCmd::MGet(keys(d)?),
+        4 => HashCmd::Del(keys(d)?),
+        5 => HashCmd::GetAll,
+        6 => HashCmd::Keys,
+        7 => HashCmd::Vals,
+        8 => HashCmd::Len,
+        9 => HashCmd::Exists(key(d)?),
+        10 => HashCmd::IncrBy(key(d)?, d.u64()? as i64),
+        11 => HashCmd::IncrByFloat(key(d)?, value(d)?),
+        12 => HashCmd::Strlen(key(d)?),
+        13 => HashCmd::MSet(pairs(d)?),
+        t => return Err(d.error(format!("unknown hash command {t}"))),
+    })
 }
 
 fn key(d: &mut Decoder<'_>) -> Result<Vec<u8>, WireError> {
@@ -210,13 +274,8 @@ fn when(d: &mut Decoder<'_>) -> Result<SetWhen, WireError> {
 }
 
 fn error(d: &mut Decoder<'_>) -> Result<KvError, WireError> {
-    match d.u8()? {
-        0 => Ok(KvError::NotInteger),
-        1 => Ok(KvError::Overflow),
-        2 => Ok(KvError::TooLarge),
-        3 => Ok(KvError::ReplyTooLarge),
-        b => Err(d.error(format!("unknown error code {b}"))),
-    }
+    let b = d.u8()?;
+    ERRORS.get(usize::from(b)).copied().ok_or_else(|| d.error(format!("unknown error code {b}")))
 }
 
 fn decode_value(d: &mut Decoder<'_>) -> Result<Option<Vec<u8>>, WireError> {

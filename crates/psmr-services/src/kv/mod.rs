@@ -1,6 +1,9 @@
 //! The key-value store of 004 §VI, grown into a small Redis: byte-string
-//! keys and values, the create/read/update/delete operations of the paper,
-//! and the string commands of Redis ([`KvRedis`] maps them).
+//! keys holding strings or hashes, the create/read/update/delete
+//! operations of the paper, and the string and hash commands of Redis
+//! ([`KvRedis`] maps them). A hash is one value under one key: a command
+//! on it names that key, so hash commands conflict exactly as string
+//! commands on the same key do.
 //!
 //! # Keys and conflicts
 //!
@@ -167,6 +170,90 @@ pub enum KvOp {
     DbSize,
     /// Redis `FLUSHDB`: remove every key.
     FlushDb,
+    /// A command on the hash at `key` (Redis `H*`).
+    Hash {
+        /// The hash's key.
+        key: Vec<u8>,
+        /// What to do with it.
+        cmd: HashCmd,
+    },
+    /// Redis `TYPE`: the kind of value at `key` (`none` if absent).
+    Type {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+/// A command on a hash ([`KvOp::Hash`]). Fields are byte strings of at
+/// most [`KEY_MAX`] bytes, values of at most [`VALUE_MAX`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum HashCmd {
+    /// `HSET`: set every pair, in order; the reply counts the fields that
+    /// are new.
+    Set(Vec<Pair>),
+    /// `HMSET`: `HSET`, replying `+OK`.
+    MSet(Vec<Pair>),
+    /// `HSETNX`: set the field unless it exists; 1 if set.
+    SetNx(Vec<u8>, Vec<u8>),
+    /// `HGET`: the field's value, or nil.
+    Get(Vec<u8>),
+    /// `HMGET`: each field's value, or nil.
+    MGet(Vec<Vec<u8>>),
+    /// `HDEL`: remove the fields; the reply counts those removed. The key
+    /// goes with its last field.
+    Del(Vec<Vec<u8>>),
+    /// `HGETALL`: fields and values, by increasing field.
+    GetAll,
+    /// `HKEYS`: the fields, by increasing field.
+    Keys,
+    /// `HVALS`: the values, by increasing field.
+    Vals,
+    /// `HLEN`: the number of fields.
+    Len,
+    /// `HEXISTS`: 1 if the field exists.
+    Exists(Vec<u8>),
+    /// `HINCRBY`: add to the field's decimal integer (0 when absent).
+    IncrBy(Vec<u8>, i64),
+    /// `HINCRBYFLOAT`: add the decimal float (its text, as given) to the
+    /// field's (0 when absent); the reply is the new value's text.
+    IncrByFloat(Vec<u8>, Vec<u8>),
+    /// `HSTRLEN`: the length of the field's value (0 when absent).
+    Strlen(Vec<u8>),
+}
+
+impl HashCmd {
+    /// Whether the command changes nothing.
+    pub fn is_read(&self) -> bool {
+        !matches!(
+            self,
+            HashCmd::Set(_)
+                | HashCmd::MSet(_)
+                | HashCmd::SetNx(..)
+                | HashCmd::Del(_)
+                | HashCmd::IncrBy(..)
+                | HashCmd::IncrByFloat(..)
+        )
+    }
+
+    /// The Redis command's name, in capitals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HashCmd::Set(_) => "HSET",
+            HashCmd::MSet(_) => "HMSET",
+            HashCmd::SetNx(..) => "HSETNX",
+            HashCmd::Get(_) => "HGET",
+            HashCmd::MGet(_) => "HMGET",
+            HashCmd::Del(_) => "HDEL",
+            HashCmd::GetAll => "HGETALL",
+            HashCmd::Keys => "HKEYS",
+            HashCmd::Vals => "HVALS",
+            HashCmd::Len => "HLEN",
+            HashCmd::Exists(_) => "HEXISTS",
+            HashCmd::IncrBy(..) => "HINCRBY",
+            HashCmd::IncrByFloat(..) => "HINCRBYFLOAT",
+            HashCmd::Strlen(_) => "HSTRLEN",
+        }
+    }
 }
 
 /// When [`KvOp::Set`] sets its key.
@@ -193,7 +280,9 @@ impl KvOp {
             | KvOp::Set { key, .. }
             | KvOp::Incr { key, .. }
             | KvOp::Append { key, .. }
-            | KvOp::Strlen { key } => (Some(key), &[], &[]),
+            | KvOp::Strlen { key }
+            | KvOp::Hash { key, .. }
+            | KvOp::Type { key } => (Some(key), &[], &[]),
             KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } => (None, keys, &[]),
             KvOp::MSet { pairs } => (None, &[], pairs),
             KvOp::DbSize | KvOp::FlushDb => (None, &[], &[]),
@@ -205,7 +294,13 @@ impl KvOp {
     /// `Exists`. `DbSize` changes nothing but is not one: it writes [`ALL`]
     /// so that it excludes every write.
     pub fn is_read(&self) -> bool {
-        matches!(self, KvOp::Read { .. } | KvOp::Strlen { .. } | KvOp::MGet { .. } | KvOp::Exists { .. })
+        match self {
+            KvOp::Read { .. } | KvOp::Strlen { .. } | KvOp::MGet { .. } | KvOp::Exists { .. } | KvOp::Type { .. } => {
+                true
+            }
+            KvOp::Hash { cmd, .. } => cmd.is_read(),
+            _ => false,
+        }
     }
 
     /// The operation's name, in capitals, for messages: the Redis command
@@ -227,6 +322,8 @@ impl KvOp {
             KvOp::Exists { .. } => "EXISTS",
             KvOp::DbSize => "DBSIZE",
             KvOp::FlushDb => "FLUSHDB",
+            KvOp::Hash { cmd, .. } => cmd.name(),
+            KvOp::Type { .. } => "TYPE",
         }
     }
 }
@@ -265,6 +362,24 @@ pub enum KvError {
     /// `MGet` whose values add up to more than [`REPLY_VALUES_MAX`].
     #[error("ERR MGET reply would exceed {max} bytes of values; ask for fewer keys", max = REPLY_VALUES_MAX)]
     ReplyTooLarge,
+    /// A command on a key that holds another kind of value.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// `HINCRBY` on a field whose value is not a decimal integer.
+    #[error("ERR hash value is not an integer")]
+    HashNotInteger,
+    /// `HINCRBYFLOAT` on a field whose value is not a float.
+    #[error("ERR hash value is not a float")]
+    HashNotFloat,
+    /// `HINCRBYFLOAT` by an increment that is not a float.
+    #[error("ERR value is not a valid float")]
+    NotFloat,
+    /// `HINCRBYFLOAT` whose result is not finite.
+    #[error("ERR increment would produce NaN or Infinity")]
+    NotFinite,
+    /// A reply of a whole hash over [`REPLY_VALUES_MAX`] bytes.
+    #[error("ERR reply would exceed {max} bytes; the hash is too large to read whole", max = REPLY_VALUES_MAX)]
+    HashTooLarge,
 }
 
 /// An operation the class model cannot class: [`access`] refuses it.

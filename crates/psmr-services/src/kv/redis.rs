@@ -18,12 +18,17 @@
 //! | `STRLEN k` | `Strlen` | integer |
 //! | `DBSIZE` | `DbSize` | integer |
 //! | `FLUSHDB [ASYNC\|SYNC]` | `FlushDb` | `+OK` |
+//! | `HSET k f v ...`, `HMSET`, `HSETNX` | `Hash` | integer: fields added; `+OK` for `HMSET` |
+//! | `HGET`, `HMGET`, `HGETALL`, `HKEYS`, `HVALS` | `Hash` | bulk or nil; arrays (a map in RESP3 for `HGETALL`), in field order |
+//! | `HDEL`, `HLEN`, `HEXISTS`, `HSTRLEN`, `HINCRBY` | `Hash` | integer |
+//! | `HINCRBYFLOAT k f x` | `Hash` | bulk: the new value |
+//! | `TYPE k` | `Type` | `+string`, `+hash` or `+none` |
 //!
 //! Connection commands (`PING`, `HELLO`, ...) belong to the server and never
 //! reach this table. Key expiry (`EX`, `PX`, `EXAT`, `PXAT`, `KEEPTTL`) is
 //! refused: it would need a clock every replica agrees on.
 
-use super::{parse_integer, KvError, KvOp, KvReply, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
+use super::{parse_integer, HashCmd, KvError, KvOp, KvReply, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
 use bytes::Bytes;
 use psmr_resp::{unknown_command, wrong_arity, Commands, Reply};
 
@@ -60,6 +65,21 @@ const TABLE: &[Spec] = &[
     Spec { name: "strlen", arity: 2, parse: |a| Ok(KvOp::Strlen { key: key(&a[1])? }) },
     Spec { name: "dbsize", arity: 1, parse: |_| Ok(KvOp::DbSize) },
     Spec { name: "flushdb", arity: -1, parse: flushdb },
+    Spec { name: "hset", arity: -4, parse: |a| hash(a, HashCmd::Set(field_pairs(a, "hset")?)) },
+    Spec { name: "hmset", arity: -4, parse: |a| hash(a, HashCmd::MSet(field_pairs(a, "hmset")?)) },
+    Spec { name: "hsetnx", arity: 4, parse: |a| hash(a, HashCmd::SetNx(key(&a[2])?, value(&a[3])?)) },
+    Spec { name: "hget", arity: 3, parse: |a| hash(a, HashCmd::Get(key(&a[2])?)) },
+    Spec { name: "hmget", arity: -3, parse: |a| hash(a, HashCmd::MGet(keys(&a[2..])?)) },
+    Spec { name: "hdel", arity: -3, parse: |a| hash(a, HashCmd::Del(keys(&a[2..])?)) },
+    Spec { name: "hgetall", arity: 2, parse: |a| hash(a, HashCmd::GetAll) },
+    Spec { name: "hkeys", arity: 2, parse: |a| hash(a, HashCmd::Keys) },
+    Spec { name: "hvals", arity: 2, parse: |a| hash(a, HashCmd::Vals) },
+    Spec { name: "hlen", arity: 2, parse: |a| hash(a, HashCmd::Len) },
+    Spec { name: "hexists", arity: 3, parse: |a| hash(a, HashCmd::Exists(key(&a[2])?)) },
+    Spec { name: "hincrby", arity: 4, parse: |a| hash(a, HashCmd::IncrBy(key(&a[2])?, integer(&a[3])?)) },
+    Spec { name: "hincrbyfloat", arity: 4, parse: hincrbyfloat },
+    Spec { name: "hstrlen", arity: 3, parse: |a| hash(a, HashCmd::Strlen(key(&a[2])?)) },
+    Spec { name: "type", arity: 2, parse: |a| Ok(KvOp::Type { key: key(&a[1])? }) },
 ];
 
 impl Commands for KvRedis {
@@ -87,19 +107,32 @@ impl Commands for KvRedis {
     }
 
     fn reply(&self, op: &KvOp, reply: KvReply) -> Reply {
-        match reply {
-            KvReply::Error(e) => Reply::error(e.to_string()),
-            KvReply::Value(v) => bulk_or_nil(v),
-            KvReply::Int(n) => Reply::integer(n),
-            KvReply::Values(vs) => Reply::array(vs.into_iter().map(bulk_or_nil).collect()),
-            KvReply::Done(done) => match op {
-                KvOp::Set { .. } | KvOp::MSet { .. } | KvOp::FlushDb if done => Reply::ok(),
-                KvOp::Set { .. } => Reply::null(),
-                // The paper's operations have no Redis command; 1 or 0 says
-                // what their boolean does.
-                _ => Reply::integer(i64::from(done)),
-            },
+        match (op, reply) {
+            (_, KvReply::Error(e)) => Reply::error(e.to_string()),
+            (KvOp::Type { .. }, KvReply::Value(Some(kind))) => Reply::simple(String::from_utf8_lossy(&kind)),
+            (KvOp::Hash { cmd: HashCmd::MSet(_), .. }, _) => Reply::ok(),
+            (KvOp::Hash { cmd: HashCmd::GetAll, .. }, KvReply::Values(flat)) => Reply::map(
+                flat.chunks_exact(2).map(|fv| (bulk_or_nil(fv[0].clone()), bulk_or_nil(fv[1].clone()))).collect(),
+            ),
+            (_, reply) => plain_reply(op, reply),
         }
+    }
+}
+
+/// The reply of an operation whose reply says it all.
+fn plain_reply(op: &KvOp, reply: KvReply) -> Reply {
+    match reply {
+        KvReply::Error(e) => Reply::error(e.to_string()),
+        KvReply::Value(v) => bulk_or_nil(v),
+        KvReply::Int(n) => Reply::integer(n),
+        KvReply::Values(vs) => Reply::array(vs.into_iter().map(bulk_or_nil).collect()),
+        KvReply::Done(done) => match op {
+            KvOp::Set { .. } | KvOp::MSet { .. } | KvOp::FlushDb if done => Reply::ok(),
+            KvOp::Set { .. } => Reply::null(),
+            // The paper's operations have no Redis command; 1 or 0 says
+            // what their boolean does.
+            _ => Reply::integer(i64::from(done)),
+        },
     }
 }
 
@@ -147,13 +180,37 @@ fn decrby(a: &[Bytes]) -> Result<KvOp, Reply> {
 /// `MSET key value [key value ...]`: an odd number of arguments after the
 /// name is Redis's arity error.
 fn mset(a: &[Bytes]) -> Result<KvOp, Reply> {
-    if a.len() % 2 == 0 {
-        return Err(wrong_arity("mset"));
+    Ok(KvOp::MSet { pairs: pairs_of(&a[1..], "mset")? })
+}
+
+/// A hash command `cmd` on the key `a[1]`.
+fn hash(a: &[Bytes], cmd: HashCmd) -> Result<KvOp, Reply> {
+    Ok(KvOp::Hash { key: key(&a[1])?, cmd })
+}
+
+/// The field-value pairs after `name key`: an odd count is Redis's arity
+/// error.
+fn field_pairs(a: &[Bytes], name: &str) -> Result<Vec<Pair>, Reply> {
+    pairs_of(&a[2..], name)
+}
+
+/// Name-value pairs (keys or fields, and values) of command `name`: an odd
+/// count is Redis's arity error.
+fn pairs_of(rest: &[Bytes], name: &str) -> Result<Vec<Pair>, Reply> {
+    if rest.len() % 2 != 0 {
+        return Err(wrong_arity(name));
     }
-    let rest = &a[1..];
     check_key_count(rest.len() / 2)?;
-    let pairs = rest.chunks_exact(2).map(|kv| Ok((key(&kv[0])?, value(&kv[1])?))).collect::<Result<_, Reply>>()?;
-    Ok(KvOp::MSet { pairs })
+    rest.chunks_exact(2).map(|kv| Ok((key(&kv[0])?, value(&kv[1])?))).collect()
+}
+
+/// `HINCRBYFLOAT key field increment`: the increment must read as a float
+/// (checked here to answer at once, and again where it executes).
+fn hincrbyfloat(a: &[Bytes]) -> Result<KvOp, Reply> {
+    if super::store::float(&a[3]).is_none() {
+        return Err(Reply::error(KvError::NotFloat.to_string()));
+    }
+    hash(a, HashCmd::IncrByFloat(key(&a[2])?, value(&a[3])?))
 }
 
 /// `FLUSHDB [ASYNC|SYNC]`: both flush at once; flushing in the background

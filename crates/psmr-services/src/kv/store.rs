@@ -1,6 +1,10 @@
 //! [`KvService`]: the store, its execution of every [`KvOp`], and its
 //! snapshots and digest.
 
+mod hash;
+
+pub(crate) use hash::float;
+
 use super::{
     key_bytes, key_hash, parse_integer, KvError, KvOp, KvReply, SetWhen, KEY_MAX, REPLY_VALUES_MAX, VALUE_MAX,
 };
@@ -8,14 +12,16 @@ use crate::Cost;
 use parking_lot::RwLock;
 use psmr_model::snapshot::{put_bytes, put_header, put_u64, SnapshotReader};
 use psmr_model::{Command, Digest, Frozen, FrozenDigest, Key, Service, SnapshotError, StableHasher, UnorderedDigest};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"PSKV";
-/// Version 2: byte-string keys. Version 1 had `u64` keys.
-const SNAPSHOT_VERSION: u16 = 2;
+/// Version 3: typed values (strings and hashes). Version 2 held strings
+/// only (still read), version 1 had `u64` keys.
+const SNAPSHOT_VERSION: u16 = 3;
 
 /// Lock stripes. Enough that threads on unrelated keys rarely share a lock
 /// on machines with up to a few dozen cores.
@@ -40,13 +46,33 @@ const BUCKETS: usize = 256;
 /// small stripe copies at most this many keys (tens of µs).
 const SPLIT_AT: usize = 1024;
 
-/// A value, shared between the store and the snapshot being written. Its
-/// bytes live in a buffer of their own rather than after the reference
-/// counts (`Arc<[u8]>`): size-class allocators round a 1 KiB value plus
-/// 16 bytes of counts up to 1.25 KiB, a quarter more memory for the
-/// common power-of-two value sizes, while the buffer alone fits its class
-/// exactly and the counts take 48 bytes apart.
-type Value = Arc<Vec<u8>>;
+/// What a key holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Obj {
+    /// A string (Redis's strings, the paper's values).
+    Str(Vec<u8>),
+    /// A hash: fields and values, ordered by field so that every replica
+    /// replies and snapshots alike.
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+impl Obj {
+    /// Redis's name for the kind of value (`TYPE`).
+    fn kind(&self) -> &'static [u8] {
+        match self {
+            Obj::Str(_) => b"string",
+            Obj::Hash(_) => b"hash",
+        }
+    }
+}
+
+/// A value, shared between the store and the snapshot being written. A
+/// string's bytes live in a buffer of their own rather than after the
+/// reference counts (`Arc<[u8]>`): size-class allocators round a 1 KiB
+/// value plus 16 bytes of counts up to 1.25 KiB, a quarter more memory for
+/// the common power-of-two value sizes, while the buffer alone fits its
+/// class exactly and the counts and the kind take 48 bytes apart.
+type Value = Arc<Obj>;
 type Map = HashMap<Vec<u8>, Value, KeyHashBuilder>;
 /// A stripe: its keys spread over one map or, past [`SPLIT_AT`] keys,
 /// [`BUCKETS`] maps, each shared with the snapshot being written, if any.
@@ -215,10 +241,20 @@ impl KvService {
         self.regions.enter_each(command, regions)
     }
 
-    fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+    fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&Obj>) -> R) -> R {
         let hash = key_hash(key);
         let buckets = self.stripes[stripe_of(hash)].read();
-        f(buckets[bucket_of(hash, &buckets)].get(key).map(|v| &v[..]))
+        f(buckets[bucket_of(hash, &buckets)].get(key).map(|v| &**v))
+    }
+
+    /// The string at `key` handed to `f`; a key that holds another kind of
+    /// value is [`KvError::WrongType`].
+    fn read_str<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, KvError> {
+        self.read(key, |v| match v {
+            None => Ok(f(None)),
+            Some(Obj::Str(bytes)) => Ok(f(Some(bytes))),
+            Some(_) => Err(KvError::WrongType),
+        })
     }
 
     /// Runs `f` on the bucket of `key`, copied first if a snapshot shares
@@ -248,7 +284,7 @@ impl KvService {
     /// Executes `op`; the command's cost is paid by the caller.
     fn apply(&self, op: &KvOp) -> KvReply {
         match op {
-            KvOp::Read { key } => KvReply::Value(self.read(key, |v| v.map(<[u8]>::to_vec))),
+            KvOp::Read { key } => or_error(self.read_str(key, |v| KvReply::Value(v.map(<[u8]>::to_vec)))),
             KvOp::Create { key, value } => KvReply::Done(self.write(key, |m| {
                 let absent = !m.contains_key(key.as_slice());
                 if absent {
@@ -263,12 +299,14 @@ impl KvService {
                 }
                 None => false,
             })),
+            KvOp::Hash { key, cmd } => self.write(key, |m| hash::run(m, key, cmd)),
+            KvOp::Type { key } => KvReply::Value(Some(self.read(key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec()))),
             KvOp::Delete { key } => KvReply::Done(self.write(key, |m| m.remove(key.as_slice()).is_some())),
             KvOp::Put { key, value } => KvReply::Done(self.write(key, |m| put(m, key, value))),
             KvOp::Set { key, value, when, get } => self.write(key, |m| set(m, key, value, *when, *get)),
             KvOp::Incr { key, by } => self.write(key, |m| incr(m, key, *by)),
             KvOp::Append { key, value } => self.write(key, |m| append(m, key, value)),
-            KvOp::Strlen { key } => KvReply::Int(self.read(key, |v| count(v.map_or(0, <[u8]>::len)))),
+            KvOp::Strlen { key } => or_error(self.read_str(key, |v| KvReply::Int(count(v.map_or(0, <[u8]>::len))))),
             KvOp::MGet { keys } => self.mget(keys),
             KvOp::MSet { pairs } => {
                 for (key, value) in pairs {
@@ -297,7 +335,11 @@ impl KvService {
         let mut bytes = 0usize;
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
-            let value = self.read(key, |v| v.map(<[u8]>::to_vec));
+            // A key of another kind reads as nil, as in Redis.
+            let value = self.read(key, |v| match v {
+                Some(Obj::Str(bytes)) => Some(bytes.clone()),
+                _ => None,
+            });
             bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
             if bytes > REPLY_VALUES_MAX {
                 return KvReply::Error(KvError::ReplyTooLarge);
@@ -323,26 +365,49 @@ fn put(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
     }
 }
 
-/// Replaces `v` with `value`: in place if no snapshot shares it and the
-/// length is the same (no allocation), else with a new value.
+/// Replaces `v` with the string `value`: in place if no snapshot shares
+/// it and it is a string of the same length (no allocation), else with a
+/// new value.
 fn overwrite(v: &mut Value, value: &[u8]) {
     match Arc::get_mut(v) {
-        Some(bytes) if bytes.len() == value.len() => bytes.copy_from_slice(value),
+        Some(Obj::Str(bytes)) if bytes.len() == value.len() => bytes.copy_from_slice(value),
         _ => *v = shared(value),
     }
 }
 
-/// A new value holding `bytes`.
+/// A new value holding the string `bytes`.
 fn shared(bytes: &[u8]) -> Value {
-    Arc::new(bytes.to_vec())
+    Arc::new(Obj::Str(bytes.to_vec()))
+}
+
+/// The reply of `r`, or its error.
+fn or_error(r: Result<KvReply, KvError>) -> KvReply {
+    r.unwrap_or_else(KvReply::Error)
+}
+
+/// The string at `key` in `m`, if any; another kind is
+/// [`KvError::WrongType`].
+fn string<'m>(m: &'m Map, key: &[u8]) -> Result<Option<&'m Vec<u8>>, KvError> {
+    match m.get(key).map(|v| &**v) {
+        None => Ok(None),
+        Some(Obj::Str(bytes)) => Ok(Some(bytes)),
+        Some(_) => Err(KvError::WrongType),
+    }
 }
 
 fn set(m: &mut Map, key: &[u8], value: &[u8], when: SetWhen, get: bool) -> KvReply {
-    let old = m.get(key);
+    // With GET, a key of another kind is an error and nothing is set;
+    // without, SET replaces whatever the key holds.
+    let old = match (get, string(m, key)) {
+        (true, Err(e)) => return KvReply::Error(e),
+        (_, Ok(old)) => old,
+        (false, Err(_)) => None,
+    };
+    let exists = m.contains_key(key);
     let apply = match when {
         SetWhen::Always => true,
-        SetWhen::IfAbsent => old.is_none(),
-        SetWhen::IfPresent => old.is_some(),
+        SetWhen::IfAbsent => !exists,
+        SetWhen::IfPresent => exists,
     };
     let reply = if get { KvReply::Value(old.map(|v| v.to_vec())) } else { KvReply::Done(apply) };
     if apply {
@@ -355,9 +420,10 @@ fn set(m: &mut Map, key: &[u8], value: &[u8], when: SetWhen, get: bool) -> KvRep
 /// decimal, as Redis does; the value must parse as Redis's `string2ll`
 /// parses it.
 fn incr(m: &mut Map, key: &[u8], by: i64) -> KvReply {
-    let current = match m.get(key) {
-        None => 0,
-        Some(v) => match parse_integer(v) {
+    let current = match string(m, key) {
+        Err(e) => return KvReply::Error(e),
+        Ok(None) => 0,
+        Ok(Some(v)) => match parse_integer(v) {
             Some(n) => n,
             None => return KvReply::Error(KvError::NotInteger),
         },
@@ -370,13 +436,16 @@ fn incr(m: &mut Map, key: &[u8], by: i64) -> KvReply {
 }
 
 fn append(m: &mut Map, key: &[u8], value: &[u8]) -> KvReply {
-    let current = m.get(key).map_or(0, |v| v.len());
+    let current = match string(m, key) {
+        Err(e) => return KvReply::Error(e),
+        Ok(v) => v.map_or(0, Vec::len),
+    };
     if current.saturating_add(value.len()) > VALUE_MAX {
         return KvReply::Error(KvError::TooLarge);
     }
-    match m.get_mut(key) {
-        Some(v) => Arc::make_mut(v).extend_from_slice(value),
-        None => {
+    match m.get_mut(key).map(Arc::make_mut) {
+        Some(Obj::Str(bytes)) => bytes.extend_from_slice(value),
+        _ => {
             m.insert(key.to_vec(), shared(value));
         }
     }
@@ -420,48 +489,97 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
     put_u64(w, entries.len() as u64)?;
     for (k, v) in entries {
         put_bytes(w, k)?;
-        put_bytes(w, v)?;
+        match &**v {
+            Obj::Str(bytes) => {
+                w.write_all(&[KIND_STR])?;
+                put_bytes(w, bytes)?;
+            }
+            Obj::Hash(fields) => {
+                w.write_all(&[KIND_HASH])?;
+                put_u64(w, fields.len() as u64)?;
+                for (f, v) in fields {
+                    put_bytes(w, f)?;
+                    put_bytes(w, v)?;
+                }
+            }
+        }
     }
     Ok(())
 }
 
+/// The kind byte of a version 3 snapshot's entry.
+const KIND_STR: u8 = 0;
+const KIND_HASH: u8 = 1;
+
 /// Opens a key-value snapshot; a version 1 snapshot, from builds with
 /// `u64` keys, gets an error that says why rather than the generic
 /// version mismatch.
-fn open(src: &mut dyn Read) -> Result<SnapshotReader<'_>, SnapshotError> {
+fn open(src: &mut dyn Read) -> Result<(SnapshotReader<'_>, u16), SnapshotError> {
     let mut r = SnapshotReader::new(src);
     if &r.array::<4>()? != SNAPSHOT_MAGIC {
         return Err(SnapshotError::Malformed("not a key-value snapshot (bad magic)".into()));
     }
     match r.u16()? {
-        SNAPSHOT_VERSION => Ok(r),
+        v @ (2 | SNAPSHOT_VERSION) => Ok((r, v)),
         1 => Err(SnapshotError::Malformed(
             "key-value snapshot version 1 has numeric (u64) keys, which this build no longer reads: its store has \
              byte-string keys (snapshot version 2); restore from a replica running this build"
                 .into(),
         )),
         v => Err(SnapshotError::Malformed(format!(
-            "key-value snapshot version {v} is not supported (only {SNAPSHOT_VERSION})"
+            "key-value snapshot version {v} is not supported (2 and {SNAPSHOT_VERSION} are)"
         ))),
     }
 }
 
-/// Reads the entries after the header, each handed to `insert`; keys must
-/// be strictly increasing, and the source must end with the last.
-fn read_entries(mut r: SnapshotReader<'_>, mut insert: impl FnMut(Vec<u8>, Vec<u8>)) -> Result<(), SnapshotError> {
+/// Reads the entries after the header of a snapshot of `version`, each
+/// handed to `insert`; keys (and a hash's fields) must be strictly
+/// increasing, and the source must end with the last.
+fn read_entries(
+    (mut r, version): (SnapshotReader<'_>, u16),
+    mut insert: impl FnMut(Vec<u8>, Obj),
+) -> Result<(), SnapshotError> {
     let count = r.u64()?;
     let mut last: Option<Vec<u8>> = None;
     for _ in 0..count {
         let key = r.bytes(KEY_MAX, "a key")?;
         if last.as_ref().is_some_and(|l| *l >= key) {
-            let shown = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
-            return Err(SnapshotError::Malformed(format!("key {shown:?} out of order or repeated")));
+            return Err(out_of_order("key", &key));
         }
-        let value = r.bytes(VALUE_MAX, "a value")?;
+        let kind = if version == 2 { KIND_STR } else { r.array::<1>()?[0] };
+        let value = match kind {
+            KIND_STR => Obj::Str(r.bytes(VALUE_MAX, "a value")?),
+            KIND_HASH => Obj::Hash(read_hash(&mut r)?),
+            k => return Err(SnapshotError::Malformed(format!("unknown kind of value {k}"))),
+        };
         last = Some(key.clone());
         insert(key, value);
     }
     r.finish()
+}
+
+/// A hash's fields and values, fields strictly increasing (an empty hash
+/// is never kept).
+fn read_hash(r: &mut SnapshotReader<'_>) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, SnapshotError> {
+    let n = r.u64()?;
+    if n == 0 {
+        return Err(SnapshotError::Malformed("an empty hash".into()));
+    }
+    let mut fields = BTreeMap::new();
+    for _ in 0..n {
+        let field = r.bytes(KEY_MAX, "a field")?;
+        if fields.last_key_value().is_some_and(|(l, _): (&Vec<u8>, _)| *l >= field) {
+            return Err(out_of_order("field", &field));
+        }
+        let value = r.bytes(VALUE_MAX, "a value")?;
+        fields.insert(field, value);
+    }
+    Ok(fields)
+}
+
+fn out_of_order(what: &str, bytes: &[u8]) -> SnapshotError {
+    let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(64)]).into_owned();
+    SnapshotError::Malformed(format!("{what} {shown:?} out of order or repeated"))
 }
 
 impl Service for KvService {
@@ -546,9 +664,22 @@ impl Service for KvService {
             let mut digest = UnorderedDigest::new();
             for (k, v) in maps.iter().flat_map(|m| m.iter()) {
                 let mut h = StableHasher::new();
-                for bytes in [&k[..], &v[..]] {
+                let mut put = |bytes: &[u8]| {
                     h.write_u64(bytes.len() as u64);
                     h.write(bytes);
+                };
+                put(k);
+                match &**v {
+                    // As before hashes existed: a store of strings keeps
+                    // its digest.
+                    Obj::Str(bytes) => put(bytes),
+                    Obj::Hash(fields) => {
+                        put(b"\xffhash");
+                        fields.iter().for_each(|(f, v)| {
+                            put(f);
+                            put(v);
+                        });
+                    }
                 }
                 digest.add_hash(h.finish());
             }

@@ -200,5 +200,34 @@ pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
         keys().prop_map(|keys| KvOp::Exists { keys }),
         Just(KvOp::DbSize),
         Just(KvOp::FlushDb),
+        (arb_key(), arb_hash_cmd()).prop_map(|(key, cmd)| KvOp::Hash { key, cmd }),
+        arb_key().prop_map(|key| KvOp::Type { key }),
+    ]
+}
+
+/// Hash commands over a few fields, so that they meet.
+fn arb_hash_cmd() -> impl Strategy<Value = HashCmd> {
+    let field = || (0..3u8).prop_map(|f| vec![b'f', f]);
+    let value = || {
+        prop_oneof![proptest::collection::vec(any::<u8>(), 0..6), (-5i64..5).prop_map(|n| n.to_string().into_bytes())]
+    };
+    let fields = move || proptest::collection::vec(field(), 1..3);
+    let pairs = move || proptest::collection::vec((field(), value()), 1..3);
+    prop_oneof![
+        pairs().prop_map(HashCmd::Set),
+        pairs().prop_map(HashCmd::MSet),
+        (field(), value()).prop_map(|(f, v)| HashCmd::SetNx(f, v)),
+        field().prop_map(HashCmd::Get),
+        fields().prop_map(HashCmd::MGet),
+        fields().prop_map(HashCmd::Del),
+        Just(HashCmd::GetAll),
+        Just(HashCmd::Keys),
+        Just(HashCmd::Vals),
+        Just(HashCmd::Len),
+        field().prop_map(HashCmd::Exists),
+        (field(), -3i64..3).prop_map(|(f, by)| HashCmd::IncrBy(f, by)),
+        (field(), prop_oneof![Just(b"1.5".to_vec()), Just(b"-2".to_vec()), Just(b"x".to_vec())])
+            .prop_map(|(f, by)| HashCmd::IncrByFloat(f, by)),
+        field().prop_map(HashCmd::Strlen),
     ]
 }

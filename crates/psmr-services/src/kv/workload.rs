@@ -2,7 +2,7 @@
 //! 004 §VI ([`generate`]) and one of every Redis operation
 //! ([`generate_redis`]), with keys drawn by a skew-aware [`KeyPicker`].
 
-use super::{command, key_bytes, nth_key_hash, shard_of, KvModel, KvOp, SetWhen};
+use super::{command, key_bytes, nth_key_hash, shard_of, HashCmd, KvModel, KvOp, SetWhen};
 use crate::workload::{Draws, Kind};
 use crate::{WorkloadConfig, WorkloadError};
 use psmr_model::Command;
@@ -209,18 +209,20 @@ fn crud_op(p: &mut Pick<'_>) -> KvOp {
 fn redis_op(p: &mut Pick<'_>) -> KvOp {
     let key = p.key();
     if p.read {
-        return match p.draws.rng.gen_range(0..4) {
+        return match p.draws.rng.gen_range(0..6) {
             0 => KvOp::Read { key },
             1 => KvOp::Strlen { key },
             2 => KvOp::MGet { keys: p.keys() },
-            _ => KvOp::Exists { keys: p.keys() },
+            3 => KvOp::Exists { keys: p.keys() },
+            4 => KvOp::Type { key },
+            _ => KvOp::Hash { key, cmd: hash_read(p) },
         };
     }
     let whole_store = p.model == KvModel::ReadersWriters && p.draws.rng.gen_range(0..50) == 0;
     if whole_store {
         return if p.draws.rng.gen() { KvOp::DbSize } else { KvOp::FlushDb };
     }
-    match p.draws.rng.gen_range(0..10) {
+    match p.draws.rng.gen_range(0..11) {
         0 => KvOp::Create { key, value: redis_value(p) },
         1 => KvOp::Update { key, value: redis_value(p) },
         2 => KvOp::Delete { key },
@@ -232,7 +234,37 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
         5 => KvOp::Incr { key, by: p.draws.rng.gen_range(-3..=3) },
         6 => KvOp::Append { key, value: redis_value(p) },
         7 => KvOp::MSet { pairs: p.keys().into_iter().map(|k| (k, redis_value(p))).collect() },
+        8 | 9 => KvOp::Hash { key, cmd: hash_write(p) },
         _ => KvOp::Del { keys: p.keys() },
+    }
+}
+
+/// A field among a few, so that hashes share fields.
+fn field(p: &mut Pick<'_>) -> Vec<u8> {
+    format!("f{}", p.draws.rng.gen_range(0..4)).into_bytes()
+}
+
+fn hash_read(p: &mut Pick<'_>) -> HashCmd {
+    match p.draws.rng.gen_range(0..8) {
+        0 => HashCmd::Get(field(p)),
+        1 => HashCmd::MGet(vec![field(p), field(p)]),
+        2 => HashCmd::GetAll,
+        3 => HashCmd::Keys,
+        4 => HashCmd::Vals,
+        5 => HashCmd::Len,
+        6 => HashCmd::Exists(field(p)),
+        _ => HashCmd::Strlen(field(p)),
+    }
+}
+
+fn hash_write(p: &mut Pick<'_>) -> HashCmd {
+    match p.draws.rng.gen_range(0..6) {
+        0 => HashCmd::Set(vec![(field(p), redis_value(p)), (field(p), redis_value(p))]),
+        1 => HashCmd::MSet(vec![(field(p), redis_value(p))]),
+        2 => HashCmd::SetNx(field(p), redis_value(p)),
+        3 => HashCmd::Del(vec![field(p)]),
+        4 => HashCmd::IncrBy(field(p), p.draws.rng.gen_range(-3..=3)),
+        _ => HashCmd::IncrByFloat(field(p), [&b"0.5"[..], b"-1.25", b"3"][p.draws.rng.gen_range(0..3)].to_vec()),
     }
 }
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::kv::tests::arb_op;
-use crate::kv::{KvModel, ALL};
+use crate::kv::{HashCmd, KvModel, ALL};
 use proptest::prelude::*;
 use psmr_model::{ClassId, ClientId, KeySet};
 
@@ -314,10 +314,10 @@ fn a_streamed_restore_of_another_service_keeps_the_state() {
     let list = crate::list::ListService::new(1, 1).snapshot();
     let e = s.restore_from(&mut Trickle { bytes: &list, step: 3 }).unwrap_err();
     assert!(e.to_string().contains("not a key-value snapshot"), "{e}");
-    let mut v3 = b"PSKV\x03\0".to_vec();
-    v3.extend_from_slice(&0u64.to_le_bytes());
-    let e = s.restore_from(&mut Trickle { bytes: &v3, step: 3 }).unwrap_err();
-    assert!(e.to_string().contains("version 3 is not supported"), "{e}");
+    let mut v4 = b"PSKV\x04\0".to_vec();
+    v4.extend_from_slice(&0u64.to_le_bytes());
+    let e = s.restore_from(&mut Trickle { bytes: &v4, step: 3 }).unwrap_err();
+    assert!(e.to_string().contains("version 4 is not supported"), "{e}");
     assert_eq!(s.digest(), before);
 }
 
@@ -392,7 +392,7 @@ fn stripes_split_as_they_grow_and_a_frozen_copy_survives_the_split() {
     frozen(&mut written).unwrap();
     assert_eq!(written, expected);
     for n in [0, 1, 4095, (STRIPES * SPLIT_AT * 2) as u64 - 1] {
-        let got = s.read(&key_bytes(n), |v| v.map(<[u8]>::to_vec));
+        let got = s.read_str(&key_bytes(n), |v| v.map(<[u8]>::to_vec)).unwrap();
         assert_eq!(got, Some(value(n)), "key {n} found after the split");
     }
     let copy = KvService::new(0, Cost::Light);
@@ -413,4 +413,96 @@ fn a_frozen_digest_is_of_the_state_at_the_freeze() {
     }
     assert_ne!(s.digest(), at_freeze, "the writes changed the state");
     assert_eq!(frozen(), at_freeze);
+}
+
+fn h(key: &str, cmd: HashCmd) -> KvOp {
+    KvOp::Hash { key: key.into(), cmd }
+}
+
+fn f(name: &str) -> Vec<u8> {
+    name.as_bytes().to_vec()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    list.iter().map(|(a, b)| (f(a), f(b))).collect()
+}
+
+fn some(items: &[&str]) -> KvReply {
+    KvReply::Values(items.iter().map(|i| Some(f(i))).collect())
+}
+
+#[test]
+fn hashes_answer_as_redis_and_go_with_their_last_field() {
+    let s = KvService::new(0, Cost::Light);
+    assert_eq!(run(&s, h("h", HashCmd::Set(pairs(&[("b", "2"), ("a", "1"), ("b", "3")])))), KvReply::Int(2));
+    assert_eq!(run(&s, h("h", HashCmd::Get(f("b")))), KvReply::Value(Some(f("3"))));
+    assert_eq!(run(&s, h("h", HashCmd::GetAll)), some(&["a", "1", "b", "3"]), "by field");
+    assert_eq!(run(&s, h("h", HashCmd::Keys)), some(&["a", "b"]));
+    assert_eq!(run(&s, h("h", HashCmd::Vals)), some(&["1", "3"]));
+    let mget = run(&s, h("h", HashCmd::MGet(vec![f("a"), f("zz")])));
+    assert_eq!(mget, KvReply::Values(vec![Some(f("1")), None]));
+    assert_eq!(run(&s, h("h", HashCmd::SetNx(f("a"), f("9")))), KvReply::Int(0));
+    assert_eq!(run(&s, h("h", HashCmd::Strlen(f("a")))), KvReply::Int(1));
+    assert_eq!(run(&s, KvOp::Type { key: f("h") }), KvReply::Value(Some(f("hash"))));
+    assert_eq!(run(&s, KvOp::Type { key: f("nothing") }), KvReply::Value(Some(f("none"))));
+    // The other kind of value, both ways.
+    assert_eq!(run(&s, KvOp::Read { key: f("h") }), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, KvOp::Incr { key: f("h"), by: 1 }), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, KvOp::MGet { keys: vec![f("h")] }), KvReply::Values(vec![None]), "MGET says nil");
+    run(&s, KvOp::Put { key: f("s"), value: f("x") });
+    assert_eq!(run(&s, h("s", HashCmd::Get(f("a")))), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, h("s", HashCmd::Set(pairs(&[("a", "1")])))), KvReply::Error(KvError::WrongType));
+    assert_eq!(value(&s, b"s"), Some(f("x")), "a refused write changes nothing");
+    // SET replaces a hash; SET ... GET on one is refused.
+    let set_get = KvOp::Set { key: f("h"), value: f("v"), when: SetWhen::Always, get: true };
+    assert_eq!(run(&s, set_get), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, h("h", HashCmd::Del(vec![f("a"), f("b"), f("c")]))), KvReply::Int(2));
+    assert_eq!(run(&s, KvOp::Exists { keys: vec![f("h")] }), KvReply::Int(0), "gone with its last field");
+    assert_eq!(run(&s, h("h", HashCmd::Len)), KvReply::Int(0));
+    assert_eq!(run(&s, h("h", HashCmd::Del(vec![f("a")]))), KvReply::Int(0));
+    assert_eq!(run(&s, KvOp::DbSize), KvReply::Int(1), "a read or a failed delete makes no hash");
+}
+
+#[test]
+fn hash_counters_parse_and_overflow_as_redis() {
+    let s = KvService::new(0, Cost::Light);
+    assert_eq!(run(&s, h("h", HashCmd::IncrBy(f("n"), 5))), KvReply::Int(5));
+    assert_eq!(run(&s, h("h", HashCmd::IncrBy(f("n"), i64::MAX))), KvReply::Error(KvError::Overflow));
+    run(&s, h("h", HashCmd::Set(pairs(&[("t", "abc"), ("x", "10.50")]))));
+    assert_eq!(run(&s, h("h", HashCmd::IncrBy(f("t"), 1))), KvReply::Error(KvError::HashNotInteger));
+    assert_eq!(run(&s, h("h", HashCmd::IncrByFloat(f("x"), f("0.1")))), KvReply::Value(Some(f("10.6"))));
+    assert_eq!(run(&s, h("h", HashCmd::IncrByFloat(f("n"), f("-5")))), KvReply::Value(Some(f("0"))));
+    assert_eq!(run(&s, h("h", HashCmd::IncrByFloat(f("y"), f("3e2")))), KvReply::Value(Some(f("300"))));
+    assert_eq!(run(&s, h("h", HashCmd::IncrByFloat(f("t"), f("1")))), KvReply::Error(KvError::HashNotFloat));
+    assert_eq!(run(&s, h("h", HashCmd::IncrByFloat(f("x"), f("nope")))), KvReply::Error(KvError::NotFloat));
+    assert_eq!(run(&s, h("h", HashCmd::IncrByFloat(f("x"), f("inf")))), KvReply::Error(KvError::NotFinite));
+    assert_eq!(run(&s, h("h", HashCmd::Get(f("x")))), KvReply::Value(Some(f("10.6"))), "errors change nothing");
+}
+
+#[test]
+fn hashes_travel_in_snapshots_and_version_2_still_reads() {
+    let s = KvService::new(3, Cost::Light);
+    run(&s, h("h", HashCmd::Set(pairs(&[("b", "2"), ("a", "1")]))));
+    let copy = KvService::new(0, Cost::Light);
+    copy.restore(&s.snapshot()).unwrap();
+    assert_eq!(copy.digest(), s.digest());
+    assert_eq!(run(&copy, h("h", HashCmd::GetAll)), some(&["a", "1", "b", "2"]));
+    let mut streamed = Vec::new();
+    s.freeze()(&mut streamed).unwrap();
+    assert_eq!(streamed, s.snapshot());
+    // Version 2: strings only, no kind byte.
+    let mut v2 = b"PSKV\x02\0".to_vec();
+    v2.extend_from_slice(&1u64.to_le_bytes());
+    for bytes in [&b"k"[..], b"v"] {
+        v2.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        v2.extend_from_slice(bytes);
+    }
+    let old = KvService::new(0, Cost::Light);
+    old.restore(&v2).unwrap();
+    assert_eq!(value(&old, b"k"), Some(f("v")));
+    // A hash with its fields out of order, or empty, is refused.
+    let mut bad = s.snapshot();
+    let at = bad.windows(5).rposition(|w| w == [1, 0, 0, 0, b'a']).expect("field a");
+    bad[at + 4] = b'c';
+    assert!(KvService::new(0, Cost::Light).restore(&bad).is_err());
 }
