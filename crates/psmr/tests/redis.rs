@@ -184,6 +184,41 @@ fn hashes_work_through_any_replica_as_redis_clients_use_them() {
 }
 
 #[test]
+fn lists_make_a_job_queue_through_any_replica() {
+    let cluster = cluster();
+    let addrs = cluster.redis_addrs();
+    let (mut a, mut b) = (connect(addrs[0]), connect(addrs[2]));
+    assert_eq!(cmd::<i64>(&mut a, &["RPUSH", "jobs", "j1", "j2", "j3"]).unwrap(), 3);
+    assert_eq!(cmd::<i64>(&mut b, &["LPUSH", "jobs", "j0"]).unwrap(), 4);
+    assert_eq!(cmd::<Vec<String>>(&mut b, &["LRANGE", "jobs", "0", "-1"]).unwrap(), ["j0", "j1", "j2", "j3"]);
+    assert_eq!(cmd::<String>(&mut a, &["LMOVE", "jobs", "doing", "LEFT", "RIGHT"]).unwrap(), "j0");
+    assert_eq!(cmd::<String>(&mut a, &["RPOPLPUSH", "jobs", "doing"]).unwrap(), "j3");
+    assert_eq!(cmd::<i64>(&mut b, &["LREM", "doing", "0", "j0"]).unwrap(), 1);
+    assert_eq!(cmd::<Vec<String>>(&mut b, &["LPOP", "jobs", "5"]).unwrap(), ["j1", "j2"]);
+    assert_eq!(cmd::<Option<String>>(&mut b, &["RPOP", "jobs"]).unwrap(), None);
+    assert_eq!(cmd::<Option<Vec<String>>>(&mut b, &["RPOP", "jobs", "2"]).unwrap(), None, "nil array: no list");
+    assert_eq!(cmd::<String>(&mut a, &["TYPE", "doing"]).unwrap(), "list");
+    assert_eq!(cmd::<i64>(&mut a, &["LPOS", "doing", "j3"]).unwrap(), 0);
+    assert_eq!(cmd::<Vec<i64>>(&mut a, &["LPOS", "doing", "j3", "COUNT", "0"]).unwrap(), [0]);
+    assert_eq!(cmd::<String>(&mut a, &["LSET", "doing", "0", "x"]).unwrap(), "OK");
+    for (args, needle) in [
+        (&["LSET", "nolist", "0", "x"][..], "no such key"),
+        (&["LSET", "doing", "9", "x"], "index out of range"),
+        (&["LPOS", "doing", "x", "RANK", "0"], "RANK can't be zero"),
+        (&["LPOP", "doing", "-1"], "must be positive"),
+        (&["LINSERT", "doing", "AROUND", "x", "y"], "syntax error"),
+        (&["LMOVE", "doing", "d", "UP", "LEFT"], "syntax error"),
+        (&["LRANGE", "doing", "a", "1"], "not an integer"),
+    ] {
+        let e = cmd::<String>(&mut a, args).unwrap_err().to_string();
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+    assert_eq!(cmd::<i64>(&mut a, &["LPUSH", "queue", "v"]).unwrap(), 1);
+    let e = cmd::<String>(&mut a, &["GET", "queue"]).unwrap_err().to_string();
+    assert!(e.contains("WRONGTYPE"), "{e}");
+}
+
+#[test]
 fn the_command_reference_matches_the_code_both_ways() {
     use psmr::resp::Commands;
     let doc = include_str!("../../../docs/redis.md");

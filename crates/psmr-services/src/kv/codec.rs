@@ -1,6 +1,8 @@
 //! [`KvCodec`]: [`KvOp`]s and [`KvReply`]s on the wire.
 
-use super::{HashCmd, KvError, KvOp, KvReply, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX};
+use super::{
+    HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX,
+};
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 
 /// Puts [`KvOp`]s and [`KvReply`]s on the wire.
@@ -35,10 +37,12 @@ mod tag {
     pub const FLUSHDB: u8 = 14;
     pub const HASH: u8 = 15;
     pub const TYPE: u8 = 16;
+    pub const LIST: u8 = 17;
+    pub const LMOVE: u8 = 18;
 }
 
 /// Errors on the wire: their place in this list.
-const ERRORS: [KvError; 10] = [
+const ERRORS: [KvError; 13] = [
     KvError::NotInteger,
     KvError::Overflow,
     KvError::TooLarge,
@@ -49,6 +53,9 @@ const ERRORS: [KvError; 10] = [
     KvError::NotFloat,
     KvError::NotFinite,
     KvError::HashTooLarge,
+    KvError::NoSuchKey,
+    KvError::IndexOutOfRange,
+    KvError::ListTooLarge,
 ];
 
 impl OpCodec for KvCodec {
@@ -80,6 +87,10 @@ impl OpCodec for KvCodec {
             KvOp::FlushDb => e.u8(tag::FLUSHDB),
             KvOp::Hash { key, cmd } => encode_hash(e.u8(tag::HASH).bytes(key), cmd),
             KvOp::Type { key } => e.u8(tag::TYPE).bytes(key),
+            KvOp::List { key, cmd } => encode_list(e.u8(tag::LIST).bytes(key), cmd),
+            KvOp::LMove { from, to, from_left, to_left } => {
+                e.u8(tag::LMOVE).bytes(from).bytes(to).u8(u8::from(*from_left)).u8(u8::from(*to_left))
+            }
         };
         e.finish()
     }
@@ -104,6 +115,10 @@ impl OpCodec for KvCodec {
             tag::FLUSHDB => KvOp::FlushDb,
             tag::HASH => KvOp::Hash { key: key(&mut d)?, cmd: hash_cmd(&mut d)? },
             tag::TYPE => KvOp::Type { key: key(&mut d)? },
+            tag::LIST => KvOp::List { key: key(&mut d)?, cmd: list_cmd(&mut d)? },
+            tag::LMOVE => {
+                KvOp::LMove { from: key(&mut d)?, to: key(&mut d)?, from_left: flag(&mut d)?, to_left: flag(&mut d)? }
+            }
             t => return Err(d.error(format!("unknown operation tag {t}"))),
         };
         d.end()?;
@@ -206,6 +221,60 @@ fn encode_hash<'e>(e: &'e mut Encoder, cmd: &HashCmd) -> &'e mut Encoder {
         HashCmd::IncrByFloat(f, by) => e.u8(11).bytes(f).bytes(by),
         HashCmd::Strlen(f) => e.u8(12).bytes(f),
     }
+}
+
+/// A list command after its key: a sub-tag in [`ListCmd`] declaration
+/// order, then its fields (an optional count as a flag and the number).
+fn encode_list<'e>(e: &'e mut Encoder, cmd: &ListCmd) -> &'e mut Encoder {
+    let opt = |e: &'e mut Encoder, n: Option<u64>| e.u8(u8::from(n.is_some())).u64(n.unwrap_or(0));
+    match cmd {
+        ListCmd::Push { left, values } => encode_keys(e.u8(0).u8(u8::from(*left)), values),
+        ListCmd::Pop { left, count } => opt(e.u8(1).u8(u8::from(*left)), *count),
+        ListCmd::Range(a, b) => e.u8(2).u64(*a as u64).u64(*b as u64),
+        ListCmd::Len => e.u8(3),
+        ListCmd::Index(i) => e.u8(4).u64(*i as u64),
+        ListCmd::Set(i, v) => e.u8(5).u64(*i as u64).bytes(v),
+        ListCmd::Rem(n, v) => e.u8(6).u64(*n as u64).bytes(v),
+        ListCmd::Trim(a, b) => e.u8(7).u64(*a as u64).u64(*b as u64),
+        ListCmd::Insert { before, pivot, value } => e.u8(8).u8(u8::from(*before)).bytes(pivot).bytes(value),
+        ListCmd::Pos { element, rank, count, maxlen } => {
+            opt(e.u8(9).bytes(element).u64(*rank as u64), *count).u64(*maxlen)
+        }
+    }
+}
+
+fn list_cmd(d: &mut Decoder<'_>) -> Result<ListCmd, WireError> {
+    let opt = |d: &mut Decoder<'_>| -> Result<Option<u64>, WireError> {
+        let some = flag(d)?;
+        let n = d.u64()?;
+        Ok(some.then_some(n))
+    };
+    Ok(match d.u8()? {
+        0 => ListCmd::Push { left: flag(d)?, values: values(d)? },
+        1 => ListCmd::Pop { left: flag(d)?, count: opt(d)? },
+        2 => ListCmd::Range(d.u64()? as i64, d.u64()? as i64),
+        3 => ListCmd::Len,
+        4 => ListCmd::Index(d.u64()? as i64),
+        5 => ListCmd::Set(d.u64()? as i64, value(d)?),
+        6 => ListCmd::Rem(d.u64()? as i64, value(d)?),
+        7 => ListCmd::Trim(d.u64()? as i64, d.u64()? as i64),
+        8 => ListCmd::Insert { before: flag(d)?, pivot: value(d)?, value: value(d)? },
+        9 => {
+            let element = value(d)?;
+            let rank = d.u64()? as i64;
+            if rank == 0 {
+                return Err(d.error("LPOS rank 0".to_string()));
+            }
+            ListCmd::Pos { element, rank, count: opt(d)?, maxlen: d.u64()? }
+        }
+        t => return Err(d.error(format!("unknown list command {t}"))),
+    })
+}
+
+/// A list of values; each takes at least its 4-byte length.
+fn values(d: &mut Decoder<'_>) -> Result<Vec<Vec<u8>>, WireError> {
+    let n = d.count(OP_KEYS_MAX, 4)?;
+    (0..n).map(|_| value(d)).collect()
 }
 
 fn hash_cmd(d: &mut Decoder<'_>) -> Result<HashCmd, WireError> {

@@ -182,6 +182,106 @@ pub enum KvOp {
         /// The key.
         key: Vec<u8>,
     },
+    /// A command on the list at `key` (Redis `L*`, `RPUSH`, `RPOP`).
+    List {
+        /// The list's key.
+        key: Vec<u8>,
+        /// What to do with it.
+        cmd: ListCmd,
+    },
+    /// Redis `LMOVE` (and `RPOPLPUSH`): pop an element from one end of the
+    /// list at `from` and push it onto an end of the list at `to` (the
+    /// same list allowed); the element, or nil if `from` is empty.
+    LMove {
+        /// The source list.
+        from: Vec<u8>,
+        /// The destination list.
+        to: Vec<u8>,
+        /// Popped from the source's left (head) end, else its right.
+        from_left: bool,
+        /// Pushed onto the destination's left end, else its right.
+        to_left: bool,
+    },
+}
+
+/// A command on a list ([`KvOp::List`]). Indices count from 0 at the head
+/// and from -1 at the tail, as in Redis.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ListCmd {
+    /// `LPUSH` (left) or `RPUSH`: push each value in order; the new length.
+    Push {
+        /// At the head, else the tail.
+        left: bool,
+        /// The values.
+        values: Vec<Vec<u8>>,
+    },
+    /// `LPOP` or `RPOP`: one element (`count` None), or up to `count`.
+    Pop {
+        /// From the head, else the tail.
+        left: bool,
+        /// How many, if given.
+        count: Option<u64>,
+    },
+    /// `LRANGE start stop`, inclusive.
+    Range(i64, i64),
+    /// `LLEN`.
+    Len,
+    /// `LINDEX index`.
+    Index(i64),
+    /// `LSET index value`.
+    Set(i64, Vec<u8>),
+    /// `LREM count value`: from the head if `count` > 0, from the tail if
+    /// < 0, every one if 0; the number removed.
+    Rem(i64, Vec<u8>),
+    /// `LTRIM start stop`: keep that range only.
+    Trim(i64, i64),
+    /// `LINSERT BEFORE|AFTER pivot value`: the new length, -1 if the pivot
+    /// is not there, 0 if the list is not.
+    Insert {
+        /// Before the pivot, else after it.
+        before: bool,
+        /// The element to insert next to.
+        pivot: Vec<u8>,
+        /// The element inserted.
+        value: Vec<u8>,
+    },
+    /// `LPOS element [RANK r] [COUNT n] [MAXLEN m]`.
+    Pos {
+        /// The element looked for.
+        element: Vec<u8>,
+        /// Which match first (1 the first from the head, -1 the first from
+        /// the tail); never 0.
+        rank: i64,
+        /// How many matches (0: all), if given: the reply is then a list.
+        count: Option<u64>,
+        /// How many elements to look at (0: all).
+        maxlen: u64,
+    },
+}
+
+impl ListCmd {
+    /// Whether the command changes nothing.
+    pub fn is_read(&self) -> bool {
+        matches!(self, ListCmd::Range(..) | ListCmd::Len | ListCmd::Index(_) | ListCmd::Pos { .. })
+    }
+
+    /// The Redis command's name, in capitals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ListCmd::Push { left: true, .. } => "LPUSH",
+            ListCmd::Push { left: false, .. } => "RPUSH",
+            ListCmd::Pop { left: true, .. } => "LPOP",
+            ListCmd::Pop { left: false, .. } => "RPOP",
+            ListCmd::Range(..) => "LRANGE",
+            ListCmd::Len => "LLEN",
+            ListCmd::Index(_) => "LINDEX",
+            ListCmd::Set(..) => "LSET",
+            ListCmd::Rem(..) => "LREM",
+            ListCmd::Trim(..) => "LTRIM",
+            ListCmd::Insert { .. } => "LINSERT",
+            ListCmd::Pos { .. } => "LPOS",
+        }
+    }
 }
 
 /// A command on a hash ([`KvOp::Hash`]). Fields are byte strings of at
@@ -282,7 +382,9 @@ impl KvOp {
             | KvOp::Append { key, .. }
             | KvOp::Strlen { key }
             | KvOp::Hash { key, .. }
+            | KvOp::List { key, .. }
             | KvOp::Type { key } => (Some(key), &[], &[]),
+            KvOp::LMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } => (None, keys, &[]),
             KvOp::MSet { pairs } => (None, &[], pairs),
             KvOp::DbSize | KvOp::FlushDb => (None, &[], &[]),
@@ -299,6 +401,7 @@ impl KvOp {
                 true
             }
             KvOp::Hash { cmd, .. } => cmd.is_read(),
+            KvOp::List { cmd, .. } => cmd.is_read(),
             _ => false,
         }
     }
@@ -324,6 +427,8 @@ impl KvOp {
             KvOp::FlushDb => "FLUSHDB",
             KvOp::Hash { cmd, .. } => cmd.name(),
             KvOp::Type { .. } => "TYPE",
+            KvOp::List { cmd, .. } => cmd.name(),
+            KvOp::LMove { .. } => "LMOVE",
         }
     }
 }
@@ -380,6 +485,15 @@ pub enum KvError {
     /// A reply of a whole hash over [`REPLY_VALUES_MAX`] bytes.
     #[error("ERR reply would exceed {max} bytes; the hash is too large to read whole", max = REPLY_VALUES_MAX)]
     HashTooLarge,
+    /// `LSET` on a key that does not exist.
+    #[error("ERR no such key")]
+    NoSuchKey,
+    /// `LSET` at an index beyond the list.
+    #[error("ERR index out of range")]
+    IndexOutOfRange,
+    /// A list reply over [`REPLY_VALUES_MAX`] bytes.
+    #[error("ERR reply would exceed {max} bytes; ask for a smaller range", max = REPLY_VALUES_MAX)]
+    ListTooLarge,
 }
 
 /// An operation the class model cannot class: [`access`] refuses it.

@@ -22,13 +22,20 @@
 //! | `HGET`, `HMGET`, `HGETALL`, `HKEYS`, `HVALS` | `Hash` | bulk or nil; arrays (a map in RESP3 for `HGETALL`), in field order |
 //! | `HDEL`, `HLEN`, `HEXISTS`, `HSTRLEN`, `HINCRBY` | `Hash` | integer |
 //! | `HINCRBYFLOAT k f x` | `Hash` | bulk: the new value |
-//! | `TYPE k` | `Type` | `+string`, `+hash` or `+none` |
+//! | `LPUSH`/`RPUSH k v...` | `List` | integer: the new length |
+//! | `LPOP`/`RPOP k [n]` | `List` | bulk or nil; with `n` an array (nil if no list) |
+//! | `LRANGE k a b`, `LINDEX k i`, `LLEN k` | `List` | array; bulk or nil; integer |
+//! | `LSET k i v`, `LTRIM k a b` | `List` | `+OK` |
+//! | `LREM k n v`, `LINSERT k BEFORE\|AFTER p v` | `List` | integer |
+//! | `LPOS k v [RANK r] [COUNT n] [MAXLEN m]` | `List` | integer or nil; with `COUNT` an array |
+//! | `LMOVE a b LEFT\|RIGHT LEFT\|RIGHT`, `RPOPLPUSH a b` | `LMove` | bulk or nil |
+//! | `TYPE k` | `Type` | `+string`, `+hash`, `+list` or `+none` |
 //!
 //! Connection commands (`PING`, `HELLO`, ...) belong to the server and never
 //! reach this table. Key expiry (`EX`, `PX`, `EXAT`, `PXAT`, `KEEPTTL`) is
 //! refused: it would need a clock every replica agrees on.
 
-use super::{parse_integer, HashCmd, KvError, KvOp, KvReply, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
+use super::{parse_integer, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
 use bytes::Bytes;
 use psmr_resp::{unknown_command, wrong_arity, Commands, Reply};
 
@@ -80,6 +87,20 @@ const TABLE: &[Spec] = &[
     Spec { name: "hincrbyfloat", arity: 4, parse: hincrbyfloat },
     Spec { name: "hstrlen", arity: 3, parse: |a| hash(a, HashCmd::Strlen(key(&a[2])?)) },
     Spec { name: "type", arity: 2, parse: |a| Ok(KvOp::Type { key: key(&a[1])? }) },
+    Spec { name: "lpush", arity: -3, parse: |a| list(a, ListCmd::Push { left: true, values: values(&a[2..])? }) },
+    Spec { name: "rpush", arity: -3, parse: |a| list(a, ListCmd::Push { left: false, values: values(&a[2..])? }) },
+    Spec { name: "lpop", arity: -2, parse: |a| pop(a, true, "lpop") },
+    Spec { name: "rpop", arity: -2, parse: |a| pop(a, false, "rpop") },
+    Spec { name: "lrange", arity: 4, parse: |a| list(a, ListCmd::Range(integer(&a[2])?, integer(&a[3])?)) },
+    Spec { name: "llen", arity: 2, parse: |a| list(a, ListCmd::Len) },
+    Spec { name: "lindex", arity: 3, parse: |a| list(a, ListCmd::Index(integer(&a[2])?)) },
+    Spec { name: "lset", arity: 4, parse: |a| list(a, ListCmd::Set(integer(&a[2])?, value(&a[3])?)) },
+    Spec { name: "lrem", arity: 4, parse: |a| list(a, ListCmd::Rem(integer(&a[2])?, value(&a[3])?)) },
+    Spec { name: "ltrim", arity: 4, parse: |a| list(a, ListCmd::Trim(integer(&a[2])?, integer(&a[3])?)) },
+    Spec { name: "linsert", arity: 5, parse: linsert },
+    Spec { name: "lpos", arity: -3, parse: lpos },
+    Spec { name: "lmove", arity: 5, parse: |a| lmove(a, side(&a[3])?, side(&a[4])?) },
+    Spec { name: "rpoplpush", arity: 3, parse: |a| lmove(a, false, true) },
 ];
 
 impl Commands for KvRedis {
@@ -111,11 +132,24 @@ impl Commands for KvRedis {
             (_, KvReply::Error(e)) => Reply::error(e.to_string()),
             (KvOp::Type { .. }, KvReply::Value(Some(kind))) => Reply::simple(String::from_utf8_lossy(&kind)),
             (KvOp::Hash { cmd: HashCmd::MSet(_), .. }, _) => Reply::ok(),
+            (KvOp::List { cmd: ListCmd::Set(..) | ListCmd::Trim(..), .. }, _) => Reply::ok(),
+            (KvOp::List { cmd: ListCmd::Pop { count: Some(_), .. }, .. }, KvReply::Value(None)) => Reply::null_array(),
+            (KvOp::List { cmd: ListCmd::Pos { .. }, .. }, reply) => positions(reply),
             (KvOp::Hash { cmd: HashCmd::GetAll, .. }, KvReply::Values(flat)) => Reply::map(
                 flat.chunks_exact(2).map(|fv| (bulk_or_nil(fv[0].clone()), bulk_or_nil(fv[1].clone()))).collect(),
             ),
             (_, reply) => plain_reply(op, reply),
         }
+    }
+}
+
+/// `LPOS`'s positions (carried as decimal text) as integers.
+fn positions(reply: KvReply) -> Reply {
+    let int = |p: Vec<u8>| Reply::integer(parse_integer(&p).unwrap_or(-1));
+    match reply {
+        KvReply::Value(p) => p.map_or_else(Reply::null, int),
+        KvReply::Values(ps) => Reply::array(ps.into_iter().flatten().map(int).collect()),
+        other => plain_reply(&KvOp::DbSize, other),
     }
 }
 
@@ -211,6 +245,93 @@ fn hincrbyfloat(a: &[Bytes]) -> Result<KvOp, Reply> {
         return Err(Reply::error(KvError::NotFloat.to_string()));
     }
     hash(a, HashCmd::IncrByFloat(key(&a[2])?, value(&a[3])?))
+}
+
+/// A list command `cmd` on the key `a[1]`.
+fn list(a: &[Bytes], cmd: ListCmd) -> Result<KvOp, Reply> {
+    Ok(KvOp::List { key: key(&a[1])?, cmd })
+}
+
+fn values(args: &[Bytes]) -> Result<Vec<Vec<u8>>, Reply> {
+    check_key_count(args.len())?;
+    args.iter().map(value).collect()
+}
+
+/// `LPOP`/`RPOP key [count]`.
+fn pop(a: &[Bytes], left: bool, name: &str) -> Result<KvOp, Reply> {
+    let count = match a.len() {
+        2 => None,
+        3 => Some(positive(&a[2])?),
+        _ => return Err(wrong_arity(name)),
+    };
+    list(a, ListCmd::Pop { left, count })
+}
+
+/// A count that must not be negative.
+fn positive(arg: &Bytes) -> Result<u64, Reply> {
+    let n = integer(arg).map_err(|_| out_of_range())?;
+    u64::try_from(n).map_err(|_| out_of_range())
+}
+
+fn out_of_range() -> Reply {
+    Reply::error("ERR value is out of range, must be positive")
+}
+
+/// `LEFT` or `RIGHT`: true for left.
+fn side(arg: &Bytes) -> Result<bool, Reply> {
+    match arg.to_ascii_uppercase().as_slice() {
+        b"LEFT" => Ok(true),
+        b"RIGHT" => Ok(false),
+        _ => Err(syntax_error()),
+    }
+}
+
+fn lmove(a: &[Bytes], from_left: bool, to_left: bool) -> Result<KvOp, Reply> {
+    Ok(KvOp::LMove { from: key(&a[1])?, to: key(&a[2])?, from_left, to_left })
+}
+
+/// `LINSERT key BEFORE|AFTER pivot element`.
+fn linsert(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let before = match a[2].to_ascii_uppercase().as_slice() {
+        b"BEFORE" => true,
+        b"AFTER" => false,
+        _ => return Err(syntax_error()),
+    };
+    list(a, ListCmd::Insert { before, pivot: value(&a[3])?, value: value(&a[4])? })
+}
+
+/// `LPOS key element [RANK rank] [COUNT num] [MAXLEN len]`, options in any
+/// order, as Redis parses them.
+fn lpos(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let element = value(&a[2])?;
+    let (mut rank, mut count, mut maxlen) = (1i64, None, 0u64);
+    for option in a[3..].chunks(2) {
+        let [name, arg] = option else { return Err(syntax_error()) };
+        match name.to_ascii_uppercase().as_slice() {
+            b"RANK" => {
+                rank = integer(arg)?;
+                if rank == 0 {
+                    return Err(Reply::error(
+                        "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use \
+                         negative to start from the end of the list",
+                    ));
+                }
+                if rank == i64::MIN {
+                    return Err(Reply::error(
+                        "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+                    ));
+                }
+            }
+            b"COUNT" => {
+                count = Some(u64::try_from(integer(arg)?).map_err(|_| Reply::error("ERR COUNT can't be negative"))?)
+            }
+            b"MAXLEN" => {
+                maxlen = u64::try_from(integer(arg)?).map_err(|_| Reply::error("ERR MAXLEN can't be negative"))?
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    list(a, ListCmd::Pos { element, rank, count, maxlen })
 }
 
 /// `FLUSHDB [ASYNC|SYNC]`: both flush at once; flushing in the background

@@ -2,6 +2,7 @@
 //! snapshots and digest.
 
 mod hash;
+mod list;
 
 pub(crate) use hash::float;
 
@@ -54,6 +55,8 @@ enum Obj {
     /// A hash: fields and values, ordered by field so that every replica
     /// replies and snapshots alike.
     Hash(BTreeMap<Vec<u8>, Vec<u8>>),
+    /// A list, its head first.
+    List(std::collections::VecDeque<Vec<u8>>),
 }
 
 impl Obj {
@@ -62,6 +65,7 @@ impl Obj {
         match self {
             Obj::Str(_) => b"string",
             Obj::Hash(_) => b"hash",
+            Obj::List(_) => b"list",
         }
     }
 }
@@ -301,6 +305,8 @@ impl KvService {
             })),
             KvOp::Hash { key, cmd } => self.write(key, |m| hash::run(m, key, cmd)),
             KvOp::Type { key } => KvReply::Value(Some(self.read(key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec()))),
+            KvOp::List { key, cmd } => self.write(key, |m| list::run(m, key, cmd)),
+            KvOp::LMove { from, to, from_left, to_left } => self.lmove(from, to, *from_left, *to_left),
             KvOp::Delete { key } => KvReply::Done(self.write(key, |m| m.remove(key.as_slice()).is_some())),
             KvOp::Put { key, value } => KvReply::Done(self.write(key, |m| put(m, key, value))),
             KvOp::Set { key, value, when, get } => self.write(key, |m| set(m, key, value, *when, *get)),
@@ -327,6 +333,21 @@ impl KvService {
                 KvReply::Done(true)
             }
         }
+    }
+
+    /// `LMove`: the destination's kind is checked before the source's
+    /// element is popped, so a refusal changes nothing. The keys are in
+    /// stripes of their own, locked one at a time: the scheduler, not the
+    /// locks, keeps conflicting commands away from both.
+    fn lmove(&self, from: &[u8], to: &[u8], from_left: bool, to_left: bool) -> KvReply {
+        if !self.read(to, |v| matches!(v, None | Some(Obj::List(_)))) {
+            return KvReply::Error(KvError::WrongType);
+        }
+        let popped = self.write(from, |m| list::run(m, from, &super::ListCmd::Pop { left: from_left, count: None }));
+        let KvReply::Value(Some(element)) = popped else { return popped };
+        let push = super::ListCmd::Push { left: to_left, values: vec![element.clone()] };
+        self.write(to, |m| list::run(m, to, &push));
+        KvReply::Value(Some(element))
     }
 
     /// `MGet`, refused as a whole when its values would exceed
@@ -502,6 +523,13 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
                     put_bytes(w, v)?;
                 }
             }
+            Obj::List(items) => {
+                w.write_all(&[KIND_LIST])?;
+                put_u64(w, items.len() as u64)?;
+                for item in items {
+                    put_bytes(w, item)?;
+                }
+            }
         }
     }
     Ok(())
@@ -510,6 +538,7 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
 /// The kind byte of a version 3 snapshot's entry.
 const KIND_STR: u8 = 0;
 const KIND_HASH: u8 = 1;
+const KIND_LIST: u8 = 2;
 
 /// Opens a key-value snapshot; a version 1 snapshot, from builds with
 /// `u64` keys, gets an error that says why rather than the generic
@@ -550,6 +579,7 @@ fn read_entries(
         let value = match kind {
             KIND_STR => Obj::Str(r.bytes(VALUE_MAX, "a value")?),
             KIND_HASH => Obj::Hash(read_hash(&mut r)?),
+            KIND_LIST => Obj::List(read_list(&mut r)?),
             k => return Err(SnapshotError::Malformed(format!("unknown kind of value {k}"))),
         };
         last = Some(key.clone());
@@ -575,6 +605,19 @@ fn read_hash(r: &mut SnapshotReader<'_>) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, S
         fields.insert(field, value);
     }
     Ok(fields)
+}
+
+/// A list's elements, head first (an empty list is never kept).
+fn read_list(r: &mut SnapshotReader<'_>) -> Result<std::collections::VecDeque<Vec<u8>>, SnapshotError> {
+    let n = r.u64()?;
+    if n == 0 {
+        return Err(SnapshotError::Malformed("an empty list".into()));
+    }
+    let mut items = std::collections::VecDeque::new();
+    for _ in 0..n {
+        items.push_back(r.bytes(VALUE_MAX, "a list element")?);
+    }
+    Ok(items)
 }
 
 fn out_of_order(what: &str, bytes: &[u8]) -> SnapshotError {
@@ -679,6 +722,10 @@ impl Service for KvService {
                             put(f);
                             put(v);
                         });
+                    }
+                    Obj::List(items) => {
+                        put(b"\xfflist");
+                        items.iter().for_each(|e| put(e));
                     }
                 }
                 digest.add_hash(h.finish());

@@ -201,7 +201,34 @@ pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
         Just(KvOp::DbSize),
         Just(KvOp::FlushDb),
         (arb_key(), arb_hash_cmd()).prop_map(|(key, cmd)| KvOp::Hash { key, cmd }),
+        (arb_key(), arb_list_cmd()).prop_map(|(key, cmd)| KvOp::List { key, cmd }),
+        (arb_key(), arb_key(), any::<bool>(), any::<bool>()).prop_map(|(from, to, from_left, to_left)| KvOp::LMove {
+            from,
+            to,
+            from_left,
+            to_left
+        }),
         arb_key().prop_map(|key| KvOp::Type { key }),
+    ]
+}
+
+/// List commands over a few values and small indices, so that they meet.
+fn arb_list_cmd() -> impl Strategy<Value = ListCmd> {
+    let value = || (0..3u8).prop_map(|v| vec![b'v', v]);
+    let index = || -4i64..4;
+    prop_oneof![
+        (any::<bool>(), proptest::collection::vec(value(), 1..3))
+            .prop_map(|(left, values)| ListCmd::Push { left, values }),
+        (any::<bool>(), proptest::option::of(0u64..3)).prop_map(|(left, count)| ListCmd::Pop { left, count }),
+        (index(), index()).prop_map(|(a, b)| ListCmd::Range(a, b)),
+        Just(ListCmd::Len),
+        index().prop_map(ListCmd::Index),
+        (index(), value()).prop_map(|(i, v)| ListCmd::Set(i, v)),
+        (index(), value()).prop_map(|(n, v)| ListCmd::Rem(n, v)),
+        (index(), index()).prop_map(|(a, b)| ListCmd::Trim(a, b)),
+        (any::<bool>(), value(), value()).prop_map(|(before, pivot, value)| ListCmd::Insert { before, pivot, value }),
+        (value(), prop_oneof![Just(1i64), Just(-1), Just(2)], proptest::option::of(0u64..3), 0u64..3)
+            .prop_map(|(element, rank, count, maxlen)| ListCmd::Pos { element, rank, count, maxlen }),
     ]
 }
 

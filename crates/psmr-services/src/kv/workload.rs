@@ -2,7 +2,7 @@
 //! 004 §VI ([`generate`]) and one of every Redis operation
 //! ([`generate_redis`]), with keys drawn by a skew-aware [`KeyPicker`].
 
-use super::{command, key_bytes, nth_key_hash, shard_of, HashCmd, KvModel, KvOp, SetWhen};
+use super::{command, key_bytes, nth_key_hash, shard_of, HashCmd, KvModel, KvOp, ListCmd, SetWhen};
 use crate::workload::{Draws, Kind};
 use crate::{WorkloadConfig, WorkloadError};
 use psmr_model::Command;
@@ -209,20 +209,21 @@ fn crud_op(p: &mut Pick<'_>) -> KvOp {
 fn redis_op(p: &mut Pick<'_>) -> KvOp {
     let key = p.key();
     if p.read {
-        return match p.draws.rng.gen_range(0..6) {
+        return match p.draws.rng.gen_range(0..7) {
             0 => KvOp::Read { key },
             1 => KvOp::Strlen { key },
             2 => KvOp::MGet { keys: p.keys() },
             3 => KvOp::Exists { keys: p.keys() },
             4 => KvOp::Type { key },
-            _ => KvOp::Hash { key, cmd: hash_read(p) },
+            5 => KvOp::Hash { key, cmd: hash_read(p) },
+            _ => KvOp::List { key, cmd: list_read(p) },
         };
     }
     let whole_store = p.model == KvModel::ReadersWriters && p.draws.rng.gen_range(0..50) == 0;
     if whole_store {
         return if p.draws.rng.gen() { KvOp::DbSize } else { KvOp::FlushDb };
     }
-    match p.draws.rng.gen_range(0..11) {
+    match p.draws.rng.gen_range(0..14) {
         0 => KvOp::Create { key, value: redis_value(p) },
         1 => KvOp::Update { key, value: redis_value(p) },
         2 => KvOp::Delete { key },
@@ -235,7 +236,42 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
         6 => KvOp::Append { key, value: redis_value(p) },
         7 => KvOp::MSet { pairs: p.keys().into_iter().map(|k| (k, redis_value(p))).collect() },
         8 | 9 => KvOp::Hash { key, cmd: hash_write(p) },
+        10 | 11 => KvOp::List { key, cmd: list_write(p) },
+        12 => {
+            // Both keys in the first one's shard, as multi-key commands are.
+            let to = p.keys().pop().unwrap_or_else(|| key.clone());
+            KvOp::LMove { from: key, to, from_left: p.draws.rng.gen(), to_left: p.draws.rng.gen() }
+        }
         _ => KvOp::Del { keys: p.keys() },
+    }
+}
+
+/// A small index, negative from the tail half the time.
+fn index(p: &mut Pick<'_>) -> i64 {
+    p.draws.rng.gen_range(-4..4)
+}
+
+fn list_read(p: &mut Pick<'_>) -> ListCmd {
+    match p.draws.rng.gen_range(0..4) {
+        0 => ListCmd::Range(index(p), index(p)),
+        1 => ListCmd::Len,
+        2 => ListCmd::Index(index(p)),
+        _ => {
+            let rank = [1, 2, -1][p.draws.rng.gen_range(0..3)];
+            let count = [None, Some(0), Some(2)][p.draws.rng.gen_range(0..3)];
+            ListCmd::Pos { element: redis_value(p), rank, count, maxlen: p.draws.rng.gen_range(0..3) }
+        }
+    }
+}
+
+fn list_write(p: &mut Pick<'_>) -> ListCmd {
+    match p.draws.rng.gen_range(0..7) {
+        0 | 1 => ListCmd::Push { left: p.draws.rng.gen(), values: vec![redis_value(p), redis_value(p)] },
+        2 => ListCmd::Pop { left: p.draws.rng.gen(), count: [None, Some(0), Some(2)][p.draws.rng.gen_range(0..3)] },
+        3 => ListCmd::Set(index(p), redis_value(p)),
+        4 => ListCmd::Rem(index(p), redis_value(p)),
+        5 => ListCmd::Trim(index(p), index(p)),
+        _ => ListCmd::Insert { before: p.draws.rng.gen(), pivot: redis_value(p), value: redis_value(p) },
     }
 }
 

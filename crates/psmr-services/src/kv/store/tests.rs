@@ -1,6 +1,6 @@
 use super::*;
 use crate::kv::tests::arb_op;
-use crate::kv::{HashCmd, KvModel, ALL};
+use crate::kv::{HashCmd, KvModel, ListCmd, ALL};
 use proptest::prelude::*;
 use psmr_model::{ClassId, ClientId, KeySet};
 
@@ -505,4 +505,67 @@ fn hashes_travel_in_snapshots_and_version_2_still_reads() {
     let at = bad.windows(5).rposition(|w| w == [1, 0, 0, 0, b'a']).expect("field a");
     bad[at + 4] = b'c';
     assert!(KvService::new(0, Cost::Light).restore(&bad).is_err());
+}
+
+fn l(key: &str, cmd: ListCmd) -> KvOp {
+    KvOp::List { key: key.into(), cmd }
+}
+
+fn push(key: &str, left: bool, items: &[&str]) -> KvOp {
+    l(key, ListCmd::Push { left, values: items.iter().map(|i| f(i)).collect() })
+}
+
+#[test]
+fn lists_answer_as_redis_and_go_with_their_last_element() {
+    let s = KvService::new(0, Cost::Light);
+    assert_eq!(run(&s, push("q", false, &["a", "b", "c"])), KvReply::Int(3));
+    assert_eq!(run(&s, push("q", true, &["y", "z"])), KvReply::Int(5), "z y a b c");
+    assert_eq!(run(&s, l("q", ListCmd::Range(0, -1))), some(&["z", "y", "a", "b", "c"]));
+    assert_eq!(run(&s, l("q", ListCmd::Range(-2, 100))), some(&["b", "c"]));
+    assert_eq!(run(&s, l("q", ListCmd::Range(3, 1))), some(&[]));
+    assert_eq!(run(&s, l("q", ListCmd::Index(-1))), KvReply::Value(Some(f("c"))));
+    assert_eq!(run(&s, l("q", ListCmd::Index(9))), KvReply::Value(None));
+    assert_eq!(run(&s, l("q", ListCmd::Set(9, f("x")))), KvReply::Error(KvError::IndexOutOfRange));
+    assert_eq!(run(&s, l("nope", ListCmd::Set(0, f("x")))), KvReply::Error(KvError::NoSuchKey));
+    let before = ListCmd::Insert { before: true, pivot: f("a"), value: f("a") };
+    assert_eq!(run(&s, l("q", before)), KvReply::Int(6), "z y a a b c");
+    assert_eq!(run(&s, l("q", ListCmd::Insert { before: false, pivot: f("?"), value: f("x") })), KvReply::Int(-1));
+    let pos = |rank, count, maxlen| l("q", ListCmd::Pos { element: f("a"), rank, count, maxlen });
+    assert_eq!(run(&s, pos(1, None, 0)), KvReply::Value(Some(f("2"))));
+    assert_eq!(run(&s, pos(-1, None, 0)), KvReply::Value(Some(f("3"))));
+    assert_eq!(run(&s, pos(1, Some(0), 0)), some(&["2", "3"]));
+    assert_eq!(run(&s, pos(1, None, 2)), KvReply::Value(None), "MAXLEN 2 looks at z y only");
+    assert_eq!(run(&s, l("q", ListCmd::Rem(-1, f("a")))), KvReply::Int(1), "the last a");
+    assert_eq!(run(&s, l("q", ListCmd::Range(0, -1))), some(&["z", "y", "a", "b", "c"]));
+    assert_eq!(run(&s, l("q", ListCmd::Trim(1, -2))), KvReply::Done(true));
+    assert_eq!(run(&s, l("q", ListCmd::Range(0, -1))), some(&["y", "a", "b"]));
+    assert_eq!(run(&s, l("q", ListCmd::Pop { left: true, count: None })), KvReply::Value(Some(f("y"))));
+    assert_eq!(run(&s, l("q", ListCmd::Pop { left: false, count: Some(5) })), some(&["b", "a"]));
+    assert_eq!(run(&s, KvOp::Type { key: f("q") }), KvReply::Value(Some(f("none"))), "gone with its last element");
+    assert_eq!(run(&s, l("q", ListCmd::Pop { left: false, count: Some(1) })), KvReply::Value(None));
+    run(&s, KvOp::Put { key: f("s"), value: f("x") });
+    assert_eq!(run(&s, push("s", true, &["a"])), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, l("s", ListCmd::Len)), KvReply::Error(KvError::WrongType));
+}
+
+#[test]
+fn lmove_moves_one_element_and_a_refusal_moves_none() {
+    let s = KvService::new(0, Cost::Light);
+    run(&s, push("a", false, &["1", "2"]));
+    let mv = |from: &str, to: &str, from_left, to_left| {
+        run(&s, KvOp::LMove { from: f(from), to: f(to), from_left, to_left })
+    };
+    assert_eq!(mv("a", "b", false, true), KvReply::Value(Some(f("2"))));
+    assert_eq!(mv("a", "a", true, false), KvReply::Value(Some(f("1"))), "a rotation");
+    assert_eq!(mv("empty", "b", true, true), KvReply::Value(None));
+    run(&s, KvOp::Put { key: f("s"), value: f("x") });
+    assert_eq!(mv("a", "s", true, true), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, l("a", ListCmd::Len)), KvReply::Int(1), "nothing popped for a refused move");
+    assert_eq!(mv("a", "b", true, false), KvReply::Value(Some(f("1"))));
+    assert_eq!(run(&s, l("b", ListCmd::Range(0, -1))), some(&["2", "1"]));
+    assert_eq!(run(&s, KvOp::Exists { keys: vec![f("a")] }), KvReply::Int(0));
+    let copy = KvService::new(0, Cost::Light);
+    copy.restore(&s.snapshot()).unwrap();
+    assert_eq!(copy.digest(), s.digest());
+    assert_eq!(run(&copy, l("b", ListCmd::Range(0, -1))), some(&["2", "1"]));
 }
