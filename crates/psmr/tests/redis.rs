@@ -26,6 +26,11 @@ fn connect(addr: SocketAddr) -> redis::Connection {
     redis::Client::open(format!("redis://{addr}/")).unwrap().get_connection().unwrap()
 }
 
+/// Connections to two replicas' Redis ports.
+fn two(addrs: &[SocketAddr], i: usize, j: usize) -> (redis::Connection, redis::Connection) {
+    (connect(addrs[i]), connect(addrs[j]))
+}
+
 fn cmd<T: redis::FromRedisValue>(con: &mut redis::Connection, args: &[&str]) -> redis::RedisResult<T> {
     let mut c = redis::cmd(args[0]);
     for a in &args[1..] {
@@ -160,7 +165,7 @@ fn transactions_run_whole_and_a_refused_command_aborts_them() {
 fn hashes_work_through_any_replica_as_redis_clients_use_them() {
     let cluster = cluster();
     let addrs = cluster.redis_addrs();
-    let (mut a, mut b) = (connect(addrs[0]), connect(addrs[1]));
+    let (mut a, mut b) = two(&addrs, 0, 1);
     assert_eq!(cmd::<i64>(&mut a, &["HSET", "user:1", "name", "ada", "lang", "rust"]).unwrap(), 2);
     assert_eq!(cmd::<String>(&mut b, &["HGET", "user:1", "name"]).unwrap(), "ada");
     let all: std::collections::HashMap<String, String> = cmd(&mut b, &["HGETALL", "user:1"]).unwrap();
@@ -186,8 +191,7 @@ fn hashes_work_through_any_replica_as_redis_clients_use_them() {
 #[test]
 fn lists_make_a_job_queue_through_any_replica() {
     let cluster = cluster();
-    let addrs = cluster.redis_addrs();
-    let (mut a, mut b) = (connect(addrs[0]), connect(addrs[2]));
+    let (mut a, mut b) = two(&cluster.redis_addrs(), 0, 2);
     assert_eq!(cmd::<i64>(&mut a, &["RPUSH", "jobs", "j1", "j2", "j3"]).unwrap(), 3);
     assert_eq!(cmd::<i64>(&mut b, &["LPUSH", "jobs", "j0"]).unwrap(), 4);
     assert_eq!(cmd::<Vec<String>>(&mut b, &["LRANGE", "jobs", "0", "-1"]).unwrap(), ["j0", "j1", "j2", "j3"]);
@@ -215,6 +219,28 @@ fn lists_make_a_job_queue_through_any_replica() {
     }
     assert_eq!(cmd::<i64>(&mut a, &["LPUSH", "queue", "v"]).unwrap(), 1);
     let e = cmd::<String>(&mut a, &["GET", "queue"]).unwrap_err().to_string();
+    assert!(e.contains("WRONGTYPE"), "{e}");
+}
+
+#[test]
+fn sets_work_through_any_replica() {
+    let cluster = cluster();
+    let (mut a, mut b) = two(&cluster.redis_addrs(), 1, 2);
+    assert_eq!(cmd::<i64>(&mut a, &["SADD", "tags:1", "rust", "smr", "rust"]).unwrap(), 2);
+    assert_eq!(cmd::<i64>(&mut b, &["SADD", "tags:2", "smr", "raft"]).unwrap(), 2);
+    assert_eq!(cmd::<Vec<String>>(&mut b, &["SMEMBERS", "tags:1"]).unwrap(), ["rust", "smr"]);
+    assert_eq!(cmd::<Vec<String>>(&mut a, &["SINTER", "tags:1", "tags:2"]).unwrap(), ["smr"]);
+    assert_eq!(cmd::<Vec<String>>(&mut a, &["SUNION", "tags:1", "tags:2"]).unwrap(), ["raft", "rust", "smr"]);
+    assert_eq!(cmd::<i64>(&mut a, &["SDIFFSTORE", "only:1", "tags:1", "tags:2"]).unwrap(), 1);
+    assert_eq!(cmd::<Vec<i64>>(&mut b, &["SMISMEMBER", "only:1", "rust", "smr"]).unwrap(), [1, 0]);
+    assert_eq!(cmd::<i64>(&mut b, &["SMOVE", "tags:2", "tags:1", "raft"]).unwrap(), 1);
+    assert_eq!(cmd::<i64>(&mut b, &["SCARD", "tags:1"]).unwrap(), 3);
+    assert_eq!(cmd::<i64>(&mut b, &["SISMEMBER", "tags:2", "raft"]).unwrap(), 0);
+    assert_eq!(cmd::<String>(&mut a, &["TYPE", "tags:1"]).unwrap(), "set");
+    let e = cmd::<i64>(&mut a, &["SADD", "tags:1"]).unwrap_err().to_string();
+    assert!(e.contains("wrong number of arguments"), "{e}");
+    cmd::<String>(&mut a, &["SET", "plain", "v"]).unwrap();
+    let e = cmd::<Vec<String>>(&mut a, &["SUNION", "tags:1", "plain"]).unwrap_err().to_string();
     assert!(e.contains("WRONGTYPE"), "{e}");
 }
 

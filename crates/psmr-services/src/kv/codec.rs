@@ -1,7 +1,8 @@
 //! [`KvCodec`]: [`KvOp`]s and [`KvReply`]s on the wire.
 
 use super::{
-    HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX,
+    Combine, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetCmd, SetWhen, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX,
+    VALUE_MAX,
 };
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 
@@ -39,6 +40,9 @@ mod tag {
     pub const TYPE: u8 = 16;
     pub const LIST: u8 = 17;
     pub const LMOVE: u8 = 18;
+    pub const MEMBERS: u8 = 19;
+    pub const COMBINE: u8 = 20;
+    pub const SMOVE: u8 = 21;
 }
 
 /// Errors on the wire: their place in this list.
@@ -91,6 +95,12 @@ impl OpCodec for KvCodec {
             KvOp::LMove { from, to, from_left, to_left } => {
                 e.u8(tag::LMOVE).bytes(from).bytes(to).u8(u8::from(*from_left)).u8(u8::from(*to_left))
             }
+            KvOp::Members { key, cmd } => encode_set(e.u8(tag::MEMBERS).bytes(key), cmd),
+            KvOp::Combine { how, keys, store } => {
+                let e = encode_keys(e.u8(tag::COMBINE).u8(*how as u8), keys);
+                encode_value(e, store.as_deref())
+            }
+            KvOp::SMove { from, to, member } => e.u8(tag::SMOVE).bytes(from).bytes(to).bytes(member),
         };
         e.finish()
     }
@@ -119,6 +129,25 @@ impl OpCodec for KvCodec {
             tag::LMOVE => {
                 KvOp::LMove { from: key(&mut d)?, to: key(&mut d)?, from_left: flag(&mut d)?, to_left: flag(&mut d)? }
             }
+            tag::MEMBERS => KvOp::Members { key: key(&mut d)?, cmd: set_cmd(&mut d)? },
+            tag::COMBINE => {
+                let how = match d.u8()? {
+                    0 => Combine::Inter,
+                    1 => Combine::Union,
+                    2 => Combine::Diff,
+                    b => return Err(d.error(format!("unknown set combination {b}"))),
+                };
+                let keys = keys(&mut d)?;
+                if keys.is_empty() {
+                    return Err(d.error("a set combination of no keys".to_string()));
+                }
+                let store = decode_value(&mut d)?;
+                if store.as_ref().is_some_and(|k| k.len() > KEY_MAX) {
+                    return Err(d.error(format!("key exceeds {KEY_MAX}")));
+                }
+                KvOp::Combine { how, keys, store }
+            }
+            tag::SMOVE => KvOp::SMove { from: key(&mut d)?, to: key(&mut d)?, member: value(&mut d)? },
             t => return Err(d.error(format!("unknown operation tag {t}"))),
         };
         d.end()?;
@@ -268,6 +297,31 @@ fn list_cmd(d: &mut Decoder<'_>) -> Result<ListCmd, WireError> {
             ListCmd::Pos { element, rank, count: opt(d)?, maxlen: d.u64()? }
         }
         t => return Err(d.error(format!("unknown list command {t}"))),
+    })
+}
+
+/// A set command after its key: a sub-tag in [`SetCmd`] declaration order,
+/// then its members.
+fn encode_set<'e>(e: &'e mut Encoder, cmd: &SetCmd) -> &'e mut Encoder {
+    match cmd {
+        SetCmd::Add(ms) => encode_keys(e.u8(0), ms),
+        SetCmd::Rem(ms) => encode_keys(e.u8(1), ms),
+        SetCmd::Members => e.u8(2),
+        SetCmd::IsMember(m) => e.u8(3).bytes(m),
+        SetCmd::MIsMember(ms) => encode_keys(e.u8(4), ms),
+        SetCmd::Card => e.u8(5),
+    }
+}
+
+fn set_cmd(d: &mut Decoder<'_>) -> Result<SetCmd, WireError> {
+    Ok(match d.u8()? {
+        0 => SetCmd::Add(values(d)?),
+        1 => SetCmd::Rem(values(d)?),
+        2 => SetCmd::Members,
+        3 => SetCmd::IsMember(value(d)?),
+        4 => SetCmd::MIsMember(values(d)?),
+        5 => SetCmd::Card,
+        t => return Err(d.error(format!("unknown set command {t}"))),
     })
 }
 

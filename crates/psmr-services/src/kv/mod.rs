@@ -1,9 +1,9 @@
 //! The key-value store of 004 §VI, grown into a small Redis: byte-string
-//! keys holding strings or hashes, the create/read/update/delete
-//! operations of the paper, and the string and hash commands of Redis
-//! ([`KvRedis`] maps them). A hash is one value under one key: a command
-//! on it names that key, so hash commands conflict exactly as string
-//! commands on the same key do.
+//! keys holding strings, hashes, lists or sets, the create/read/update/
+//! delete operations of the paper, and the commands of Redis on those
+//! types ([`KvRedis`] maps them). A hash, list or set is one value under
+//! one key: a command on it names that key, so it conflicts exactly as a
+//! string command on the same key does.
 //!
 //! # Keys and conflicts
 //!
@@ -189,6 +189,35 @@ pub enum KvOp {
         /// What to do with it.
         cmd: ListCmd,
     },
+    /// A command on the set at `key` (Redis `SADD`, `SMEMBERS`, ...).
+    Members {
+        /// The set's key.
+        key: Vec<u8>,
+        /// What to do with it.
+        cmd: SetCmd,
+    },
+    /// Redis `SINTER`, `SUNION`, `SDIFF` (the members, in byte order) and,
+    /// with `store`, `SINTERSTORE`, `SUNIONSTORE`, `SDIFFSTORE` (the result
+    /// replaces whatever `store` held; the reply is its size). A missing
+    /// key is an empty set.
+    Combine {
+        /// Intersection, union or difference.
+        how: Combine,
+        /// The sets, in order.
+        keys: Vec<Vec<u8>>,
+        /// Where to keep the result, if anywhere.
+        store: Option<Vec<u8>>,
+    },
+    /// Redis `SMOVE`: move `member` from the set at `from` to the set at
+    /// `to`; 1 if it was in `from`.
+    SMove {
+        /// The source set.
+        from: Vec<u8>,
+        /// The destination set.
+        to: Vec<u8>,
+        /// The member.
+        member: Vec<u8>,
+    },
     /// Redis `LMOVE` (and `RPOPLPUSH`): pop an element from one end of the
     /// list at `from` and push it onto an end of the list at `to` (the
     /// same list allowed); the element, or nil if `from` is empty.
@@ -202,6 +231,53 @@ pub enum KvOp {
         /// Pushed onto the destination's left end, else its right.
         to_left: bool,
     },
+}
+
+/// A command on a set ([`KvOp::Members`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SetCmd {
+    /// `SADD`: the number of members added.
+    Add(Vec<Vec<u8>>),
+    /// `SREM`: the number of members removed; the key goes with its last.
+    Rem(Vec<Vec<u8>>),
+    /// `SMEMBERS`: every member, in byte order.
+    Members,
+    /// `SISMEMBER`: 1 if a member.
+    IsMember(Vec<u8>),
+    /// `SMISMEMBER`: 1 or 0 for each.
+    MIsMember(Vec<Vec<u8>>),
+    /// `SCARD`: the number of members.
+    Card,
+}
+
+impl SetCmd {
+    /// Whether the command changes nothing.
+    pub fn is_read(&self) -> bool {
+        !matches!(self, SetCmd::Add(_) | SetCmd::Rem(_))
+    }
+
+    /// The Redis command's name, in capitals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SetCmd::Add(_) => "SADD",
+            SetCmd::Rem(_) => "SREM",
+            SetCmd::Members => "SMEMBERS",
+            SetCmd::IsMember(_) => "SISMEMBER",
+            SetCmd::MIsMember(_) => "SMISMEMBER",
+            SetCmd::Card => "SCARD",
+        }
+    }
+}
+
+/// How [`KvOp::Combine`] combines its sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Combine {
+    /// `SINTER`: members of every set.
+    Inter,
+    /// `SUNION`: members of any set.
+    Union,
+    /// `SDIFF`: members of the first set and of no other.
+    Diff,
 }
 
 /// A command on a list ([`KvOp::List`]). Indices count from 0 at the head
@@ -383,7 +459,10 @@ impl KvOp {
             | KvOp::Strlen { key }
             | KvOp::Hash { key, .. }
             | KvOp::List { key, .. }
+            | KvOp::Members { key, .. }
             | KvOp::Type { key } => (Some(key), &[], &[]),
+            KvOp::Combine { keys, store, .. } => (store.as_ref(), keys, &[]),
+            KvOp::SMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::LMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } => (None, keys, &[]),
             KvOp::MSet { pairs } => (None, &[], pairs),
@@ -402,6 +481,8 @@ impl KvOp {
             }
             KvOp::Hash { cmd, .. } => cmd.is_read(),
             KvOp::List { cmd, .. } => cmd.is_read(),
+            KvOp::Members { cmd, .. } => cmd.is_read(),
+            KvOp::Combine { store, .. } => store.is_none(),
             _ => false,
         }
     }
@@ -429,6 +510,16 @@ impl KvOp {
             KvOp::Type { .. } => "TYPE",
             KvOp::List { cmd, .. } => cmd.name(),
             KvOp::LMove { .. } => "LMOVE",
+            KvOp::Members { cmd, .. } => cmd.name(),
+            KvOp::SMove { .. } => "SMOVE",
+            KvOp::Combine { how, store, .. } => match (how, store.is_some()) {
+                (Combine::Inter, false) => "SINTER",
+                (Combine::Union, false) => "SUNION",
+                (Combine::Diff, false) => "SDIFF",
+                (Combine::Inter, true) => "SINTERSTORE",
+                (Combine::Union, true) => "SUNIONSTORE",
+                (Combine::Diff, true) => "SDIFFSTORE",
+            },
         }
     }
 }

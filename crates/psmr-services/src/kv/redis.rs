@@ -29,13 +29,21 @@
 //! | `LREM k n v`, `LINSERT k BEFORE\|AFTER p v` | `List` | integer |
 //! | `LPOS k v [RANK r] [COUNT n] [MAXLEN m]` | `List` | integer or nil; with `COUNT` an array |
 //! | `LMOVE a b LEFT\|RIGHT LEFT\|RIGHT`, `RPOPLPUSH a b` | `LMove` | bulk or nil |
-//! | `TYPE k` | `Type` | `+string`, `+hash`, `+list` or `+none` |
+//! | `SADD`/`SREM k m...`, `SCARD`, `SISMEMBER` | `Members` | integer |
+//! | `SMEMBERS k`, `SMISMEMBER k m...` | `Members` | array, in byte order; array of 1 and 0 |
+//! | `SINTER`/`SUNION`/`SDIFF k...` | `Combine` | array, in byte order |
+//! | `SINTERSTORE`/`SUNIONSTORE`/`SDIFFSTORE d k...` | `Combine` | integer: the size stored |
+//! | `SMOVE a b m` | `SMove` | integer |
+//! | `TYPE k` | `Type` | `+string`, `+hash`, `+list`, `+set` or `+none` |
 //!
 //! Connection commands (`PING`, `HELLO`, ...) belong to the server and never
 //! reach this table. Key expiry (`EX`, `PX`, `EXAT`, `PXAT`, `KEEPTTL`) is
 //! refused: it would need a clock every replica agrees on.
 
-use super::{parse_integer, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetWhen, KEY_MAX, OP_KEYS_MAX, VALUE_MAX};
+use super::{
+    parse_integer, Combine, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetCmd, SetWhen, KEY_MAX, OP_KEYS_MAX,
+    VALUE_MAX,
+};
 use bytes::Bytes;
 use psmr_resp::{unknown_command, wrong_arity, Commands, Reply};
 
@@ -101,6 +109,23 @@ const TABLE: &[Spec] = &[
     Spec { name: "lpos", arity: -3, parse: lpos },
     Spec { name: "lmove", arity: 5, parse: |a| lmove(a, side(&a[3])?, side(&a[4])?) },
     Spec { name: "rpoplpush", arity: 3, parse: |a| lmove(a, false, true) },
+    Spec { name: "sadd", arity: -3, parse: |a| members(a, SetCmd::Add(values(&a[2..])?)) },
+    Spec { name: "srem", arity: -3, parse: |a| members(a, SetCmd::Rem(values(&a[2..])?)) },
+    Spec { name: "smembers", arity: 2, parse: |a| members(a, SetCmd::Members) },
+    Spec { name: "sismember", arity: 3, parse: |a| members(a, SetCmd::IsMember(value(&a[2])?)) },
+    Spec { name: "smismember", arity: -3, parse: |a| members(a, SetCmd::MIsMember(values(&a[2..])?)) },
+    Spec { name: "scard", arity: 2, parse: |a| members(a, SetCmd::Card) },
+    Spec { name: "sinter", arity: -2, parse: |a| combine(Combine::Inter, &a[1..], None) },
+    Spec { name: "sunion", arity: -2, parse: |a| combine(Combine::Union, &a[1..], None) },
+    Spec { name: "sdiff", arity: -2, parse: |a| combine(Combine::Diff, &a[1..], None) },
+    Spec { name: "sinterstore", arity: -3, parse: |a| combine(Combine::Inter, &a[2..], Some(&a[1])) },
+    Spec { name: "sunionstore", arity: -3, parse: |a| combine(Combine::Union, &a[2..], Some(&a[1])) },
+    Spec { name: "sdiffstore", arity: -3, parse: |a| combine(Combine::Diff, &a[2..], Some(&a[1])) },
+    Spec {
+        name: "smove",
+        arity: 4,
+        parse: |a| Ok(KvOp::SMove { from: key(&a[1])?, to: key(&a[2])?, member: value(&a[3])? }),
+    },
 ];
 
 impl Commands for KvRedis {
@@ -134,7 +159,8 @@ impl Commands for KvRedis {
             (KvOp::Hash { cmd: HashCmd::MSet(_), .. }, _) => Reply::ok(),
             (KvOp::List { cmd: ListCmd::Set(..) | ListCmd::Trim(..), .. }, _) => Reply::ok(),
             (KvOp::List { cmd: ListCmd::Pop { count: Some(_), .. }, .. }, KvReply::Value(None)) => Reply::null_array(),
-            (KvOp::List { cmd: ListCmd::Pos { .. }, .. }, reply) => positions(reply),
+            (KvOp::List { cmd: ListCmd::Pos { .. }, .. }, reply) => integers(reply),
+            (KvOp::Members { cmd: SetCmd::MIsMember(_), .. }, reply) => integers(reply),
             (KvOp::Hash { cmd: HashCmd::GetAll, .. }, KvReply::Values(flat)) => Reply::map(
                 flat.chunks_exact(2).map(|fv| (bulk_or_nil(fv[0].clone()), bulk_or_nil(fv[1].clone()))).collect(),
             ),
@@ -143,8 +169,9 @@ impl Commands for KvRedis {
     }
 }
 
-/// `LPOS`'s positions (carried as decimal text) as integers.
-fn positions(reply: KvReply) -> Reply {
+/// Numbers carried as decimal text (`LPOS`'s positions, `SMISMEMBER`'s
+/// answers) as integers.
+fn integers(reply: KvReply) -> Reply {
     let int = |p: Vec<u8>| Reply::integer(parse_integer(&p).unwrap_or(-1));
     match reply {
         KvReply::Value(p) => p.map_or_else(Reply::null, int),
@@ -245,6 +272,16 @@ fn hincrbyfloat(a: &[Bytes]) -> Result<KvOp, Reply> {
         return Err(Reply::error(KvError::NotFloat.to_string()));
     }
     hash(a, HashCmd::IncrByFloat(key(&a[2])?, value(&a[3])?))
+}
+
+/// A set command `cmd` on the key `a[1]`.
+fn members(a: &[Bytes], cmd: SetCmd) -> Result<KvOp, Reply> {
+    Ok(KvOp::Members { key: key(&a[1])?, cmd })
+}
+
+/// Sets `sets` combined `how`, kept at `store` if given.
+fn combine(how: Combine, sets: &[Bytes], store: Option<&Bytes>) -> Result<KvOp, Reply> {
+    Ok(KvOp::Combine { how, keys: keys(sets)?, store: store.map(key).transpose()? })
 }
 
 /// A list command `cmd` on the key `a[1]`.

@@ -3,6 +3,7 @@
 
 mod hash;
 mod list;
+mod set;
 
 pub(crate) use hash::float;
 
@@ -57,6 +58,8 @@ enum Obj {
     Hash(BTreeMap<Vec<u8>, Vec<u8>>),
     /// A list, its head first.
     List(std::collections::VecDeque<Vec<u8>>),
+    /// A set, in byte order.
+    Set(std::collections::BTreeSet<Vec<u8>>),
 }
 
 impl Obj {
@@ -66,6 +69,7 @@ impl Obj {
             Obj::Str(_) => b"string",
             Obj::Hash(_) => b"hash",
             Obj::List(_) => b"list",
+            Obj::Set(_) => b"set",
         }
     }
 }
@@ -307,6 +311,10 @@ impl KvService {
             KvOp::Type { key } => KvReply::Value(Some(self.read(key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec()))),
             KvOp::List { key, cmd } => self.write(key, |m| list::run(m, key, cmd)),
             KvOp::LMove { from, to, from_left, to_left } => self.lmove(from, to, *from_left, *to_left),
+            KvOp::Members { key, cmd } if cmd.is_read() => self.read(key, |v| set::read(v, cmd)),
+            KvOp::Members { key, cmd } => self.write(key, |m| set::write(m, key, cmd)),
+            KvOp::Combine { how, keys, store } => self.combine(*how, keys, store.as_deref()),
+            KvOp::SMove { from, to, member } => self.smove(from, to, member),
             KvOp::Delete { key } => KvReply::Done(self.write(key, |m| m.remove(key.as_slice()).is_some())),
             KvOp::Put { key, value } => KvReply::Done(self.write(key, |m| put(m, key, value))),
             KvOp::Set { key, value, when, get } => self.write(key, |m| set(m, key, value, *when, *get)),
@@ -333,6 +341,49 @@ impl KvService {
                 KvReply::Done(true)
             }
         }
+    }
+
+    /// `Combine`: every set read (a key of another kind refused before
+    /// anything is written), combined, then listed or stored.
+    fn combine(&self, how: super::Combine, keys: &[Vec<u8>], store: Option<&[u8]>) -> KvReply {
+        let mut sets = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.read(key, |v| match v {
+                None => Ok(None),
+                Some(Obj::Set(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(KvError::WrongType),
+            }) {
+                Ok(s) => sets.push(s),
+                Err(e) => return KvReply::Error(e),
+            }
+        }
+        let result = set::combine(how, sets);
+        let Some(dest) = store else { return set::listed(result.iter()) };
+        let n = result.len();
+        self.write(dest, |m| {
+            if result.is_empty() {
+                m.remove(dest);
+            } else {
+                m.insert(dest.to_vec(), Arc::new(Obj::Set(result)));
+            }
+        });
+        KvReply::Int(count(n))
+    }
+
+    /// `SMove`: both keys' kinds checked before anything changes.
+    fn smove(&self, from: &[u8], to: &[u8], member: &[u8]) -> KvReply {
+        let is_set = |v: Option<&Obj>| matches!(v, None | Some(Obj::Set(_)));
+        if !self.read(to, is_set) || !self.read(from, is_set) {
+            return KvReply::Error(KvError::WrongType);
+        }
+        let there = self.read(from, |v| matches!(v, Some(Obj::Set(s)) if s.contains(member)));
+        if !there || from == to {
+            return KvReply::Int(i64::from(there));
+        }
+        let member = vec![member.to_vec()];
+        self.write(from, |m| set::write(m, from, &super::SetCmd::Rem(member.clone())));
+        self.write(to, |m| set::write(m, to, &super::SetCmd::Add(member)));
+        KvReply::Int(1)
     }
 
     /// `LMove`: the destination's kind is checked before the source's
@@ -399,6 +450,31 @@ fn overwrite(v: &mut Value, value: &[u8]) {
 /// A new value holding the string `bytes`.
 fn shared(bytes: &[u8]) -> Value {
     Arc::new(Obj::Str(bytes.to_vec()))
+}
+
+/// A list reply of `items`, refused with `too_large` past
+/// [`REPLY_VALUES_MAX`] bytes (each item counted with its 5 bytes of
+/// framing): no command builds a reply of unbounded size.
+fn listed<'a>(items: impl Iterator<Item = Option<&'a [u8]>>, too_large: KvError) -> KvReply {
+    let mut bytes = 0usize;
+    let mut out = Vec::new();
+    for item in items {
+        bytes = bytes.saturating_add(5 + item.map_or(0, <[u8]>::len));
+        if bytes > REPLY_VALUES_MAX {
+            return KvReply::Error(too_large);
+        }
+        out.push(item.map(<[u8]>::to_vec));
+    }
+    KvReply::Values(out)
+}
+
+/// What `pick` finds in the value `v`: none if there is no value,
+/// [`KvError::WrongType`] if `pick` finds nothing there.
+fn kind<'a, T>(v: Option<&'a Value>, pick: impl FnOnce(&'a Obj) -> Option<&'a T>) -> Result<Option<&'a T>, KvError> {
+    match v {
+        None => Ok(None),
+        Some(v) => pick(v).map(Some).ok_or(KvError::WrongType),
+    }
 }
 
 /// The reply of `r`, or its error.
@@ -530,6 +606,13 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
                     put_bytes(w, item)?;
                 }
             }
+            Obj::Set(members) => {
+                w.write_all(&[KIND_SET])?;
+                put_u64(w, members.len() as u64)?;
+                for m in members {
+                    put_bytes(w, m)?;
+                }
+            }
         }
     }
     Ok(())
@@ -539,6 +622,7 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
 const KIND_STR: u8 = 0;
 const KIND_HASH: u8 = 1;
 const KIND_LIST: u8 = 2;
+const KIND_SET: u8 = 3;
 
 /// Opens a key-value snapshot; a version 1 snapshot, from builds with
 /// `u64` keys, gets an error that says why rather than the generic
@@ -579,7 +663,8 @@ fn read_entries(
         let value = match kind {
             KIND_STR => Obj::Str(r.bytes(VALUE_MAX, "a value")?),
             KIND_HASH => Obj::Hash(read_hash(&mut r)?),
-            KIND_LIST => Obj::List(read_list(&mut r)?),
+            KIND_LIST => Obj::List(read_elements(&mut r, "list element", false)?.into()),
+            KIND_SET => Obj::Set(read_elements(&mut r, "set member", true)?.into_iter().collect()),
             k => return Err(SnapshotError::Malformed(format!("unknown kind of value {k}"))),
         };
         last = Some(key.clone());
@@ -607,17 +692,22 @@ fn read_hash(r: &mut SnapshotReader<'_>) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, S
     Ok(fields)
 }
 
-/// A list's elements, head first (an empty list is never kept).
-fn read_list(r: &mut SnapshotReader<'_>) -> Result<std::collections::VecDeque<Vec<u8>>, SnapshotError> {
+/// The elements of a list or a set (`what`): a count, never 0 (an empty
+/// one is never kept), then each; with `ordered`, strictly increasing.
+fn read_elements(r: &mut SnapshotReader<'_>, what: &str, ordered: bool) -> Result<Vec<Vec<u8>>, SnapshotError> {
     let n = r.u64()?;
     if n == 0 {
-        return Err(SnapshotError::Malformed("an empty list".into()));
+        return Err(SnapshotError::Malformed(format!("an empty {what}")));
     }
-    let mut items = std::collections::VecDeque::new();
+    let mut out: Vec<Vec<u8>> = Vec::new();
     for _ in 0..n {
-        items.push_back(r.bytes(VALUE_MAX, "a list element")?);
+        let e = r.bytes(VALUE_MAX, what)?;
+        if ordered && out.last().is_some_and(|l| *l >= e) {
+            return Err(out_of_order(what, &e));
+        }
+        out.push(e);
     }
-    Ok(items)
+    Ok(out)
 }
 
 fn out_of_order(what: &str, bytes: &[u8]) -> SnapshotError {
@@ -726,6 +816,10 @@ impl Service for KvService {
                     Obj::List(items) => {
                         put(b"\xfflist");
                         items.iter().for_each(|e| put(e));
+                    }
+                    Obj::Set(members) => {
+                        put(b"\xffset");
+                        members.iter().for_each(|m| put(m));
                     }
                 }
                 digest.add_hash(h.finish());

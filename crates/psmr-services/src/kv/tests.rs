@@ -202,6 +202,19 @@ pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
         Just(KvOp::FlushDb),
         (arb_key(), arb_hash_cmd()).prop_map(|(key, cmd)| KvOp::Hash { key, cmd }),
         (arb_key(), arb_list_cmd()).prop_map(|(key, cmd)| KvOp::List { key, cmd }),
+        (arb_key(), arb_set_cmd()).prop_map(|(key, cmd)| KvOp::Members { key, cmd }),
+        (0..3usize, proptest::collection::vec(arb_key(), 1..3), proptest::option::of(arb_key())).prop_map(
+            |(how, keys, store)| KvOp::Combine {
+                how: [Combine::Inter, Combine::Union, Combine::Diff][how],
+                keys,
+                store
+            }
+        ),
+        (arb_key(), arb_key(), (0..3u8).prop_map(|m| vec![b'm', m])).prop_map(|(from, to, member)| KvOp::SMove {
+            from,
+            to,
+            member
+        }),
         (arb_key(), arb_key(), any::<bool>(), any::<bool>()).prop_map(|(from, to, from_left, to_left)| KvOp::LMove {
             from,
             to,
@@ -209,6 +222,20 @@ pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
             to_left
         }),
         arb_key().prop_map(|key| KvOp::Type { key }),
+    ]
+}
+
+/// Set commands over a few members, so that they meet.
+fn arb_set_cmd() -> impl Strategy<Value = SetCmd> {
+    let member = || (0..3u8).prop_map(|m| vec![b'm', m]);
+    let members = move || proptest::collection::vec(member(), 1..3);
+    prop_oneof![
+        members().prop_map(SetCmd::Add),
+        members().prop_map(SetCmd::Rem),
+        Just(SetCmd::Members),
+        member().prop_map(SetCmd::IsMember),
+        members().prop_map(SetCmd::MIsMember),
+        Just(SetCmd::Card),
     ]
 }
 

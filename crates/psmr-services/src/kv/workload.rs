@@ -2,7 +2,7 @@
 //! 004 §VI ([`generate`]) and one of every Redis operation
 //! ([`generate_redis`]), with keys drawn by a skew-aware [`KeyPicker`].
 
-use super::{command, key_bytes, nth_key_hash, shard_of, HashCmd, KvModel, KvOp, ListCmd, SetWhen};
+use super::{command, key_bytes, nth_key_hash, shard_of, Combine, HashCmd, KvModel, KvOp, ListCmd, SetCmd, SetWhen};
 use crate::workload::{Draws, Kind};
 use crate::{WorkloadConfig, WorkloadError};
 use psmr_model::Command;
@@ -209,21 +209,23 @@ fn crud_op(p: &mut Pick<'_>) -> KvOp {
 fn redis_op(p: &mut Pick<'_>) -> KvOp {
     let key = p.key();
     if p.read {
-        return match p.draws.rng.gen_range(0..7) {
+        return match p.draws.rng.gen_range(0..9) {
             0 => KvOp::Read { key },
             1 => KvOp::Strlen { key },
             2 => KvOp::MGet { keys: p.keys() },
             3 => KvOp::Exists { keys: p.keys() },
             4 => KvOp::Type { key },
             5 => KvOp::Hash { key, cmd: hash_read(p) },
-            _ => KvOp::List { key, cmd: list_read(p) },
+            6 => KvOp::List { key, cmd: list_read(p) },
+            7 => KvOp::Members { key, cmd: set_read(p) },
+            _ => KvOp::Combine { how: combination(p), keys: p.keys(), store: None },
         };
     }
     let whole_store = p.model == KvModel::ReadersWriters && p.draws.rng.gen_range(0..50) == 0;
     if whole_store {
         return if p.draws.rng.gen() { KvOp::DbSize } else { KvOp::FlushDb };
     }
-    match p.draws.rng.gen_range(0..14) {
+    match p.draws.rng.gen_range(0..18) {
         0 => KvOp::Create { key, value: redis_value(p) },
         1 => KvOp::Update { key, value: redis_value(p) },
         2 => KvOp::Delete { key },
@@ -242,7 +244,41 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
             let to = p.keys().pop().unwrap_or_else(|| key.clone());
             KvOp::LMove { from: key, to, from_left: p.draws.rng.gen(), to_left: p.draws.rng.gen() }
         }
+        13 | 14 => KvOp::Members { key, cmd: set_write(p) },
+        15 => {
+            let keys = p.keys();
+            KvOp::Combine { how: combination(p), keys, store: Some(key) }
+        }
+        16 => {
+            let to = p.keys().pop().unwrap_or_else(|| key.clone());
+            KvOp::SMove { from: key, to, member: member(p) }
+        }
         _ => KvOp::Del { keys: p.keys() },
+    }
+}
+
+/// A member among a few, so that sets share members.
+fn member(p: &mut Pick<'_>) -> Vec<u8> {
+    format!("m{}", p.draws.rng.gen_range(0..4)).into_bytes()
+}
+
+fn combination(p: &mut Pick<'_>) -> Combine {
+    [Combine::Inter, Combine::Union, Combine::Diff][p.draws.rng.gen_range(0..3)]
+}
+
+fn set_read(p: &mut Pick<'_>) -> SetCmd {
+    match p.draws.rng.gen_range(0..4) {
+        0 => SetCmd::Members,
+        1 => SetCmd::IsMember(member(p)),
+        2 => SetCmd::MIsMember(vec![member(p), member(p)]),
+        _ => SetCmd::Card,
+    }
+}
+
+fn set_write(p: &mut Pick<'_>) -> SetCmd {
+    match p.draws.rng.gen_range(0..3) {
+        0 | 1 => SetCmd::Add(vec![member(p), member(p)]),
+        _ => SetCmd::Rem(vec![member(p)]),
     }
 }
 

@@ -3,7 +3,7 @@
 //! is created by its first field and goes with its last; replies that
 //! list a hash are in field order, so every replica says the same.
 
-use super::{count, or_error, Map, Obj, Value, REPLY_VALUES_MAX};
+use super::{count, kind, or_error, Map, Obj, Value};
 use crate::kv::{parse_integer, HashCmd, KvError, KvReply};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,14 +28,12 @@ pub(super) fn run(m: &mut Map, key: &[u8], cmd: &HashCmd) -> KvReply {
     reply
 }
 
-/// The hash `v` holds; none if there is no value; [`KvError::WrongType`]
-/// if it is not a hash.
+/// The hash `v` holds, if any.
 fn fields(v: Option<&Value>) -> Result<Option<&Fields>, KvError> {
-    match v.map(|v| &**v) {
-        None => Ok(None),
-        Some(Obj::Hash(fields)) => Ok(Some(fields)),
-        Some(_) => Err(KvError::WrongType),
-    }
+    kind(v, |o| match o {
+        Obj::Hash(fields) => Some(fields),
+        _ => None,
+    })
 }
 
 fn read(f: &Fields, cmd: &HashCmd) -> KvReply {
@@ -52,19 +50,9 @@ fn read(f: &Fields, cmd: &HashCmd) -> KvReply {
     }
 }
 
-/// A list reply, refused when it would exceed [`REPLY_VALUES_MAX`] bytes
-/// (each item counted with its 5 bytes of framing).
+/// A list of fields or values, bounded.
 fn listed<'a>(items: impl Iterator<Item = Option<&'a [u8]>>) -> KvReply {
-    let mut bytes = 0usize;
-    let mut out = Vec::new();
-    for item in items {
-        bytes = bytes.saturating_add(5 + item.map_or(0, <[u8]>::len));
-        if bytes > REPLY_VALUES_MAX {
-            return KvReply::Error(KvError::HashTooLarge);
-        }
-        out.push(item.map(<[u8]>::to_vec));
-    }
-    KvReply::Values(out)
+    super::listed(items, KvError::HashTooLarge)
 }
 
 fn write(f: &mut Fields, cmd: &HashCmd) -> KvReply {

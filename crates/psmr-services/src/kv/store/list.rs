@@ -3,7 +3,7 @@
 //! command on a key of another kind is `WRONGTYPE`; indices count from 0
 //! at the head and from -1 at the tail, and ranges clamp to the list.
 
-use super::{count, Map, Obj, Value, REPLY_VALUES_MAX};
+use super::{count, kind, Map, Obj, Value};
 use crate::kv::{KvError, KvReply, ListCmd};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -48,14 +48,12 @@ fn absent(m: &mut Map, key: &[u8], cmd: &ListCmd) -> KvReply {
     }
 }
 
-/// The list `v` holds; none if there is no value; [`KvError::WrongType`]
-/// if it is not a list.
-pub(super) fn items(v: Option<&Value>) -> Result<Option<&Items>, KvError> {
-    match v.map(|v| &**v) {
-        None => Ok(None),
-        Some(Obj::List(items)) => Ok(Some(items)),
-        Some(_) => Err(KvError::WrongType),
-    }
+/// The list `v` holds, if any.
+fn items(v: Option<&Value>) -> Result<Option<&Items>, KvError> {
+    kind(v, |o| match o {
+        Obj::List(items) => Some(items),
+        _ => None,
+    })
 }
 
 fn push(items: &mut Items, left: bool, values: impl Iterator<Item = Vec<u8>>) {
@@ -97,19 +95,9 @@ fn read(items: &Items, cmd: &ListCmd) -> KvReply {
     }
 }
 
-/// A list reply, refused past [`REPLY_VALUES_MAX`] bytes (each element
-/// counted with its 5 bytes of framing).
+/// A list of elements, bounded.
 fn listed<'a>(elements: impl Iterator<Item = &'a Vec<u8>>) -> KvReply {
-    let mut bytes = 0usize;
-    let mut out = Vec::new();
-    for e in elements {
-        bytes = bytes.saturating_add(5 + e.len());
-        if bytes > REPLY_VALUES_MAX {
-            return KvReply::Error(KvError::ListTooLarge);
-        }
-        out.push(Some(e.clone()));
-    }
-    KvReply::Values(out)
+    super::listed(elements.map(|e| Some(e.as_slice())), KvError::ListTooLarge)
 }
 
 /// `LPOS`: the positions of `element`, from the `rank`th match (negative:

@@ -1,6 +1,6 @@
 use super::*;
 use crate::kv::tests::arb_op;
-use crate::kv::{HashCmd, KvModel, ListCmd, ALL};
+use crate::kv::{Combine, HashCmd, KvModel, ListCmd, SetCmd, ALL};
 use proptest::prelude::*;
 use psmr_model::{ClassId, ClientId, KeySet};
 
@@ -568,4 +568,48 @@ fn lmove_moves_one_element_and_a_refusal_moves_none() {
     copy.restore(&s.snapshot()).unwrap();
     assert_eq!(copy.digest(), s.digest());
     assert_eq!(run(&copy, l("b", ListCmd::Range(0, -1))), some(&["2", "1"]));
+}
+
+fn members(key: &str, cmd: SetCmd) -> KvOp {
+    KvOp::Members { key: key.into(), cmd }
+}
+
+fn fs(items: &[&str]) -> Vec<Vec<u8>> {
+    items.iter().map(|i| f(i)).collect()
+}
+
+#[test]
+fn sets_combine_store_and_move_as_redis() {
+    let s = KvService::new(0, Cost::Light);
+    assert_eq!(run(&s, members("a", SetCmd::Add(fs(&["x", "y", "z", "x"])))), KvReply::Int(3));
+    assert_eq!(run(&s, members("b", SetCmd::Add(fs(&["y", "w"])))), KvReply::Int(2));
+    assert_eq!(run(&s, members("a", SetCmd::Members)), some(&["x", "y", "z"]));
+    assert_eq!(run(&s, members("a", SetCmd::MIsMember(fs(&["x", "q"])))), some(&["1", "0"]));
+    let combine = |how, keys: &[&str], store: Option<&str>| KvOp::Combine { how, keys: fs(keys), store: store.map(f) };
+    assert_eq!(run(&s, combine(Combine::Inter, &["a", "b"], None)), some(&["y"]));
+    assert_eq!(run(&s, combine(Combine::Union, &["a", "b", "none"], None)), some(&["w", "x", "y", "z"]));
+    assert_eq!(run(&s, combine(Combine::Diff, &["a", "b"], None)), some(&["x", "z"]));
+    assert_eq!(run(&s, combine(Combine::Inter, &["a", "none"], None)), some(&[]));
+    assert_eq!(run(&s, combine(Combine::Diff, &["a", "b"], Some("d"))), KvReply::Int(2));
+    assert_eq!(run(&s, members("d", SetCmd::Members)), some(&["x", "z"]));
+    run(&s, KvOp::Put { key: f("str"), value: f("v") });
+    assert_eq!(run(&s, combine(Combine::Union, &["a", "str"], None)), KvReply::Error(KvError::WrongType));
+    // A store replaces whatever was there; an empty result removes it.
+    assert_eq!(run(&s, combine(Combine::Inter, &["a", "none"], Some("str"))), KvReply::Int(0));
+    assert_eq!(run(&s, KvOp::Type { key: f("str") }), KvReply::Value(Some(f("none"))));
+    let smove = |from: &str, to: &str, m: &str| KvOp::SMove { from: f(from), to: f(to), member: f(m) };
+    assert_eq!(run(&s, smove("a", "b", "x")), KvReply::Int(1));
+    assert_eq!(run(&s, smove("a", "b", "q")), KvReply::Int(0));
+    assert_eq!(run(&s, smove("a", "a", "y")), KvReply::Int(1), "to itself: there, nothing moves");
+    assert_eq!(run(&s, members("b", SetCmd::Members)), some(&["w", "x", "y"]));
+    run(&s, KvOp::Put { key: f("s2"), value: f("v") });
+    assert_eq!(run(&s, smove("a", "s2", "y")), KvReply::Error(KvError::WrongType));
+    assert_eq!(run(&s, members("a", SetCmd::Card)), KvReply::Int(2), "a refused move takes nothing");
+    assert_eq!(run(&s, members("a", SetCmd::Rem(fs(&["y", "z", "q"])))), KvReply::Int(2));
+    assert_eq!(run(&s, KvOp::Exists { keys: fs(&["a"]) }), KvReply::Int(0), "gone with its last member");
+    assert_eq!(run(&s, members("s2", SetCmd::IsMember(f("v")))), KvReply::Error(KvError::WrongType));
+    let copy = KvService::new(0, Cost::Light);
+    copy.restore(&s.snapshot()).unwrap();
+    assert_eq!(copy.digest(), s.digest());
+    assert_eq!(run(&copy, members("b", SetCmd::Members)), some(&["w", "x", "y"]));
 }

@@ -93,7 +93,7 @@ fn redis_workloads_hold_every_operation_and_keep_to_one_shard() {
     let mut names: Vec<&str> = rw.iter().map(|c| c.op.name()).collect();
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 43, "{names:?}");
+    assert_eq!(names.len(), 56, "{names:?}");
     let c = WorkloadConfig { skew: 0.5, ..cfg(4, 50.0, Spread::Uniform, 3) };
     let sharded = generate_redis(KvModel::Sharded, &c).unwrap();
     assert!(sharded.iter().all(|c| !matches!(c.op, KvOp::DbSize | KvOp::FlushDb)));
