@@ -1083,9 +1083,14 @@ fn the_walkthrough_of_separate_hosts_runs_as_documented() {
         .collect();
     assert!(out.status.success(), "{}\n{}\n{logs:#?}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("walk-through done"), "{}", text(&out.stdout));
-    // Clean stops and a rotation that logs no warning.
+    // Clean stops and a rotation that log no warning. The one warning
+    // allowed: a leader refusing what the removed replica 1 still sent
+    // before it learned of its removal.
+    let expected = |l: &str| l.contains("refused a raft message") && l.contains("peer=1 ");
     for (i, log) in logs.iter().enumerate() {
-        assert!(!log.contains("WARN") && !log.contains("ERROR"), "replica {}: {log}", i + 1);
+        let bad: Vec<&str> =
+            log.lines().filter(|l| (l.contains(" WARN ") || l.contains(" ERROR ")) && !expected(l)).collect();
+        assert!(bad.is_empty(), "replica {}: {bad:#?}", i + 1);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
