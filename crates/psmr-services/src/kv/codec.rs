@@ -81,10 +81,7 @@ impl OpCodec for KvCodec {
             KvOp::Append { key, value } => e.u8(tag::APPEND).bytes(key).bytes(value),
             KvOp::Strlen { key } => e.u8(tag::STRLEN).bytes(key),
             KvOp::MGet { keys } => encode_keys(e.u8(tag::MGET), keys),
-            KvOp::MSet { pairs } => {
-                e.u8(tag::MSET).u32(list_len(pairs.len()));
-                pairs.iter().fold(&mut e, |e, (k, v)| e.bytes(k).bytes(v))
-            }
+            KvOp::MSet { pairs } => encode_pairs(e.u8(tag::MSET), pairs),
             KvOp::Del { keys } => encode_keys(e.u8(tag::DEL), keys),
             KvOp::Exists { keys } => encode_keys(e.u8(tag::EXISTS), keys),
             KvOp::DbSize => e.u8(tag::DBSIZE),
@@ -206,6 +203,12 @@ fn encode_keys<'e>(e: &'e mut Encoder, keys: &[Vec<u8>]) -> &'e mut Encoder {
     keys.iter().fold(e, |e, k| e.bytes(k))
 }
 
+/// A list of pairs, as [`pairs`] reads it.
+fn encode_pairs<'e>(e: &'e mut Encoder, pairs: &[Pair]) -> &'e mut Encoder {
+    e.u32(list_len(pairs.len()));
+    pairs.iter().fold(e, |e, (k, v)| e.bytes(k).bytes(v))
+}
+
 fn encode_value<'e>(e: &'e mut Encoder, v: Option<&[u8]>) -> &'e mut Encoder {
     match v {
         None => e.u8(0),
@@ -229,14 +232,8 @@ fn error_byte(e: KvError) -> u8 {
 /// order, then its fields.
 fn encode_hash<'e>(e: &'e mut Encoder, cmd: &HashCmd) -> &'e mut Encoder {
     match cmd {
-        HashCmd::Set(pairs) => {
-            e.u8(0).u32(list_len(pairs.len()));
-            pairs.iter().fold(e, |e, (k, v)| e.bytes(k).bytes(v))
-        }
-        HashCmd::MSet(pairs) => {
-            e.u8(13).u32(list_len(pairs.len()));
-            pairs.iter().fold(e, |e, (k, v)| e.bytes(k).bytes(v))
-        }
+        HashCmd::Set(pairs) => encode_pairs(e.u8(0), pairs),
+        HashCmd::MSet(pairs) => encode_pairs(e.u8(13), pairs),
         HashCmd::SetNx(f, v) => e.u8(1).bytes(f).bytes(v),
         HashCmd::Get(f) => e.u8(2).bytes(f),
         HashCmd::MGet(fs) => encode_keys(e.u8(3), fs),
