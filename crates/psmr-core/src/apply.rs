@@ -22,7 +22,7 @@ use crate::request::Request;
 use crate::state::{self, Taken};
 use parking_lot::{Condvar, Mutex};
 use psmr_model::wire::{OpCodec, Outcome};
-use psmr_model::{App, Batch, ClientId, Command, FrozenDigest, BITMAP_BITS_DEFAULT};
+use psmr_model::{App, Batch, ClientId, Command, FrozenDigest, Stamp, BITMAP_BITS_DEFAULT};
 use psmr_sched::{Reply, ReplySink, SchedConfig, SchedError, Scheduler, SwitchError, Switchable};
 use raft::prelude::{Entry, EntryType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -211,6 +211,12 @@ pub struct Applier<A: App> {
     since_snapshot_bytes: u64,
     /// The members as of the last applied entry: what a snapshot holds.
     membership: Membership,
+    /// The time execution has reached, ms since the Unix epoch: the
+    /// largest entry stamp applied so far. An entry stamped earlier (an
+    /// entry of a build before stamps, or of a leader whose log missed the
+    /// latest stamp) executes at this time instead, so that time never
+    /// goes back along the log on any replica.
+    clock: u64,
     planted: Planted,
 }
 
@@ -263,6 +269,7 @@ impl<A: App> Applier<A> {
             since_snapshot: 0,
             since_snapshot_bytes: 0,
             membership: Membership::default(),
+            clock: 0,
             planted: Planted::default(),
         })
     }
@@ -287,6 +294,12 @@ impl<A: App> Applier<A> {
     /// The last index applied.
     pub fn applied(&self) -> u64 {
         self.applied
+    }
+
+    /// The time execution has reached, ms since the Unix epoch (see
+    /// [`psmr_model::Stamp`]).
+    pub fn clock(&self) -> u64 {
+        self.clock
     }
 
     /// The reply cache's encoding (its digest is part of a replica's state).
@@ -326,7 +339,7 @@ impl<A: App> Applier<A> {
     }
 
     fn execute(&mut self, e: &Entry, io: &mut impl ApplyIo) -> Result<(), String> {
-        let commands = match entry_commands(&e.data) {
+        let (stamp, commands) = match entry_commands(&e.data) {
             Ok(c) => c,
             Err(err) => {
                 // Every replica decodes the same bytes the same way, so
@@ -335,10 +348,12 @@ impl<A: App> Applier<A> {
                 return Ok(());
             }
         };
+        self.clock = self.clock.max(stamp.time_ms);
+        let stamp = Stamp { time_ms: self.clock, seed: stamp.seed };
         let mut decoded = Vec::with_capacity(commands.len());
         for c in commands {
             match self.app.command(&self.codec, ClientId(c.client), c.seq, c.op) {
-                Ok(cmd) => decoded.push(cmd),
+                Ok(cmd) => decoded.push(Command { stamp, ..cmd }),
                 // Not remembered: the same bytes are refused the same way
                 // whenever they come back.
                 Err(err) => self.reply(c.client, c.seq, Outcome::Rejected(format!("bad operation: {err}"))),
@@ -383,9 +398,11 @@ impl<A: App> Applier<A> {
     }
 
     /// Executes reads served without the log, as one batch after every
-    /// entry applied so far. They are not the log's: the reply cache never
-    /// sees them (a retry reads again), and nothing replicated changes.
-    pub fn reads(&mut self, reads: Vec<Request>, io: &mut impl ApplyIo) -> Result<(), String> {
+    /// entry applied so far, at `time_ms` (raised to the clock if behind).
+    /// They are not the log's: the reply cache never sees them (a retry
+    /// reads again), and nothing replicated changes.
+    pub fn reads(&mut self, reads: Vec<Request>, time_ms: u64, io: &mut impl ApplyIo) -> Result<(), String> {
+        let stamp = Stamp::at(self.clock.max(time_ms));
         let mut batch = Vec::new();
         for r in &reads {
             let commands = request_commands(&r.encoded, r.count)
@@ -394,7 +411,7 @@ impl<A: App> Applier<A> {
                 match self.app.command(&self.codec, ClientId(c.client), c.seq, c.op) {
                     Ok(cmd) => {
                         io.admitted(0, c.client, c.seq, !cmd.is_read_only());
-                        batch.push(cmd);
+                        batch.push(Command { stamp, ..cmd });
                     }
                     Err(err) => self.reply(c.client, c.seq, Outcome::Rejected(format!("bad operation: {err}"))),
                 }
@@ -461,7 +478,8 @@ impl<A: App> Applier<A> {
         let paused = start.elapsed();
         io.event(ApplyEvent::SnapshotPaused(paused));
         let (members, conf) = (self.membership.encode(), self.membership.conf_state());
-        io.snapshot(Taken { index, term, members, conf, service, cache, paused, drained });
+        let clock = self.clock;
+        io.snapshot(Taken { index, term, members, conf, service, cache, clock, paused, drained });
     }
 
     /// Replaces the state with the snapshot `opened` reads (kept here at a
@@ -473,13 +491,14 @@ impl<A: App> Applier<A> {
         if !self.sink.wait_for(self.submitted) {
             return Err("execution failed before a snapshot could be restored".into());
         }
-        let state::Opened { index, members, cache, mut service } = opened;
+        let state::Opened { index, members, cache, clock, mut service } = opened;
         let bad = |e: &dyn std::fmt::Display| format!("snapshot at index {index}: {e}");
         let membership = Membership::decode(&members).map_err(|e| bad(&e))?;
         let cache = ReplyCache::decode(&cache).map_err(|e| bad(&e))?;
         self.app.restore_from(&mut service).map_err(|e| bad(&e))?;
         self.cache.install(cache);
         self.membership = membership;
+        self.clock = clock;
         self.applied = index;
         io.applied(index);
         self.since_snapshot = 0;
@@ -539,7 +558,7 @@ mod tests {
     fn cmd(client: u64, seq: u64, write: bool) -> Command<()> {
         let keys: KeySet = [1].into_iter().collect();
         let (reads, writes) = if write { (KeySet::new(), keys) } else { (keys, KeySet::new()) };
-        Command { client: ClientId(client), seq, class: ClassId(0), reads, writes, op: () }
+        Command { client: ClientId(client), seq, class: ClassId(0), reads, writes, op: (), stamp: Default::default() }
     }
 
     #[test]

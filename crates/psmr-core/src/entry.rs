@@ -3,8 +3,26 @@
 //! request's commands once ([`encode_command`]); the batcher concatenates
 //! requests into an entry ([`EntryBuilder`]); every replica's service
 //! manager decodes it without copying the operations ([`entry_commands`]).
+//!
+//! # Format
+//!
+//! Version 2 (this build writes it): a mark (`u32` [`MARK_V2`]), the
+//! leader's [`Stamp`] (time in ms and seed, `u64` each), the command count
+//! (`u32`), then per command the client and sequence number (`u64` each)
+//! and the operation (`u32` length, bytes); all big-endian. Version 1, read
+//! still (logs written before entries carried a time), has no mark and no
+//! stamp: it starts with the count, which is never as large as the mark,
+//! and reads as the zero stamp.
 
 use psmr_model::wire::{Decoder, WireError, REQUEST_COMMANDS_MAX};
+use psmr_model::Stamp;
+
+/// What starts a version 2 entry: far above any command count a version 1
+/// entry starts with.
+pub const MARK_V2: u32 = 0xFFFF_FF02;
+
+/// Bytes before the first command of a version 2 entry.
+pub const HEADER_BYTES: usize = 24;
 
 /// One command in a log entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,8 +36,8 @@ pub struct EntryCommand {
 }
 
 /// A log entry being built, one command at a time, in the encoding
-/// [`decode_entry`] reads: a command count, then per command the client,
-/// the sequence number and the operation.
+/// [`decode_entry`] reads (see the module documentation); its stamp is
+/// zero until [`stamp`] sets it.
 pub struct EntryBuilder {
     buf: Vec<u8>,
     count: u32,
@@ -34,8 +52,8 @@ impl Default for EntryBuilder {
 impl EntryBuilder {
     /// An entry with no command yet.
     pub fn new() -> Self {
-        // The count goes in front once it is known.
-        Self { buf: vec![0; 4], count: 0 }
+        // The header goes in front once the count is known.
+        Self { buf: vec![0; HEADER_BYTES], count: 0 }
     }
 
     /// Appends one command.
@@ -65,13 +83,42 @@ impl EntryBuilder {
         self.count == 0
     }
 
-    /// The encoded entry; the builder starts over empty.
+    /// The encoded entry, with the zero stamp; the builder starts over
+    /// empty.
     pub fn take(&mut self) -> Vec<u8> {
-        let mut buf = std::mem::replace(&mut self.buf, vec![0; 4]);
-        buf[..4].copy_from_slice(&self.count.to_be_bytes());
+        let mut buf = std::mem::replace(&mut self.buf, vec![0; HEADER_BYTES]);
+        buf[..4].copy_from_slice(&MARK_V2.to_be_bytes());
+        buf[20..24].copy_from_slice(&self.count.to_be_bytes());
         self.count = 0;
         buf
     }
+}
+
+/// Sets the stamp of `entry`, an entry [`EntryBuilder::take`] made.
+pub fn stamp(entry: &mut [u8], stamp: Stamp) {
+    debug_assert!(entry.len() >= HEADER_BYTES && entry[..4] == MARK_V2.to_be_bytes());
+    entry[4..12].copy_from_slice(&stamp.time_ms.to_be_bytes());
+    entry[12..20].copy_from_slice(&stamp.seed.to_be_bytes());
+}
+
+/// A seed for the entry at `index` proposed in `term` at `time_ms`: a
+/// mix of the three (SplitMix64's finalizer), different for every entry of
+/// a log.
+pub fn seed(term: u64, index: u64, time_ms: u64) -> u64 {
+    let mut x = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ term.rotate_left(32) ^ time_ms.rotate_left(13);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The stamp of an encoded entry: the zero stamp for a version 1 entry or
+/// bytes too short to hold one (which do not decode anyway).
+pub fn entry_stamp(bytes: &[u8]) -> Stamp {
+    if bytes.len() < HEADER_BYTES || bytes[..4] != MARK_V2.to_be_bytes() {
+        return Stamp::default();
+    }
+    let u64_at = |i: usize| u64::from_be_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+    Stamp { time_ms: u64_at(4), seed: u64_at(12) }
 }
 
 /// Appends one command to `buf` in the entry encoding (without the count
@@ -103,11 +150,18 @@ pub struct EntryRef<'a> {
     pub op: &'a [u8],
 }
 
-/// Decodes a log entry without copying its operations.
-pub fn entry_commands(bytes: &[u8]) -> Result<Vec<EntryRef<'_>>, WireError> {
+/// Decodes a log entry without copying its operations: its stamp and its
+/// commands.
+pub fn entry_commands(bytes: &[u8]) -> Result<(Stamp, Vec<EntryRef<'_>>), WireError> {
     let mut d = Decoder::new(bytes, "log entry");
+    let stamp = entry_stamp(bytes);
+    if bytes.len() >= 4 && bytes[..4] == MARK_V2.to_be_bytes() {
+        d.u32()?;
+        d.u64()?;
+        d.u64()?;
+    }
     let n = d.count(REQUEST_COMMANDS_MAX * 100, 20)?;
-    commands(d, n)
+    Ok((stamp, commands(d, n)?))
 }
 
 /// Decodes the `count` commands of one request as [`encode_command`]
@@ -132,9 +186,10 @@ fn commands(mut d: Decoder<'_>, n: usize) -> Result<Vec<EntryRef<'_>>, WireError
     Ok(out)
 }
 
-/// Decodes a log entry.
+/// Decodes a log entry's commands.
 pub fn decode_entry(bytes: &[u8]) -> Result<Vec<EntryCommand>, WireError> {
     Ok(entry_commands(bytes)?
+        .1
         .into_iter()
         .map(|c| EntryCommand { client: c.client, seq: c.seq, op: c.op.to_vec() })
         .collect())
@@ -168,6 +223,25 @@ mod tests {
         assert_eq!(decode_entry(&bytes).unwrap(), cmds);
         assert!(decode_entry(&bytes[..bytes.len() - 1]).is_err());
         assert!(decode_entry(&[0xff, 0xff, 0xff, 0xff]).is_err());
+        assert!(decode_entry(&MARK_V2.to_be_bytes()).is_err(), "a mark without its stamp");
+    }
+
+    #[test]
+    fn a_stamp_set_on_an_entry_is_read_back_and_version_1_reads_as_zero() {
+        let cmds = vec![EntryCommand { client: 7, seq: 9, op: vec![1, 2, 3] }];
+        let mut bytes = encode_entry(&cmds);
+        assert_eq!(entry_stamp(&bytes), Stamp::default());
+        let s = Stamp { time_ms: 1_790_000_000_123, seed: 0xdead_beef };
+        stamp(&mut bytes, s);
+        let (read, commands) = entry_commands(&bytes).unwrap();
+        assert_eq!(read, s);
+        assert_eq!(commands.len(), 1);
+        assert_eq!(decode_entry(&bytes).unwrap(), cmds);
+        // Version 1: the count first, no stamp.
+        let mut v1 = 1u32.to_be_bytes().to_vec();
+        encode_command(&mut v1, 7, 9, &[1, 2, 3]);
+        assert_eq!(entry_commands(&v1).unwrap().0, Stamp::default());
+        assert_eq!(decode_entry(&v1).unwrap(), cmds);
     }
 
     #[test]
@@ -187,7 +261,7 @@ mod tests {
         assert!(b.is_empty(), "take starts over");
         assert_eq!(decode_entry(&b.take()).unwrap(), vec![]);
         let borrowed: Vec<_> =
-            entry_commands(&entry).unwrap().into_iter().map(|c| (c.client, c.seq, c.op.to_vec())).collect();
+            entry_commands(&entry).unwrap().1.into_iter().map(|c| (c.client, c.seq, c.op.to_vec())).collect();
         let owned: Vec<_> = cmds.into_iter().map(|c| (c.client, c.seq, c.op)).collect();
         assert_eq!(borrowed, owned);
     }

@@ -21,8 +21,12 @@
 
 use std::io::{self, Read, Write};
 
-/// The file's magic and format version.
-pub const MAGIC: &[u8; 8] = b"PSMRSNP2";
+/// The file's magic and format version. Version 3 differs from 2 only in
+/// what [`crate::state`] keeps in the pieces (the apply loop's clock after
+/// the reply cache); the container is the same, and version 2 is read.
+pub const MAGIC: &[u8; 8] = b"PSMRSNP3";
+/// The magic of version 2, before the apply loop's clock was kept.
+const MAGIC_V2: &[u8; 8] = b"PSMRSNP2";
 /// The magic of the format before streamed snapshots.
 const MAGIC_V1: &[u8; 8] = b"PSMRSNP1";
 /// Bytes of the header.
@@ -209,9 +213,10 @@ fn invalid(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
 }
 
-/// Reads the header of a snapshot file: its index and term. A file of the
-/// format before streamed snapshots is refused with that reason.
-pub fn read_header(src: &mut impl Read) -> io::Result<(u64, u64)> {
+/// Reads the header of a snapshot file: its index, term and format version
+/// (2 or 3). A file of the format before streamed snapshots is refused
+/// with that reason.
+pub fn read_header(src: &mut impl Read) -> io::Result<(u64, u64, u8)> {
     let mut header = [0u8; HEADER_BYTES as usize];
     src.read_exact(&mut header)?;
     if &header[..8] == MAGIC_V1 {
@@ -221,11 +226,13 @@ pub fn read_header(src: &mut impl Read) -> io::Result<(u64, u64)> {
                 .into(),
         ));
     }
-    if &header[..8] != MAGIC {
-        return Err(invalid("not a psmr snapshot (bad magic)".into()));
-    }
+    let version = match &header[..8] {
+        m if m == MAGIC => 3,
+        m if m == MAGIC_V2 => 2,
+        _ => return Err(invalid("not a psmr snapshot (bad magic)".into())),
+    };
     let u64_at = |i: usize| u64::from_le_bytes(header[i..i + 8].try_into().expect("8 bytes"));
-    Ok((u64_at(8), u64_at(16)))
+    Ok((u64_at(8), u64_at(16), version))
 }
 
 /// Reads the end mark of a snapshot file of `bytes` bytes: the checksum it
@@ -262,6 +269,8 @@ pub struct FileReader<R: Read> {
     pub index: u64,
     /// See `index`.
     pub term: u64,
+    /// The file's format version (2 or 3).
+    pub version: u8,
 }
 
 impl<R: Read> FileReader<R> {
@@ -269,11 +278,11 @@ impl<R: Read> FileReader<R> {
     pub fn open(mut src: R) -> io::Result<Self> {
         let mut header = [0u8; HEADER_BYTES as usize];
         src.read_exact(&mut header)?;
-        let (index, term) = read_header(&mut &header[..])?;
+        let (index, term, version) = read_header(&mut &header[..])?;
         let mut crc = crc32fast::Hasher::new();
         crc.update(&header);
         let (piece, at, offset, data, done) = (Vec::new(), 0, HEADER_BYTES, 0, false);
-        Ok(Self { src, piece, at, crc, offset, data, done, index, term })
+        Ok(Self { src, piece, at, crc, offset, data, done, index, term, version })
     }
 
     fn next_piece(&mut self) -> io::Result<()> {
@@ -493,7 +502,7 @@ impl Scan {
             return Ok(None);
         }
         if at == 0 {
-            let ok = read_header(&mut &head[..]).is_ok_and(|(index, term)| (index, term) == (id.index, id.term));
+            let ok = read_header(&mut &head[..]).is_ok_and(|(index, term, _)| (index, term) == (id.index, id.term));
             return Ok(ok.then(|| self.take(&head)));
         }
         let piece = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as u64;

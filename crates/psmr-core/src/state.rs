@@ -3,7 +3,9 @@
 //!
 //! A snapshot file ([`crate::snapfile`]) holds, in its pieces, the
 //! membership at its index ([`Membership::encode`]), the reply cache's
-//! snapshot, then the service's own stream ([`psmr_model::snapshot`]).
+//! snapshot, the apply loop's clock (the time execution had reached, ms;
+//! format 3 on, 0 in a format 2 file), then the service's own stream
+//! ([`psmr_model::snapshot`]).
 //! Raft carries only its [`Descriptor`]: the file's id and the
 //! membership. The apply loop only *freezes* the state ([`Taken`]:
 //! execution pauses for the copy); writing it happens in [`persist`], on a
@@ -16,7 +18,7 @@ use crate::snapfile::{
     read_end, Cursor, Descriptor, FileReader, FileWriter, SnapshotFile, SnapshotId, END_BYTES, HEADER_BYTES,
 };
 use crate::store::Store;
-use psmr_model::snapshot::{put_bytes, SnapshotReader};
+use psmr_model::snapshot::{put_bytes, put_u64, SnapshotReader};
 use psmr_model::Frozen;
 use raft::prelude::{ConfState, Snapshot};
 use std::io::{self, Write};
@@ -59,6 +61,8 @@ pub struct Taken {
     pub service: Frozen,
     /// The reply cache, to be encoded.
     pub cache: FrozenCache,
+    /// The apply loop's clock at `index`: the time execution reached.
+    pub clock: u64,
     /// How long execution paused for it.
     pub paused: Duration,
     /// How much of that went to waiting for what was submitted to finish.
@@ -77,10 +81,10 @@ pub enum Persisted {
 /// it. An error leaves the log uncompacted and the last snapshot kept
 /// (a full disk included); the replica goes on.
 pub fn persist(taken: Taken, store: &impl Store) -> Result<Persisted, String> {
-    let Taken { index, term, members, conf, service, cache, .. } = taken;
+    let Taken { index, term, members, conf, service, cache, clock, .. } = taken;
     let failed =
         |e: &dyn std::fmt::Display| format!("cannot write the snapshot at {index}, the log is not compacted: {e}");
-    let id = write(store, index, term, &members, service, cache).map_err(|e| failed(&e))?;
+    let id = write(store, (index, term, clock), &members, service, cache).map_err(|e| failed(&e))?;
     let snapshot = raft_snapshot(id, members, conf);
     match store.persist(&snapshot) {
         Ok(true) => Ok(Persisted::Kept(snapshot, id.bytes)),
@@ -89,10 +93,10 @@ pub fn persist(taken: Taken, store: &impl Store) -> Result<Persisted, String> {
     }
 }
 
+/// Writes a snapshot at `(index, term, clock)`.
 fn write(
     store: &impl Store,
-    index: u64,
-    term: u64,
+    (index, term, clock): (u64, u64, u64),
     members: &[u8],
     service: Frozen,
     cache: FrozenCache,
@@ -100,6 +104,7 @@ fn write(
     let mut w = FileWriter::new(store.snapshot_writer()?, index, term)?;
     put_bytes(&mut w, members)?;
     put_bytes(&mut w, &cache())?;
+    put_u64(&mut w, clock)?;
     service(&mut w)?;
     w.flush()?;
     let (sink, id) = w.finish()?;
@@ -116,6 +121,8 @@ pub struct Opened {
     pub members: Vec<u8>,
     /// The reply cache's snapshot.
     pub cache: Vec<u8>,
+    /// The apply loop's clock at `index` (0 in a format 2 file).
+    pub clock: u64,
     /// The service's stream, each piece checked as it is read.
     pub service: FileReader<Cursor>,
 }
@@ -139,10 +146,19 @@ pub fn open(snap: &Snapshot, file: Box<dyn SnapshotFile>) -> Result<Opened, Stri
     if (service.index, service.term) != (id.index, id.term) {
         return Err(bad(&format!("its file is of index {} and term {}", service.index, service.term)));
     }
-    let mut r = SnapshotReader::new(&mut service);
-    let members = r.bytes(MEMBERS_BYTES_MAX, "the membership").map_err(|e| bad(&e))?;
-    let cache = r.bytes(CACHE_BYTES_MAX, "the reply cache").map_err(|e| bad(&e))?;
-    Ok(Opened { index, members, cache, service })
+    let (members, cache, clock) = read_front(&mut service).map_err(|e| bad(&e))?;
+    Ok(Opened { index, members, cache, clock, service })
+}
+
+/// Reads the pieces before the service's stream: the membership, the
+/// reply cache and the clock (0 before format 3).
+fn read_front(reader: &mut FileReader<Cursor>) -> Result<(Vec<u8>, Vec<u8>, u64), psmr_model::SnapshotError> {
+    let version = reader.version;
+    let mut r = SnapshotReader::new(reader);
+    let members = r.bytes(MEMBERS_BYTES_MAX, "the membership")?;
+    let cache = r.bytes(CACHE_BYTES_MAX, "the reply cache")?;
+    let clock = if version >= 3 { r.u64()? } else { 0 };
+    Ok((members, cache, clock))
 }
 
 /// Writes the snapshot `saved` holds (a file saved from a cluster, `psmr
@@ -154,16 +170,13 @@ pub fn open(snap: &Snapshot, file: Box<dyn SnapshotFile>) -> Result<Opened, Stri
 pub fn rebase(saved: Box<dyn SnapshotFile>, members: &Membership, store: &impl Store) -> Result<Snapshot, String> {
     let mut reader = FileReader::open(Cursor::new(saved)).map_err(|e| e.to_string())?;
     let (index, term) = (reader.index, reader.term);
-    let cache = {
-        let mut r = SnapshotReader::new(&mut reader);
-        r.bytes(MEMBERS_BYTES_MAX, "the membership").map_err(|e| e.to_string())?;
-        r.bytes(CACHE_BYTES_MAX, "the reply cache").map_err(|e| e.to_string())?
-    };
+    let (_, cache, clock) = read_front(&mut reader).map_err(|e| e.to_string())?;
     let encoded = members.encode();
     let mut copy = || -> io::Result<SnapshotId> {
         let mut w = FileWriter::new(store.snapshot_writer()?, index, term)?;
         put_bytes(&mut w, &encoded)?;
         put_bytes(&mut w, &cache)?;
+        put_u64(&mut w, clock)?;
         io::copy(&mut reader, &mut w)?;
         let (sink, id) = w.finish()?;
         sink.finish()?;

@@ -10,7 +10,7 @@ use psmr_core::snapfile::FileWriter;
 use psmr_core::state::{self, Persisted, Taken};
 use psmr_core::store::{MemStore, Store};
 use psmr_core::{CacheLimits, Config};
-use psmr_model::snapshot::put_bytes;
+use psmr_model::snapshot::{put_bytes, put_u64};
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::Service;
 use psmr_sched::{SchedConfig, SchedulerKind};
@@ -147,7 +147,7 @@ fn reads_without_the_log_execute_after_what_was_applied_and_change_nothing() {
     let digest = app.digest();
     let mut encoded = Vec::new();
     encode_command(&mut encoded, 4, 9, &get("k"));
-    a.reads(vec![Request::new(4, 1, encoded, 1, 0)], &mut io).unwrap();
+    a.reads(vec![Request::new(4, 1, encoded, 1, 0)], 0, &mut io).unwrap();
     assert_eq!(reply(&answers, 4, 9), vec![KvReply::Value(Some(b"v1".to_vec()))]);
     assert_eq!(io.admitted.last(), Some(&(0, 4, 9, false)), "index 0: not the log's");
     assert_eq!(app.digest(), digest);
@@ -207,6 +207,7 @@ fn a_snapshot_that_does_not_decode_changes_nothing() {
     let mut w = FileWriter::new(Vec::new(), 9, 2).unwrap();
     put_bytes(&mut w, &[0xff; 5]).unwrap();
     put_bytes(&mut w, &[]).unwrap();
+    put_u64(&mut w, 0).unwrap();
     let (bytes, id) = w.finish().unwrap();
     let snap = state::raft_snapshot(id, Vec::new(), Default::default());
     let opened = state::open(&snap, Box::new(bytes)).unwrap();
@@ -226,4 +227,34 @@ fn a_snapshot_is_frozen_every_so_many_bytes_of_entries_too() {
     let taken: Vec<u64> = io.taken.iter().map(|t| t.index).collect();
     assert!(!taken.is_empty() && taken.len() < 8, "by bytes, not by entries: {taken:?}");
     assert!(taken.windows(2).all(|w| w[1] - w[0] >= 2), "{taken:?}");
+}
+
+/// An entry at `index` of (client, seq, op) commands, stamped at `ms`.
+fn stamped(index: u64, ms: u64, commands: &[(u64, u64, Vec<u8>)]) -> Entry {
+    let mut e = entry(index, commands);
+    let mut data = e.data.to_vec();
+    psmr_core::entry::stamp(&mut data, psmr_model::Stamp { time_ms: ms, seed: 7 });
+    e.data = data.into();
+    e
+}
+
+#[test]
+fn time_never_goes_back_and_travels_in_snapshots() {
+    let (mut a, _, _) = applier(3);
+    let mut io = Io::default();
+    a.entries(vec![stamped(1, 5_000, &[(1, 1, put("k", "v"))])], &mut io).unwrap();
+    assert_eq!(a.clock(), 5_000);
+    // A leader whose clock was behind, and an entry of a build before
+    // stamps: both execute at the time already reached.
+    a.entries(vec![stamped(2, 4_000, &[(1, 2, put("k", "w"))]), entry(3, &[(1, 3, get("k"))])], &mut io).unwrap();
+    assert_eq!(a.clock(), 5_000);
+    let taken = io.taken.pop().expect("a snapshot at 3");
+    assert_eq!((taken.index, taken.clock), (3, 5_000));
+    let store = MemStore::default();
+    let Persisted::Kept(snap, _) = state::persist(taken, &store).unwrap() else { panic!("kept") };
+    let (mut b, _, _) = applier(1_000);
+    b.restore(state::open_kept(&store, &snap).unwrap(), &mut Io::default()).unwrap();
+    assert_eq!((b.applied(), b.clock()), (3, 5_000));
+    b.entries(vec![stamped(4, 6_000, &[(1, 4, get("k"))])], &mut Io::default()).unwrap();
+    assert_eq!(b.clock(), 6_000);
 }

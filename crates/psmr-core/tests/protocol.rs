@@ -90,7 +90,7 @@ impl Effects {
     /// The reads handed to the apply loop, by client.
     fn reads(&self) -> Vec<u64> {
         let reads = self.applied.iter().filter_map(|a| match a {
-            Apply::Reads(r) => Some(r.iter().map(|r| r.client).collect::<Vec<_>>()),
+            Apply::Reads(r, _) => Some(r.iter().map(|r| r.client).collect::<Vec<_>>()),
             _ => None,
         });
         reads.flatten().collect()
@@ -151,7 +151,7 @@ fn a_lone_replica_elects_itself_and_proposes_a_request_at_once() {
     assert_eq!(io.proposed, vec![1], "nothing in flight: proposed at once");
     let batches = io.batches();
     assert_eq!(batches.len(), before + 1, "committed and handed to the apply loop");
-    let commands = entry_commands(&batches.last().unwrap().data).unwrap();
+    let (_, commands) = entry_commands(&batches.last().unwrap().data).unwrap();
     assert_eq!((commands[0].client, commands[0].seq, commands[0].op), (5, 1, &[1u8][..]));
 }
 
@@ -846,4 +846,32 @@ fn a_new_snapshot_keeps_the_log_a_follower_being_sent_one_needs() {
     assert_eq!(c.replicas[f].0.view().commit, c.replicas[l].0.view().commit, "caught up from the log");
     let restores = c.replicas[f].1.applied.iter().filter(|a| matches!(a, Apply::Snapshot(..))).count();
     assert_eq!(restores, 1, "one snapshot, then the log");
+}
+
+#[test]
+fn stamps_follow_the_wall_clock_but_never_go_back_even_after_a_restart() {
+    let config = config(1);
+    let (mut p, mut io) = replica(&config, 1);
+    lead(&mut p, &mut io);
+    let propose = |p: &mut Protocol<MemStore>, io: &mut Effects, wall: u64, seq: u64| {
+        p.set_wall_clock(wall);
+        p.request(request(5, seq, 0));
+        p.turn(0, io).unwrap();
+        psmr_core::entry::entry_stamp(&io.batches().last().unwrap().data)
+    };
+    let first = propose(&mut p, &mut io, 10_000, 1);
+    assert_eq!(first.time_ms, 10_000);
+    let behind = propose(&mut p, &mut io, 3_000, 2);
+    assert_eq!(behind.time_ms, 10_000, "the clock went back, the stamp does not");
+    assert_ne!(first.seed, behind.seed, "every entry has a seed of its own");
+    assert_eq!(propose(&mut p, &mut io, 12_000, 3).time_ms, 12_000);
+    // Restarted over the same log with a clock far behind: the stamp of
+    // its first proposal comes from the log.
+    let store = p.store().clone();
+    drop(p);
+    let mut p = Protocol::new(&config, 1, store, Options::new(1).quiet()).unwrap();
+    let mut io = Effects::default();
+    p.start(&mut io);
+    lead(&mut p, &mut io);
+    assert_eq!(propose(&mut p, &mut io, 1_000, 4).time_ms, 12_000);
 }

@@ -85,7 +85,7 @@ pub trait App: Service {
     ) -> Result<Command<Self::Op>, Refused> {
         let op = codec.decode_op(op)?;
         let Access { class, reads, writes } = self.access(&op)?;
-        Ok(Command { client, seq, class, reads, writes, op })
+        Ok(Command { client, seq, class, reads, writes, op, stamp: Default::default() })
     }
 }
 

@@ -177,6 +177,7 @@ mod tests {
                 reads: r.into_iter().collect(),
                 writes: w.into_iter().collect(),
                 op: (),
+                stamp: Default::default(),
             }
         })
     }
@@ -211,6 +212,7 @@ mod tests {
             reads: Default::default(),
             writes: [1].into_iter().collect(),
             op: (),
+            stamp: Default::default(),
         };
         let b = Batch::new(vec![write], 64);
         assert!(!b.has_summary());
@@ -228,6 +230,7 @@ mod tests {
             reads: [k].into_iter().collect(),
             writes: Default::default(),
             op: (),
+            stamp: Default::default(),
         };
         let a = Batch::new(vec![read(1), read(2)], 8);
         let b = Batch::new(vec![read(1), read(3)], 8);

@@ -292,6 +292,7 @@ mod tests {
             reads: reads.iter().copied().collect(),
             writes: writes.iter().copied().collect(),
             op: (),
+            stamp: Default::default(),
         }
     }
 

@@ -64,6 +64,43 @@ pub struct Command<O> {
     pub writes: KeySet,
     /// The service operation to execute.
     pub op: O,
+    /// When the log delivered it: the time and seed of its log entry.
+    pub stamp: Stamp,
+}
+
+/// The time and the seed a command executes with, the same on every
+/// replica: the leader stamps each log entry with its clock (never going
+/// back along the log) and a seed, and every replica executes the entry's
+/// commands with them. A service reads time (key expiry) and draws
+/// anything random (a random member of a set) from the stamp only, never
+/// from the clock or a generator of its own, so that replicas stay equal.
+/// Commands built outside a log (tests, benchmarks) have the zero stamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    /// Milliseconds since the Unix epoch on the leader's clock when it
+    /// proposed the entry, raised to the previous entry's if its clock was
+    /// behind. Reads served without the log get the serving replica's
+    /// time, raised the same way.
+    pub time_ms: u64,
+    /// A seed drawn for the entry.
+    pub seed: u64,
+}
+
+impl Stamp {
+    /// A stamp at `time_ms` with no seed.
+    pub fn at(time_ms: u64) -> Self {
+        Self { time_ms, seed: 0 }
+    }
+
+    /// The seed of one command of the entry: the entry's seed mixed with
+    /// the command's client and sequence number, so that two commands of
+    /// an entry draw differently and every replica draws alike.
+    pub fn seed_for(&self, client: ClientId, seq: u64) -> u64 {
+        let mut x = self.seed ^ client.0.rotate_left(17) ^ seq.rotate_left(41);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^ (x >> 31)
+    }
 }
 
 impl<O> Command<O> {
@@ -93,6 +130,7 @@ mod tests {
             reads: reads.iter().copied().collect(),
             writes: writes.iter().copied().collect(),
             op: (),
+            stamp: Default::default(),
         }
     }
 

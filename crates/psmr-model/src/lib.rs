@@ -48,7 +48,7 @@ pub use app::{decode_snapshot, encode_snapshot, Access, App, Refused, SerdeCodec
 pub use batch::{sorted_intersect, Batch, BatchSummary, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 pub use bitmap::KeyBitmap;
 pub use class::{ClassModel, ClassModelBuilder, ClassModelError, CommandRef, MissedConflict};
-pub use command::{ClassId, ClientId, Command, Key, KeySet, KEY_ALL};
+pub use command::{ClassId, ClientId, Command, Key, KeySet, Stamp, KEY_ALL};
 pub use digest::{Digest, StableHasher, UnorderedDigest};
 pub use mapping::{ClassMapping, Mapping, MappingError, Mode, WORKERS_MAX};
 pub use service::Service;

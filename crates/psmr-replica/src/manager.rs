@@ -59,7 +59,7 @@ impl<A: App> Manager<A> {
                 let opened = psmr_core::state::open(&snap, file)?;
                 self.applier.restore(opened, &mut self.io)
             }
-            Decision::Apply(Apply::Reads(reads)) => self.applier.reads(reads, &mut self.io),
+            Decision::Apply(Apply::Reads(reads, at)) => self.applier.reads(reads, at, &mut self.io),
             Decision::Reconfigure(config, reply) => {
                 let answer = self.applier.reconfigure(config, &mut self.io)?;
                 let _ = reply.send(answer);

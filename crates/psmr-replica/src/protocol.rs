@@ -148,6 +148,7 @@ impl ProtocolThread {
             }
         }
         self.protocol.set_applied(self.applied.get());
+        self.protocol.set_wall_clock(psmr_transport::clock::wall_ms());
         self.protocol.turn(psmr_transport::clock::now_ns(), &mut self.links)?;
         self.links.view.publish(&self.protocol.view());
         self.links.view.set_transfers(self.protocol.transfers());

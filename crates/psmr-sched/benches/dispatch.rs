@@ -45,6 +45,7 @@ fn batches(model: &ClassModel) -> Vec<Batch<()>> {
             reads: [i].into_iter().collect(),
             writes: Default::default(),
             op: (),
+            stamp: Default::default(),
         })
         .collect();
     cmds.chunks(BATCH).map(|c| Batch::new(c.to_vec(), 1024)).collect()

@@ -136,7 +136,15 @@ where
         .map(|(index, op)| {
             let access = app.access(op).map_err(|e| CheckError::Refused { index, why: e.to_string() })?;
             let (class, reads, writes) = (access.class, access.reads, access.writes);
-            Ok(Command { client: ClientId(1), seq: index as u64, class, reads, writes, op: op.clone() })
+            Ok(Command {
+                client: ClientId(1),
+                seq: index as u64,
+                class,
+                reads,
+                writes,
+                op: op.clone(),
+                stamp: Default::default(),
+            })
         })
         .collect()
 }

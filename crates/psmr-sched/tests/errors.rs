@@ -55,6 +55,7 @@ fn batches(n: u64, per_batch: usize, class_of: impl Fn(u64) -> u16) -> Vec<Batch
                 reads: if class == 0 { keys.clone() } else { Default::default() },
                 writes: if class == 1 { keys } else { Default::default() },
                 op: (),
+                stamp: Default::default(),
             }
         })
         .collect();

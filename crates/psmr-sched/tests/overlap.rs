@@ -85,6 +85,7 @@ fn write(seq: u64, key: u64) -> Batch<u64> {
         reads: Default::default(),
         writes: [key].into_iter().collect(),
         op: key,
+        stamp: Default::default(),
     };
     Batch::new(vec![cmd], 64)
 }
@@ -98,6 +99,7 @@ fn read(seq: u64, key: u64) -> Batch<u64> {
         reads: [key].into_iter().collect(),
         writes: Default::default(),
         op: key,
+        stamp: Default::default(),
     };
     Batch::new(vec![cmd], 64)
 }

@@ -111,6 +111,7 @@ fn command(seq: u64, class: u16) -> Command<()> {
         reads: [seq].into_iter().collect(),
         writes: Default::default(),
         op: (),
+        stamp: Default::default(),
     }
 }
 

@@ -16,6 +16,7 @@ fn command<O>(op: O) -> Command<O> {
         reads: [0].into_iter().collect(),
         writes: Default::default(),
         op,
+        stamp: Default::default(),
     }
 }
 

@@ -431,7 +431,7 @@ pub fn command(
     op: ListOp,
 ) -> Result<Command<ListOp>, CommandError> {
     let Access { class, reads, writes } = access(model, shards, &op)?;
-    Ok(Command { client, seq, class, reads, writes, op })
+    Ok(Command { client, seq, class, reads, writes, op, stamp: Default::default() })
 }
 
 /// What `op` touches under `model` with `shards` shards: its class and the
@@ -659,7 +659,15 @@ mod tests {
     }
 
     fn cmd(op: ListOp) -> Command<ListOp> {
-        Command { client: ClientId(1), seq: 1, class: ClassId(0), reads: KeySet::new(), writes: KeySet::new(), op }
+        Command {
+            client: ClientId(1),
+            seq: 1,
+            class: ClassId(0),
+            reads: KeySet::new(),
+            writes: KeySet::new(),
+            op,
+            stamp: Default::default(),
+        }
     }
 
     fn run(s: &ListService, op: ListOp) -> ListReply {

@@ -147,6 +147,7 @@ mod tests {
             reads: KeySet::new(),
             writes: KeySet::new(),
             op,
+            stamp: Default::default(),
         }
     }
 

@@ -22,6 +22,8 @@ pub(crate) struct Checks {
     /// same (the applied entries of all replicas are prefixes of one
     /// sequence).
     entries: Vec<Option<(u64, u64)>>,
+    /// Per log index, the latest stamp (ms) of the entries up to it.
+    stamps: Vec<Option<u64>>,
     /// Per log index, the state digest after applying it.
     digests: Vec<Option<Digest>>,
     /// Per write (client, seq), the log index at which it executed: a
@@ -77,6 +79,22 @@ impl Checks {
     /// The highest index any replica applied.
     pub(crate) fn highest_applied(&self) -> u64 {
         self.entries.iter().rposition(Option::is_some).unwrap_or(0) as u64
+    }
+
+    /// Entry `index` carries stamp `stamp_ms` (0: none, as raft's own
+    /// entries): never before a stamp of an entry before it, as far as the
+    /// entries before it are known here.
+    pub(crate) fn stamp(&mut self, index: u64, stamp_ms: u64) {
+        let before = index.checked_sub(1).and_then(|i| self.stamps.get(i as usize).copied().flatten());
+        if let Some(before) = before {
+            if stamp_ms != 0 && stamp_ms < before {
+                self.violation(
+                    ViolationKind::StampBack,
+                    format!("entry {index} is stamped {stamp_ms} ms, before {before} ms of an entry before it"),
+                );
+            }
+        }
+        *slot(&mut self.stamps, index) = Some(before.unwrap_or(0).max(stamp_ms));
     }
 
     /// Replica `replica` applies entry `index` of `term` with data digest

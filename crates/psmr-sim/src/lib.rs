@@ -59,7 +59,9 @@
 //!   reached the disk or not; some of the messages it was sending left,
 //!   and the apply loop may have taken the work handed to it.
 //! * `skew`: each replica's raft tick runs at its own rate, 0.7 to 1.4
-//!   times the nominal 10 ms.
+//!   times the nominal 10 ms, and its wall clock is up to 5 s off: the
+//!   stamps of entries must not go back when a leader with a slower clock
+//!   follows one with a faster clock (checked on every entry applied).
 //! * `membership`: replicas join and leave. The founders' logs start with
 //!   the founding entries, as real replicas' do, and two more replicas may
 //!   join. Now and then an administrator asks the replica it believes

@@ -99,6 +99,9 @@ pub(crate) struct Node {
     pub live: Option<Live>,
     /// Interval between two of its raft ticks, µs (its clock's skew).
     pub tick_us: u64,
+    /// How far its wall clock is off, ms: the leader stamps entries with
+    /// it (see [`wall_ms`]).
+    pub wall_offset_ms: i64,
     /// Starts so far: tells a crashed incarnation's timers from the
     /// current one's.
     pub incarnation: u64,
@@ -107,6 +110,16 @@ pub(crate) struct Node {
     pub founder: bool,
     /// Removed from the cluster: stopped for good.
     pub removed: bool,
+}
+
+/// When simulated time starts on the wall clock, ms since the Unix epoch
+/// (2026-01-01): far enough from 0 that clocks off by seconds stay after
+/// the epoch.
+const WALL_EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// A replica's wall clock at simulated time `now_us`, `offset_ms` off.
+pub(crate) fn wall_ms(now_us: u64, offset_ms: i64) -> u64 {
+    (WALL_EPOCH_MS + now_us / 1_000).saturating_add_signed(offset_ms)
 }
 
 /// Replica `id`'s addresses: made up (the simulated network routes by id)
@@ -223,8 +236,9 @@ impl ApplyIo for ApplierIo<'_, '_> {
 }
 
 impl Node {
-    pub(crate) fn new(id: u64, founder: bool, tick_us: u64) -> Self {
-        Self { id, store: SimStore::new(id), live: None, tick_us, incarnation: 0, founder, removed: false }
+    pub(crate) fn new(id: u64, founder: bool, tick_us: u64, wall_offset_ms: i64) -> Self {
+        let store = SimStore::new(id);
+        Self { id, store, live: None, tick_us, wall_offset_ms, incarnation: 0, founder, removed: false }
     }
 
     pub(crate) fn is_up(&self) -> bool {
@@ -444,6 +458,7 @@ impl Node {
                 live.protocol.request(r);
             }
             let (sent, now_ns) = (env.out.len(), env.now * 1_000);
+            live.protocol.set_wall_clock(wall_ms(env.now, self.wall_offset_ms));
             let mut io = NodeIo { id: self.id, env, work: &mut live.work, clients: &live.clients };
             if let Err(stop) = live.protocol.turn(now_ns, &mut io) {
                 return self.stopped_in_turn(stop, sent, settings, env);
@@ -472,6 +487,7 @@ impl Node {
                 Apply::Entries(entries) => {
                     for e in &entries {
                         io.env.checks.entry(self.id, e.index, e.term, data_hash(&e.data));
+                        io.env.checks.stamp(e.index, psmr_core::entry::entry_stamp(&e.data).time_ms);
                         if e.get_entry_type() != EntryType::EntryNormal {
                             let id = self.id;
                             io.env.trace.event(io.env.now, &[0x5A8, id, e.index], || {
@@ -489,7 +505,7 @@ impl Node {
                     io.env.checks.snapshots_installed += 1;
                     live.applier.restore(state::open(&snap, file)?, &mut io)?;
                 }
-                Apply::Reads(reads) => live.applier.reads(reads, &mut io)?,
+                Apply::Reads(reads, at) => live.applier.reads(reads, at, &mut io)?,
             }
             if let Some(why) = live.failed.lock().take() {
                 return Err(why);

@@ -115,6 +115,8 @@ pub enum ViolationKind {
     /// Code under test panicked (raft-rs's assertions among others): the
     /// run stops there.
     Panic,
+    /// An entry's stamp is earlier than the stamp of an entry before it.
+    StampBack,
 }
 
 impl ViolationKind {
@@ -122,6 +124,7 @@ impl ViolationKind {
     pub fn name(self) -> &'static str {
         match self {
             ViolationKind::Divergence => "divergence",
+            ViolationKind::StampBack => "stamp-back",
             ViolationKind::StateMismatch => "state-mismatch",
             ViolationKind::DoubleExecution => "double-execution",
             ViolationKind::NoConvergence => "no-convergence",

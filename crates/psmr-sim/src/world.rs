@@ -24,6 +24,10 @@ use admin::Goal;
 
 /// The nominal raft tick, µs.
 const TICK_US: u64 = 10_000;
+/// How far a replica's wall clock may be off under `skew`, ms: a new
+/// leader's clock may be seconds behind the last one's, and stamps must
+/// not go back all the same.
+const WALL_SKEW_MS: i64 = 5_000;
 /// Faults are considered this often during the load, µs.
 const CHAOS_EVERY_US: u64 = 20_000;
 /// Convergence is looked for this often in the quiet phase, µs.
@@ -183,12 +187,16 @@ impl World {
         let spares = if config.faults.membership { SPARES } else { 0 };
         let ids: Vec<u64> = (1..=(n + spares) as u64).collect();
         let settings = settings(&mut rng, n, config);
+        // Wall clocks come from a generator of their own, so that runs
+        // keep the draws they had before clocks were simulated.
+        let mut clocks = ChaCha8Rng::seed_from_u64(seed ^ 0xC10C_C10C_C10C_C10C);
         let nodes = ids
             .iter()
             .map(|&id| {
                 let skewed = config.faults.skew;
                 let tick_us = if skewed { (TICK_US as f64 * rng.gen_range(0.7..1.4)) as u64 } else { TICK_US };
-                Node::new(id, id as usize <= n, tick_us)
+                let offset_ms = if skewed { clocks.gen_range(-WALL_SKEW_MS..=WALL_SKEW_MS) } else { 0 };
+                Node::new(id, id as usize <= n, tick_us, offset_ms)
             })
             .collect();
         let clients = (0..config.clients as u64)

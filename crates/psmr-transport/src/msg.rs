@@ -111,7 +111,7 @@ impl Weigh for Decision {
         match self {
             Decision::Apply(Apply::Entries(entries)) => entries.iter().map(entry_weight).sum::<usize>() + ITEM_OVERHEAD,
             Decision::Apply(Apply::Snapshot(snap, _)) => snap.data.len() + ITEM_OVERHEAD,
-            Decision::Apply(Apply::Reads(reads)) => reads.len() * ITEM_OVERHEAD + ITEM_OVERHEAD,
+            Decision::Apply(Apply::Reads(reads, _)) => reads.len() * ITEM_OVERHEAD + ITEM_OVERHEAD,
             Decision::Status(_) | Decision::Reconfigure(..) => ITEM_OVERHEAD,
         }
     }

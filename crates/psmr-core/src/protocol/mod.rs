@@ -31,7 +31,7 @@ mod ready;
 use crate::batcher::{self, Batcher};
 use crate::bug::{Bug, Planted};
 use crate::config::{Config, Member};
-use crate::entry::request_commands;
+use crate::entry::{self, request_commands};
 use crate::guard::{self, Guard, Refusal};
 use crate::membership::{self, Committed, Membership};
 use crate::reads::Reads;
@@ -40,6 +40,7 @@ use crate::snapfile::SnapshotFile;
 use crate::store::{RaftLog, Store};
 use crate::transfer::{self, Link, Progress, Report, SnapMsg, Transfers};
 use psmr_model::wire::ServerMsg;
+use psmr_model::Stamp;
 use raft::prelude::{Entry, Message, MessageType, Snapshot};
 use raft::{RawNode, ReadState, SnapshotStatus, StateRole};
 use rand::{Rng, SeedableRng};
@@ -74,8 +75,10 @@ pub enum Apply {
     /// keeps next ([`crate::state::open`]).
     Snapshot(Box<Snapshot>, Box<dyn SnapshotFile>),
     /// Reads the leader serves without the log: every entry they must
-    /// see is applied; they execute after it.
-    Reads(Vec<Request>),
+    /// see is applied; they execute after it, at the time given (ms since
+    /// the Unix epoch on the leader's clock, raised to the last applied
+    /// entry's stamp if behind).
+    Reads(Vec<Request>, u64),
 }
 
 /// Why the protocol stopped: the raft node must not be touched again.
@@ -205,6 +208,11 @@ pub enum StartError {
     Snapshot(String),
 }
 
+/// Entries [`Protocol::next_stamp`] reads back at most to find the latest
+/// stamp: raft's own entries and membership changes, which carry none,
+/// come a few at a time.
+const STAMP_SCAN: u64 = 64;
+
 /// The protocol of one replica over its store `S`. See the module
 /// documentation.
 pub struct Protocol<S: Store> {
@@ -233,6 +241,14 @@ pub struct Protocol<S: Store> {
     planted: Planted,
     /// Snapshot files on their way to followers, or from the leader.
     transfers: Transfers,
+    /// The driver's wall clock, ms since the Unix epoch.
+    wall_ms: u64,
+    /// The latest stamp of an entry in this replica's log, as far as
+    /// `stamped_through` (see [`Protocol::next_stamp`]).
+    last_stamp: u64,
+    /// The log's last entry (index, term) when `last_stamp` was last
+    /// brought up to date.
+    stamped_through: (u64, u64),
 }
 
 /// The raft-rs configuration of replica `id`, from its configuration.
@@ -318,6 +334,9 @@ impl<S: Store> Protocol<S> {
             stepped: Stepped::default(),
             planted: options.planted,
             transfers: Transfers::new(transfer::Limits::of(config), options.check.clone()),
+            wall_ms: 0,
+            last_stamp: 0,
+            stamped_through: (0, 0),
         };
         protocol.reseed();
         Ok(protocol)
@@ -604,6 +623,39 @@ impl<S: Store> Protocol<S> {
         })
     }
 
+    /// The driver's wall clock, ms since the Unix epoch, for the stamps of
+    /// the entries proposed from now on (see [`psmr_model::Stamp`]). May
+    /// jump either way: stamps never go back all the same.
+    pub fn set_wall_clock(&mut self, wall_ms: u64) {
+        self.wall_ms = wall_ms;
+    }
+
+    /// The stamp of the entry about to be proposed after the log's last:
+    /// the wall clock, but never before the latest stamp in the log, so
+    /// that stamps never go back along the log, across leader changes
+    /// included (a new leader's log holds every committed entry). The log
+    /// is read only when its last entry (index and term) is not the one
+    /// this replica stamped last (it was a follower, it restarted, it
+    /// proposed a membership change, its log was cut and written again),
+    /// so a leader reads nothing per proposal; then from the end back to
+    /// the first entry with a stamp (stamps grow along the log, so that
+    /// one is the latest), at most [`STAMP_SCAN`] entries.
+    fn next_stamp(&mut self) -> Stamp {
+        let log = &self.node.raft.raft_log;
+        let last = (log.last_index(), log.last_term());
+        if last != self.stamped_through {
+            let from = log.first_index().max(last.0.saturating_sub(STAMP_SCAN - 1));
+            let context = raft::GetEntriesContext::empty(false);
+            if let Ok(entries) = log.entries(from, None, context) {
+                let read = entries.iter().rev().map(|e| entry::entry_stamp(&e.data).time_ms).find(|&t| t != 0);
+                self.last_stamp = self.last_stamp.max(read.unwrap_or(0));
+            }
+            self.stamped_through = last;
+        }
+        let time_ms = self.wall_ms.max(self.last_stamp);
+        Stamp { time_ms, seed: entry::seed(self.node.raft.term, last.0 + 1, time_ms) }
+    }
+
     /// Everything that is due after a burst of events, at `now_ns` on the
     /// driver's clock: the vote floor, the entry, reads, readies, and the
     /// membership change under way.
@@ -713,7 +765,7 @@ impl<S: Store> Protocol<S> {
         if due.is_empty() {
             return Ok(());
         }
-        if !io.apply(Apply::Reads(due)) {
+        if !io.apply(Apply::Reads(due, self.wall_ms)) {
             return Err(Stop::Failed("the apply loop stopped".into()));
         }
         // Proposed after the reads are handed over: their entries come
@@ -754,13 +806,20 @@ impl<S: Store> Protocol<S> {
             return Ok(());
         }
         let commands = self.batcher.len() as u64;
-        let (data, clients) = self.batcher.take();
+        let (mut data, clients) = self.batcher.take();
+        let stamp = self.next_stamp();
+        entry::stamp(&mut data, stamp);
         let bytes = data.len();
         let early = self.planted.is(Bug::AckBeforeCommit).then(|| data.clone());
         let proposed = contained(|| "proposing".into(), || self.node.propose(Vec::new(), data))?;
         self.reseed();
         match proposed {
-            Ok(()) => io.proposed(commands, bytes),
+            Ok(()) => {
+                self.last_stamp = stamp.time_ms;
+                let log = &self.node.raft.raft_log;
+                self.stamped_through = (log.last_index(), log.last_term());
+                io.proposed(commands, bytes)
+            }
             Err(e) => {
                 warn!("proposal dropped: {e}");
                 self.redirect_all(&clients, io);
@@ -770,8 +829,8 @@ impl<S: Store> Protocol<S> {
         if let Some(entry) = early {
             // The planted bug: the entry's commands execute now, outside
             // the log, and are answered.
-            let r = Request::new(0, commands as u32, entry[4..].to_vec(), bytes, now_ns);
-            if !io.apply(Apply::Reads(vec![r])) {
+            let r = Request::new(0, commands as u32, entry[entry::HEADER_BYTES..].to_vec(), bytes, now_ns);
+            if !io.apply(Apply::Reads(vec![r], self.wall_ms)) {
                 return Err(Stop::Failed("the apply loop stopped".into()));
             }
         }

@@ -751,7 +751,7 @@ pub fn command(
     op: KvOp,
 ) -> Result<Command<KvOp>, AccessError> {
     let Access { class, reads, writes } = access(model, shards, &op)?;
-    Ok(Command { client, seq, class, reads, writes, op })
+    Ok(Command { client, seq, class, reads, writes, op, stamp: Default::default() })
 }
 
 /// What `op` touches under `model` with `shards` shards: its class, the

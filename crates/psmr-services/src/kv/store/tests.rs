@@ -5,7 +5,15 @@ use proptest::prelude::*;
 use psmr_model::{ClassId, ClientId, KeySet};
 
 fn cmd(op: KvOp) -> Command<KvOp> {
-    Command { client: ClientId(1), seq: 1, class: ClassId(0), reads: KeySet::new(), writes: KeySet::new(), op }
+    Command {
+        client: ClientId(1),
+        seq: 1,
+        class: ClassId(0),
+        reads: KeySet::new(),
+        writes: KeySet::new(),
+        op,
+        stamp: Default::default(),
+    }
 }
 
 fn run(s: &KvService, op: KvOp) -> KvReply {
