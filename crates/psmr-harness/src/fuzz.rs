@@ -47,7 +47,7 @@ use psmr_model::wire::{MemberChange, MemberInfo};
 use psmr_model::wire::{WorkerSample, FRAME_MAX_DEFAULT};
 use psmr_model::{SerdeCodec, Service};
 use psmr_resp::{encode_request, Limits, RequestParser};
-use psmr_services::kv::{KvCodec, KvError, KvOp, KvReply, KvService, SetWhen};
+use psmr_services::kv::{Deadline, ExpireCond, KvCodec, KvError, KvOp, KvReply, KvService, SetWhen, Ttl, TtlCmd};
 use psmr_services::list::{ListCodec, ListOp, ListReply, ListService};
 use psmr_services::Cost;
 use rand::{Rng, SeedableRng};
@@ -738,8 +738,16 @@ fn kv_ops() -> Vec<KvOp> {
         KvOp::Update { key: k("a"), value: k("2") },
         KvOp::Delete { key: k("a") },
         KvOp::Put { key: k("b"), value: vec![0; 16] },
-        KvOp::Set { key: k("c"), value: k("v"), when: SetWhen::IfAbsent, get: true },
-        KvOp::Set { key: k("c"), value: k("w"), when: SetWhen::IfPresent, get: false },
+        KvOp::Set { key: k("c"), value: k("v"), when: SetWhen::IfAbsent, get: true, ttl: Ttl::Clear },
+        KvOp::Set {
+            key: k("c"),
+            value: k("w"),
+            when: SetWhen::IfPresent,
+            get: false,
+            ttl: Ttl::Expire(Deadline::In(1_000)),
+        },
+        KvOp::Expire { key: k("c"), deadline: Deadline::At(5), cond: ExpireCond::Gt, cmd: TtlCmd::ExpireAt },
+        KvOp::Scan { cursor: 3, pattern: Some(k("c*")), count: 10, kind: None },
         KvOp::Incr { key: k("n"), by: -3 },
         KvOp::Append { key: k("s"), value: k("xyz") },
         KvOp::Strlen { key: k("s") },

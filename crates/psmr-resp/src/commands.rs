@@ -33,9 +33,18 @@ pub trait Commands: Send + Sync + 'static {
 
 /// The error Redis sends for a command it does not know.
 pub fn unknown_command(args: &[Bytes]) -> Reply {
-    let name = args.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default();
-    let rest: Vec<String> = args.iter().skip(1).take(8).map(|a| format!("'{}'", String::from_utf8_lossy(a))).collect();
-    Reply::error(format!("ERR unknown command '{name}', with args beginning with: {}", rest.join(" ")))
+    // As Redis 7 writes it: the name cut at 128 bytes, then each argument
+    // quoted and followed by a space, until 128 bytes of them.
+    let cut = |a: &[u8], n: usize| String::from_utf8_lossy(&a[..a.len().min(n)]).into_owned();
+    let name = args.first().map_or_else(String::new, |a| cut(a, 128));
+    let mut rest = String::new();
+    for a in args.iter().skip(1) {
+        if rest.len() >= 128 {
+            break;
+        }
+        rest = format!("{rest}'{}' ", cut(a, 128 - rest.len()));
+    }
+    Reply::error(format!("ERR unknown command '{name}', with args beginning with: {rest}"))
 }
 
 /// The error Redis sends for a command with the wrong number of arguments.

@@ -36,6 +36,12 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `%n` and key-value pairs in RESP3; a flat array of 2n in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// A float, written as given (`1.5`, `inf`): `,text` in RESP3, a bulk
+    /// string in RESP2.
+    Double(String),
+    /// Pairs (a sorted set's members and scores): an array of two-element
+    /// arrays in RESP3, a flat array of 2n in RESP2.
+    Pairs(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -84,6 +90,16 @@ impl Reply {
         Self::Map(pairs)
     }
 
+    /// Pairs.
+    pub fn pairs(pairs: Vec<(Reply, Reply)>) -> Self {
+        Self::Pairs(pairs)
+    }
+
+    /// A float, as its text.
+    pub fn double(text: impl Into<String>) -> Self {
+        Self::Double(text.into())
+    }
+
     /// Appends the start of an array of `len` elements, in either version,
     /// for a reply whose elements are encoded one by one after it.
     pub fn encode_array_start(len: usize, out: &mut Vec<u8>) {
@@ -97,12 +113,33 @@ impl Reply {
             Self::Error(text) => line(out, b'-', text),
             Self::Integer(n) => header(out, b':', n),
             Self::Bulk(bytes) => bulk(out, bytes),
+            Self::Double(text) => match version {
+                Version::Resp2 => bulk(out, text.as_bytes()),
+                Version::Resp3 => line(out, b',', text),
+            },
             Self::Null => out.extend_from_slice(null(version, b"$-1\r\n")),
             Self::NullArray => out.extend_from_slice(null(version, b"*-1\r\n")),
             Self::Array(items) => {
                 header(out, b'*', items.len());
                 items.iter().for_each(|item| item.encode(version, out));
             }
+            Self::Pairs(pairs) => match version {
+                Version::Resp2 => {
+                    header(out, b'*', pairs.len().saturating_mul(2));
+                    pairs.iter().for_each(|(a, b)| {
+                        a.encode(version, out);
+                        b.encode(version, out);
+                    });
+                }
+                Version::Resp3 => {
+                    header(out, b'*', pairs.len());
+                    pairs.iter().for_each(|(a, b)| {
+                        header(out, b'*', 2);
+                        a.encode(version, out);
+                        b.encode(version, out);
+                    });
+                }
+            },
             Self::Map(pairs) => {
                 match version {
                     Version::Resp2 => header(out, b'*', pairs.len().saturating_mul(2)),

@@ -127,6 +127,10 @@ where
     Ok(runs)
 }
 
+/// When the commands of a check start on the log's clock, ms since the
+/// epoch.
+const CHECK_EPOCH_MS: u64 = 1_767_225_600_000;
+
 fn commands<A: App>(app: &A, ops: &[A::Op]) -> Result<Vec<Command<A::Op>>, CheckError>
 where
     A::Op: Clone,
@@ -143,7 +147,9 @@ where
                 reads,
                 writes,
                 op: op.clone(),
-                stamp: Default::default(),
+                // A log's clock: a few ms from command to command, so
+                // that deadlines a few hundred ms away pass in a run.
+                stamp: psmr_model::Stamp { time_ms: CHECK_EPOCH_MS + 3 * index as u64, seed: index as u64 },
             })
         })
         .collect()

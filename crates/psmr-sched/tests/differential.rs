@@ -235,12 +235,38 @@ fn kv_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
     );
 }
 
+/// The Redis commands of the kv store (every type, deadlines, the
+/// keyspace), stamped as a log stamps them: a few ms apart, so that keys
+/// expire in the middle of a run, and a seed each.
+fn redis_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
+    let seed = base_seed().wrapping_add(case);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let cfg = WorkloadConfig {
+        keys: [4u64, 16, 64][rng.gen_range(0..3)],
+        ..workload(&mut rng, seed, 4_000, shards, Mix::writes(write_pct))
+    };
+    let mut commands = kv::generate_redis(model, &cfg).unwrap();
+    for (i, c) in commands.iter_mut().enumerate() {
+        c.stamp = psmr_model::Stamp { time_ms: 1_767_225_600_000 + 3 * i as u64, seed: seed ^ i as u64 };
+    }
+    let keys = cfg.keys;
+    differential(
+        &format!("redis {model} shards {shards} writes {write_pct}% keys {keys}"),
+        seed,
+        &|| kv::KvService::new(keys, Cost::Light),
+        &kv::class_model(model, shards),
+        &|w| kv::default_mapping(model, shards, w),
+        commands,
+        &mut rng,
+    );
+}
+
 fn mix(s: &str) -> Mix {
     s.parse().unwrap()
 }
 
 /// Every case, then the coverage check: at least 100k commands per parallel
-/// scheduler (22 cases x 4000 commands x 5 worker counts = 440k).
+/// scheduler (24 cases x 4000 commands x 5 worker counts = 480k).
 #[test]
 fn every_scheduler_matches_sequential() {
     use kv::KvModel::{ReadersWriters as KvRw, Sharded as KvSharded};
@@ -255,6 +281,8 @@ fn every_scheduler_matches_sequential() {
     kv_case(KvRw, 1, 50.0, 8);
     kv_case(KvSharded, 2, 15.0, 9);
     kv_case(KvSharded, 5, 60.0, 10);
+    redis_case(KvRw, 1, 60.0, 11);
+    redis_case(KvSharded, 3, 60.0, 12);
     // More cases from the seed alone: model, shards and mix drawn at random.
     let mut rng = ChaCha8Rng::seed_from_u64(base_seed() ^ 0xD1FF);
     for case in 0..12u64 {
@@ -276,7 +304,7 @@ fn every_scheduler_matches_sequential() {
     }
     let switched = SWITCHED.load(Ordering::Relaxed);
     eprintln!("{switched} scheduler switches mid-stream checked against sequential");
-    assert!(switched >= 22 * 2, "only {switched} switches");
+    assert!(switched >= 24 * 2, "only {switched} switches");
 }
 
 /// The checks above can fail: a class model that hides conflicts (every

@@ -1,8 +1,8 @@
 //! [`KvCodec`]: [`KvOp`]s and [`KvReply`]s on the wire.
 
 use super::{
-    Combine, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetCmd, SetWhen, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX,
-    VALUE_MAX,
+    Combine, Deadline, ExpireCond, HashCmd, KvError, KvOp, KvReply, LexBound, ListCmd, Pair, Score, ScoreBound, SetCmd,
+    SetWhen, Ttl, TtlCmd, ZAddFlags, ZBy, ZCmd, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX,
 };
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 
@@ -43,10 +43,28 @@ mod tag {
     pub const MEMBERS: u8 = 19;
     pub const COMBINE: u8 = 20;
     pub const SMOVE: u8 = 21;
+    /// `SET` with a deadline or `KEEPTTL`: `SET`'s fields, then the TTL.
+    pub const SET_TTL: u8 = 22;
+    pub const EXPIRE: u8 = 23;
+    pub const PERSIST: u8 = 24;
+    pub const TTL: u8 = 25;
+    pub const GETEX: u8 = 26;
+    pub const GETDEL: u8 = 27;
+    pub const GETRANGE: u8 = 28;
+    pub const SETRANGE: u8 = 29;
+    pub const INCRBYFLOAT: u8 = 30;
+    pub const MSETNX: u8 = 31;
+    pub const RENAME: u8 = 32;
+    pub const COPY: u8 = 33;
+    pub const KEYS: u8 = 34;
+    pub const SCAN: u8 = 35;
+    pub const RANDOMKEY: u8 = 36;
+    pub const ENCODING: u8 = 37;
+    pub const SORTED: u8 = 38;
 }
 
 /// Errors on the wire: their place in this list.
-const ERRORS: [KvError; 13] = [
+const ERRORS: [KvError; 24] = [
     KvError::NotInteger,
     KvError::Overflow,
     KvError::TooLarge,
@@ -60,6 +78,17 @@ const ERRORS: [KvError; 13] = [
     KvError::NoSuchKey,
     KvError::IndexOutOfRange,
     KvError::ListTooLarge,
+    KvError::InvalidExpire(TtlCmd::Set),
+    KvError::InvalidExpire(TtlCmd::SetEx),
+    KvError::InvalidExpire(TtlCmd::PSetEx),
+    KvError::InvalidExpire(TtlCmd::GetEx),
+    KvError::InvalidExpire(TtlCmd::Expire),
+    KvError::InvalidExpire(TtlCmd::PExpire),
+    KvError::InvalidExpire(TtlCmd::ExpireAt),
+    KvError::InvalidExpire(TtlCmd::PExpireAt),
+    KvError::SameObject,
+    KvError::KeysTooLarge,
+    KvError::ScoreNaN,
 ];
 
 impl OpCodec for KvCodec {
@@ -74,8 +103,14 @@ impl OpCodec for KvCodec {
             KvOp::Update { key, value } => e.u8(tag::UPDATE).bytes(key).bytes(value),
             KvOp::Delete { key } => e.u8(tag::DELETE).bytes(key),
             KvOp::Put { key, value } => e.u8(tag::PUT).bytes(key).bytes(value),
-            KvOp::Set { key, value, when, get } => {
+            // A SET that clears the deadline keeps the encoding it had
+            // before deadlines, so that logs written then still decode.
+            KvOp::Set { key, value, when, get, ttl: Ttl::Clear } => {
                 e.u8(tag::SET).bytes(key).bytes(value).u8(when_byte(*when)).u8(u8::from(*get))
+            }
+            KvOp::Set { key, value, when, get, ttl } => {
+                let e = e.u8(tag::SET_TTL).bytes(key).bytes(value).u8(when_byte(*when)).u8(u8::from(*get));
+                encode_ttl(e, *ttl)
             }
             KvOp::Incr { key, by } => e.u8(tag::INCR).bytes(key).u64(*by as u64),
             KvOp::Append { key, value } => e.u8(tag::APPEND).bytes(key).bytes(value),
@@ -98,6 +133,7 @@ impl OpCodec for KvCodec {
                 encode_value(e, store.as_deref())
             }
             KvOp::SMove { from, to, member } => e.u8(tag::SMOVE).bytes(from).bytes(to).bytes(member),
+            _ => encode_more(&mut e, op),
         };
         e.finish()
     }
@@ -110,7 +146,20 @@ impl OpCodec for KvCodec {
             tag::UPDATE => KvOp::Update { key: key(&mut d)?, value: value(&mut d)? },
             tag::DELETE => KvOp::Delete { key: key(&mut d)? },
             tag::PUT => KvOp::Put { key: key(&mut d)?, value: value(&mut d)? },
-            tag::SET => KvOp::Set { key: key(&mut d)?, value: value(&mut d)?, when: when(&mut d)?, get: flag(&mut d)? },
+            tag::SET => KvOp::Set {
+                key: key(&mut d)?,
+                value: value(&mut d)?,
+                when: when(&mut d)?,
+                get: flag(&mut d)?,
+                ttl: Ttl::Clear,
+            },
+            tag::SET_TTL => KvOp::Set {
+                key: key(&mut d)?,
+                value: value(&mut d)?,
+                when: when(&mut d)?,
+                get: flag(&mut d)?,
+                ttl: ttl(&mut d)?,
+            },
             tag::INCR => KvOp::Incr { key: key(&mut d)?, by: d.u64()? as i64 },
             tag::APPEND => KvOp::Append { key: key(&mut d)?, value: value(&mut d)? },
             tag::STRLEN => KvOp::Strlen { key: key(&mut d)? },
@@ -145,7 +194,7 @@ impl OpCodec for KvCodec {
                 KvOp::Combine { how, keys, store }
             }
             tag::SMOVE => KvOp::SMove { from: key(&mut d)?, to: key(&mut d)?, member: value(&mut d)? },
-            t => return Err(d.error(format!("unknown operation tag {t}"))),
+            t => decode_more(&mut d, t)?,
         };
         d.end()?;
         Ok(op)
@@ -307,6 +356,8 @@ fn encode_set<'e>(e: &'e mut Encoder, cmd: &SetCmd) -> &'e mut Encoder {
         SetCmd::IsMember(m) => e.u8(3).bytes(m),
         SetCmd::MIsMember(ms) => encode_keys(e.u8(4), ms),
         SetCmd::Card => e.u8(5),
+        SetCmd::Pop(n) => e.u8(6).u8(u8::from(n.is_some())).u64(n.unwrap_or(0)),
+        SetCmd::RandMember(n) => e.u8(7).u8(u8::from(n.is_some())).u64(n.unwrap_or(0) as u64),
     }
 }
 
@@ -318,6 +369,16 @@ fn set_cmd(d: &mut Decoder<'_>) -> Result<SetCmd, WireError> {
         3 => SetCmd::IsMember(value(d)?),
         4 => SetCmd::MIsMember(values(d)?),
         5 => SetCmd::Card,
+        6 => {
+            let some = flag(d)?;
+            let n = d.u64()?;
+            SetCmd::Pop(some.then_some(n))
+        }
+        7 => {
+            let some = flag(d)?;
+            let n = d.u64()? as i64;
+            SetCmd::RandMember(some.then_some(n))
+        }
         t => return Err(d.error(format!("unknown set command {t}"))),
     })
 }
@@ -391,6 +452,239 @@ fn when(d: &mut Decoder<'_>) -> Result<SetWhen, WireError> {
         2 => Ok(SetWhen::IfPresent),
         b => Err(d.error(format!("unknown SET condition {b}"))),
     }
+}
+
+/// The operations that came with deadlines and the keyspace commands.
+fn encode_more<'e>(e: &'e mut Encoder, op: &KvOp) -> &'e mut Encoder {
+    match op {
+        KvOp::Expire { key, deadline, cond, cmd } => {
+            let e = encode_deadline(e.u8(tag::EXPIRE).bytes(key), *deadline);
+            e.u8(*cond as u8).u8(ttl_cmd_byte(*cmd))
+        }
+        KvOp::Persist { key } => e.u8(tag::PERSIST).bytes(key),
+        KvOp::Ttl { key, ms, absolute } => e.u8(tag::TTL).bytes(key).u8(u8::from(*ms)).u8(u8::from(*absolute)),
+        KvOp::GetEx { key, ttl } => encode_ttl(e.u8(tag::GETEX).bytes(key), *ttl),
+        KvOp::GetDel { key } => e.u8(tag::GETDEL).bytes(key),
+        KvOp::GetRange { key, start, end } => e.u8(tag::GETRANGE).bytes(key).u64(*start as u64).u64(*end as u64),
+        KvOp::SetRange { key, offset, value } => e.u8(tag::SETRANGE).bytes(key).u64(*offset).bytes(value),
+        KvOp::IncrByFloat { key, by } => e.u8(tag::INCRBYFLOAT).bytes(key).bytes(by),
+        KvOp::MSetNx { pairs } => encode_pairs(e.u8(tag::MSETNX), pairs),
+        KvOp::Rename { from, to, nx } => e.u8(tag::RENAME).bytes(from).bytes(to).u8(u8::from(*nx)),
+        KvOp::Copy { from, to, replace } => e.u8(tag::COPY).bytes(from).bytes(to).u8(u8::from(*replace)),
+        KvOp::Keys { pattern } => e.u8(tag::KEYS).bytes(pattern),
+        KvOp::Scan { cursor, pattern, count, kind } => {
+            let e = encode_value(e.u8(tag::SCAN).u64(*cursor), pattern.as_deref());
+            encode_value(e.u64(*count), kind.as_deref())
+        }
+        KvOp::RandomKey => e.u8(tag::RANDOMKEY),
+        KvOp::Encoding { key } => e.u8(tag::ENCODING).bytes(key),
+        KvOp::Sorted { key, cmd } => encode_zcmd(e.u8(tag::SORTED).bytes(key), cmd),
+        _ => unreachable!("{} is encoded by encode_op", op.name()),
+    }
+}
+
+/// Decodes the operation of tag `t` among those of [`encode_more`].
+fn decode_more(d: &mut Decoder<'_>, t: u8) -> Result<KvOp, WireError> {
+    Ok(match t {
+        tag::EXPIRE => {
+            let (key, deadline) = (key(d)?, deadline(d)?);
+            let cond = match d.u8()? {
+                0 => ExpireCond::Always,
+                1 => ExpireCond::Nx,
+                2 => ExpireCond::Xx,
+                3 => ExpireCond::Gt,
+                4 => ExpireCond::Lt,
+                5 => ExpireCond::XxLt,
+                b => return Err(d.error(format!("unknown EXPIRE condition {b}"))),
+            };
+            KvOp::Expire { key, deadline, cond, cmd: ttl_cmd(d)? }
+        }
+        tag::PERSIST => KvOp::Persist { key: key(d)? },
+        tag::TTL => KvOp::Ttl { key: key(d)?, ms: flag(d)?, absolute: flag(d)? },
+        tag::GETEX => KvOp::GetEx { key: key(d)?, ttl: ttl(d)? },
+        tag::GETDEL => KvOp::GetDel { key: key(d)? },
+        tag::GETRANGE => KvOp::GetRange { key: key(d)?, start: d.u64()? as i64, end: d.u64()? as i64 },
+        tag::SETRANGE => KvOp::SetRange { key: key(d)?, offset: d.u64()?, value: value(d)? },
+        tag::INCRBYFLOAT => KvOp::IncrByFloat { key: key(d)?, by: value(d)? },
+        tag::MSETNX => KvOp::MSetNx { pairs: pairs(d)? },
+        tag::RENAME => KvOp::Rename { from: key(d)?, to: key(d)?, nx: flag(d)? },
+        tag::COPY => KvOp::Copy { from: key(d)?, to: key(d)?, replace: flag(d)? },
+        tag::KEYS => KvOp::Keys { pattern: value(d)? },
+        tag::SCAN => {
+            let (cursor, pattern) = (d.u64()?, decode_bounded(d)?);
+            KvOp::Scan { cursor, pattern, count: d.u64()?, kind: decode_bounded(d)? }
+        }
+        tag::RANDOMKEY => KvOp::RandomKey,
+        tag::ENCODING => KvOp::Encoding { key: key(d)? },
+        tag::SORTED => KvOp::Sorted { key: key(d)?, cmd: zcmd(d)? },
+        t => return Err(d.error(format!("unknown operation tag {t}"))),
+    })
+}
+
+/// A sorted set command after its key: a sub-tag in [`ZCmd`] declaration
+/// order, then its fields.
+fn encode_zcmd<'e>(e: &'e mut Encoder, cmd: &ZCmd) -> &'e mut Encoder {
+    match cmd {
+        ZCmd::Add { flags, pairs } => {
+            let f = flags;
+            let bits = [f.nx, f.xx, f.gt, f.lt, f.ch, f.incr].iter().rev().fold(0u8, |b, &on| (b << 1) | u8::from(on));
+            e.u8(0).u8(bits).u32(list_len(pairs.len()));
+            pairs.iter().fold(e, |e, (s, m)| e.u64(s.get().to_bits()).bytes(m))
+        }
+        ZCmd::IncrBy(s, m) => e.u8(1).u64(s.get().to_bits()).bytes(m),
+        ZCmd::Score(m) => e.u8(2).bytes(m),
+        ZCmd::MScore(ms) => encode_keys(e.u8(3), ms),
+        ZCmd::Rem(ms) => encode_keys(e.u8(4), ms),
+        ZCmd::Card => e.u8(5),
+        ZCmd::Count(lo, hi) => encode_by(e.u8(6), &ZBy::Score(*lo, *hi)),
+        ZCmd::LexCount(lo, hi) => encode_by(e.u8(7), &ZBy::Lex(lo.clone(), hi.clone())),
+        ZCmd::Rank { member, rev } => e.u8(8).bytes(member).u8(u8::from(*rev)),
+        ZCmd::Range { by, rev, limit, with_scores } => {
+            let e = encode_by(e.u8(9), by).u8(u8::from(*rev)).u8(u8::from(limit.is_some()));
+            let (o, c) = limit.unwrap_or((0, 0));
+            e.u64(o as u64).u64(c as u64).u8(u8::from(*with_scores))
+        }
+        ZCmd::Pop { max, count } => e.u8(10).u8(u8::from(*max)).u8(u8::from(count.is_some())).u64(count.unwrap_or(0)),
+        ZCmd::RemRange(by) => encode_by(e.u8(11), by),
+    }
+}
+
+fn zcmd(d: &mut Decoder<'_>) -> Result<ZCmd, WireError> {
+    Ok(match d.u8()? {
+        0 => {
+            let bits = d.u8()?;
+            let on = |i: u8| bits & (1 << i) != 0;
+            let flags = ZAddFlags { nx: on(0), xx: on(1), gt: on(2), lt: on(3), ch: on(4), incr: on(5) };
+            let n = d.count(OP_KEYS_MAX, 12)?;
+            let pairs = (0..n).map(|_| Ok((score(d)?, value(d)?))).collect::<Result<_, WireError>>()?;
+            ZCmd::Add { flags, pairs }
+        }
+        1 => ZCmd::IncrBy(score(d)?, value(d)?),
+        2 => ZCmd::Score(value(d)?),
+        3 => ZCmd::MScore(values(d)?),
+        4 => ZCmd::Rem(values(d)?),
+        5 => ZCmd::Card,
+        6 => match by(d)? {
+            ZBy::Score(lo, hi) => ZCmd::Count(lo, hi),
+            _ => return Err(d.error("ZCOUNT of a range not by score")),
+        },
+        7 => match by(d)? {
+            ZBy::Lex(lo, hi) => ZCmd::LexCount(lo, hi),
+            _ => return Err(d.error("ZLEXCOUNT of a range not by member")),
+        },
+        8 => ZCmd::Rank { member: value(d)?, rev: flag(d)? },
+        9 => {
+            let (by, rev, limited) = (by(d)?, flag(d)?, flag(d)?);
+            let (o, c) = (d.u64()? as i64, d.u64()? as i64);
+            ZCmd::Range { by, rev, limit: limited.then_some((o, c)), with_scores: flag(d)? }
+        }
+        10 => {
+            let (max, some) = (flag(d)?, flag(d)?);
+            let n = d.u64()?;
+            ZCmd::Pop { max, count: some.then_some(n) }
+        }
+        11 => ZCmd::RemRange(by(d)?),
+        t => return Err(d.error(format!("unknown sorted set command {t}"))),
+    })
+}
+
+/// A range of a sorted set: a sub-tag (rank, score, member), then its ends.
+fn encode_by<'e>(e: &'e mut Encoder, by: &ZBy) -> &'e mut Encoder {
+    let lex = |e: &'e mut Encoder, b: &LexBound| match b {
+        LexBound::Min => e.u8(0),
+        LexBound::Max => e.u8(1),
+        LexBound::Closed(m) => e.u8(2).bytes(m),
+        LexBound::Open(m) => e.u8(3).bytes(m),
+    };
+    match by {
+        ZBy::Rank(a, b) => e.u8(0).u64(*a as u64).u64(*b as u64),
+        ZBy::Score(lo, hi) => {
+            let e = e.u8(1).u64(lo.score.get().to_bits()).u8(u8::from(lo.open));
+            e.u64(hi.score.get().to_bits()).u8(u8::from(hi.open))
+        }
+        ZBy::Lex(lo, hi) => {
+            let e = lex(e.u8(2), lo);
+            lex(e, hi)
+        }
+    }
+}
+
+fn by(d: &mut Decoder<'_>) -> Result<ZBy, WireError> {
+    let lex = |d: &mut Decoder<'_>| -> Result<LexBound, WireError> {
+        Ok(match d.u8()? {
+            0 => LexBound::Min,
+            1 => LexBound::Max,
+            2 => LexBound::Closed(value(d)?),
+            3 => LexBound::Open(value(d)?),
+            b => return Err(d.error(format!("unknown member bound {b}"))),
+        })
+    };
+    Ok(match d.u8()? {
+        0 => ZBy::Rank(d.u64()? as i64, d.u64()? as i64),
+        1 => {
+            let lo = ScoreBound { score: score(d)?, open: flag(d)? };
+            ZBy::Score(lo, ScoreBound { score: score(d)?, open: flag(d)? })
+        }
+        2 => ZBy::Lex(lex(d)?, lex(d)?),
+        b => return Err(d.error(format!("unknown range kind {b}"))),
+    })
+}
+
+/// A score: never NaN.
+fn score(d: &mut Decoder<'_>) -> Result<Score, WireError> {
+    let bits = d.u64()?;
+    Score::new(f64::from_bits(bits)).ok_or_else(|| d.error("a score that is not a number"))
+}
+
+/// A TTL as [`ttl`] reads it.
+fn encode_ttl(e: &mut Encoder, ttl: Ttl) -> &mut Encoder {
+    match ttl {
+        Ttl::Clear => e.u8(0),
+        Ttl::Keep => e.u8(1),
+        Ttl::Expire(d) => encode_deadline(e.u8(2), d),
+    }
+}
+
+fn ttl(d: &mut Decoder<'_>) -> Result<Ttl, WireError> {
+    match d.u8()? {
+        0 => Ok(Ttl::Clear),
+        1 => Ok(Ttl::Keep),
+        2 => Ok(Ttl::Expire(deadline(d)?)),
+        b => Err(d.error(format!("unknown TTL {b}"))),
+    }
+}
+
+fn encode_deadline(e: &mut Encoder, deadline: Deadline) -> &mut Encoder {
+    match deadline {
+        Deadline::In(ms) => e.u8(0).u64(ms as u64),
+        Deadline::At(ms) => e.u8(1).u64(ms as u64),
+    }
+}
+
+fn deadline(d: &mut Decoder<'_>) -> Result<Deadline, WireError> {
+    match d.u8()? {
+        0 => Ok(Deadline::In(d.u64()? as i64)),
+        1 => Ok(Deadline::At(d.u64()? as i64)),
+        b => Err(d.error(format!("unknown deadline {b}"))),
+    }
+}
+
+fn ttl_cmd_byte(cmd: TtlCmd) -> u8 {
+    TtlCmd::ALL.iter().position(|&c| c == cmd).expect("every command is listed") as u8
+}
+
+fn ttl_cmd(d: &mut Decoder<'_>) -> Result<TtlCmd, WireError> {
+    let b = d.u8()?;
+    TtlCmd::ALL.get(usize::from(b)).copied().ok_or_else(|| d.error(format!("unknown deadline command {b}")))
+}
+
+/// An optional pattern or kind, at most a key's length.
+fn decode_bounded(d: &mut Decoder<'_>) -> Result<Option<Vec<u8>>, WireError> {
+    let v = decode_value(d)?;
+    if v.as_ref().is_some_and(|v| v.len() > KEY_MAX) {
+        return Err(d.error(format!("pattern exceeds {KEY_MAX}")));
+    }
+    Ok(v)
 }
 
 fn error(d: &mut Decoder<'_>) -> Result<KvError, WireError> {

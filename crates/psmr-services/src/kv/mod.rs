@@ -13,11 +13,12 @@
 //! collide only make commands on them conflict when they did not need to:
 //! that costs parallelism, never correctness.
 //!
-//! `DBSIZE` and `FLUSHDB` depend on or change every key, including keys no
-//! command has named yet. The late schedulers decide conflicts on key sets
+//! `DBSIZE`, `FLUSHDB`, `KEYS`, `SCAN` and `RANDOMKEY` depend on or change
+//! every key, including keys no command has named yet
+//! ([`KvOp::is_whole`]). The late schedulers decide conflicts on key sets
 //! alone, so a command on every key needs a key that every command has: the
 //! reserved [`ALL`]. Every operation reads `ALL` besides its own keys, and
-//! `DBSIZE`/`FLUSHDB` write it, so those two conflict with everything. Reads
+//! those operations write it, so they conflict with everything. Reads
 //! never conflict with each other, so nothing else conflicts more than it
 //! did before `ALL` existed.
 //!
@@ -28,10 +29,18 @@
 //! `W`), and one read and one write class per shard of the key space, a
 //! key's shard being [`shard_of`] its conflict key. A multi-key operation
 //! of the sharded model must keep to one shard, as in Redis Cluster, and
-//! `DBSIZE`/`FLUSHDB` are refused there: they would need a class that
+//! the operations on the whole store are refused there: they would need a class that
 //! conflicts with every shard, which the model does not have.
 //!
 //! # Modules
+//!
+//! # Time and chance
+//!
+//! A key may have a deadline. Commands run at their log entry's time and
+//! draw from its seed ([`psmr_model::Stamp`]), so every replica expires a
+//! key, pops a member or picks a random key at the same point of the log
+//! alike. A key past its deadline is gone for every command; a write to it
+//! reclaims its memory.
 //!
 //! The store itself is [`KvService`]; [`KvCodec`] puts operations on the
 //! wire; [`generate`] and [`generate_redis`] draw workloads; [`KvRedis`] is
@@ -39,11 +48,13 @@
 
 mod codec;
 mod redis;
+mod sorted;
 mod store;
 mod workload;
 
 pub use codec::KvCodec;
 pub use redis::KvRedis;
+pub use sorted::{format_g17, LexBound, Score, ScoreBound, ZAddFlags, ZBy, ZCmd};
 pub use store::KvService;
 pub use workload::{generate, generate_redis};
 
@@ -124,6 +135,8 @@ pub enum KvOp {
         when: SetWhen,
         /// Reply with the old value instead of whether it was set.
         get: bool,
+        /// What becomes of the key's time to live when it is set.
+        ttl: Ttl,
     },
     /// Redis `INCRBY` (and `INCR`, `DECR`, `DECRBY`): add `by` to the
     /// decimal integer stored at `key` (0 when absent).
@@ -231,6 +244,242 @@ pub enum KvOp {
         /// Pushed onto the destination's left end, else its right.
         to_left: bool,
     },
+    /// Redis `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT`: give `key` a
+    /// deadline if `cond` allows; 1 if it did. A deadline not after the
+    /// command's time removes the key.
+    Expire {
+        /// The key.
+        key: Vec<u8>,
+        /// Its new deadline.
+        deadline: Deadline,
+        /// When to set it.
+        cond: ExpireCond,
+        /// Which command it is (for its errors).
+        cmd: TtlCmd,
+    },
+    /// Redis `PERSIST`: remove `key`'s deadline; 1 if it had one.
+    Persist {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Redis `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`: -2 if there is no
+    /// such key, -1 if it has no deadline, else the time left or the
+    /// deadline.
+    Ttl {
+        /// The key.
+        key: Vec<u8>,
+        /// In milliseconds, else seconds (rounded as Redis rounds).
+        ms: bool,
+        /// The deadline itself, else the time left.
+        absolute: bool,
+    },
+    /// Redis `GETEX`: the string at `key`, its time to live changed as
+    /// `ttl` says (`Keep`: unchanged).
+    GetEx {
+        /// The key.
+        key: Vec<u8>,
+        /// What becomes of its time to live.
+        ttl: Ttl,
+    },
+    /// Redis `GETDEL`: the string at `key`, and the key removed.
+    GetDel {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// Redis `GETRANGE`: the bytes of the string at `key` from `start` to
+    /// `end`, inclusive, negative counting from the end.
+    GetRange {
+        /// The key.
+        key: Vec<u8>,
+        /// The first byte.
+        start: i64,
+        /// The last byte.
+        end: i64,
+    },
+    /// Redis `SETRANGE`: overwrite the string at `key` from `offset`
+    /// (padded with zero bytes); the new length.
+    SetRange {
+        /// The key.
+        key: Vec<u8>,
+        /// Where to write.
+        offset: u64,
+        /// What to write.
+        value: Vec<u8>,
+    },
+    /// Redis `INCRBYFLOAT`: add the decimal float `by` (its text, as given)
+    /// to the one at `key` (0 when absent); the new value's text.
+    IncrByFloat {
+        /// The key.
+        key: Vec<u8>,
+        /// The increment.
+        by: Vec<u8>,
+    },
+    /// Redis `MSETNX`: set every pair if none of the keys exists; 1 if it
+    /// did.
+    MSetNx {
+        /// Keys and their new values.
+        pairs: Vec<Pair>,
+    },
+    /// Redis `RENAME` and (`nx`) `RENAMENX`: move the value at `from`, its
+    /// deadline with it, to `to`.
+    Rename {
+        /// The key renamed.
+        from: Vec<u8>,
+        /// Its new name.
+        to: Vec<u8>,
+        /// Only if `to` does not exist.
+        nx: bool,
+    },
+    /// Redis `COPY`: copy the value at `from`, its deadline with it, to
+    /// `to` (replacing it only with `replace`); 1 if copied.
+    Copy {
+        /// The source.
+        from: Vec<u8>,
+        /// The destination.
+        to: Vec<u8>,
+        /// Replace `to` if it exists.
+        replace: bool,
+    },
+    /// Redis `KEYS`: every live key matching the glob `pattern`, in byte
+    /// order.
+    Keys {
+        /// The pattern.
+        pattern: Vec<u8>,
+    },
+    /// Redis `SCAN`: the live keys of the part of the key space `cursor`
+    /// names and the parts after it, until about `count` keys; the next
+    /// cursor (0 at the end) and the keys. The cursor depends on the keys
+    /// alone, so every replica and every restart answers alike.
+    Scan {
+        /// Where to go on (0: from the start).
+        cursor: u64,
+        /// Only keys matching this glob.
+        pattern: Option<Vec<u8>>,
+        /// About how many keys to look at.
+        count: u64,
+        /// Only keys of this kind (`string`, `hash`, `list`, `set`).
+        kind: Option<Vec<u8>>,
+    },
+    /// Redis `RANDOMKEY`: a live key drawn with the command's seed, or nil.
+    RandomKey,
+    /// Redis `OBJECT ENCODING`: the name Redis 7.0 gives the encoding of
+    /// the value at `key`, or nil.
+    Encoding {
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// A command on the sorted set at `key` (Redis `Z*`).
+    Sorted {
+        /// The sorted set's key.
+        key: Vec<u8>,
+        /// What to do with it.
+        cmd: ZCmd,
+    },
+}
+
+/// When a key expires, as a command gives it, in ms: after the command's
+/// time (`In`) or since the Unix epoch (`At`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deadline {
+    /// So long after the command's time.
+    In(i64),
+    /// At this time.
+    At(i64),
+}
+
+impl Deadline {
+    /// The deadline of a command executing at `now` (ms since the epoch),
+    /// `None` if it leaves `i64`.
+    pub fn at(self, now: u64) -> Option<i64> {
+        match self {
+            Deadline::In(ms) => ms.checked_add(i64::try_from(now).ok()?),
+            Deadline::At(ms) => Some(ms),
+        }
+    }
+}
+
+/// What a write does to its key's time to live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ttl {
+    /// Removes it (`SET` without options, `GETEX PERSIST`).
+    Clear,
+    /// Keeps it (`SET ... KEEPTTL`, `GETEX` without options).
+    Keep,
+    /// Sets it (`EX`, `PX`, `EXAT`, `PXAT`).
+    Expire(Deadline),
+}
+
+/// When [`KvOp::Expire`] sets its deadline: always, or with Redis's `NX`,
+/// `XX`, `GT`, `LT` (a key without a deadline has an infinite one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExpireCond {
+    /// Always.
+    Always,
+    /// Only if the key has no deadline.
+    Nx,
+    /// Only if it has one.
+    Xx,
+    /// Only if the new one is later.
+    Gt,
+    /// Only if the new one is earlier.
+    Lt,
+    /// Only if it has one and the new one is earlier (`XX LT`).
+    XxLt,
+}
+
+/// The commands that set deadlines, named in their errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TtlCmd {
+    /// `SET`.
+    Set,
+    /// `SETEX`.
+    SetEx,
+    /// `PSETEX`.
+    PSetEx,
+    /// `GETEX`.
+    GetEx,
+    /// `EXPIRE`.
+    Expire,
+    /// `PEXPIRE`.
+    PExpire,
+    /// `EXPIREAT`.
+    ExpireAt,
+    /// `PEXPIREAT`.
+    PExpireAt,
+}
+
+impl TtlCmd {
+    /// Every one, in the order of their wire bytes.
+    pub const ALL: [TtlCmd; 8] = [
+        TtlCmd::Set,
+        TtlCmd::SetEx,
+        TtlCmd::PSetEx,
+        TtlCmd::GetEx,
+        TtlCmd::Expire,
+        TtlCmd::PExpire,
+        TtlCmd::ExpireAt,
+        TtlCmd::PExpireAt,
+    ];
+
+    /// The command's name, in lower case as Redis's errors say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TtlCmd::Set => "set",
+            TtlCmd::SetEx => "setex",
+            TtlCmd::PSetEx => "psetex",
+            TtlCmd::GetEx => "getex",
+            TtlCmd::Expire => "expire",
+            TtlCmd::PExpire => "pexpire",
+            TtlCmd::ExpireAt => "expireat",
+            TtlCmd::PExpireAt => "pexpireat",
+        }
+    }
+}
+
+impl fmt::Display for TtlCmd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// A command on a set ([`KvOp::Members`]).
@@ -248,12 +497,19 @@ pub enum SetCmd {
     MIsMember(Vec<Vec<u8>>),
     /// `SCARD`: the number of members.
     Card,
+    /// `SPOP`: one member drawn with the command's seed (`None`), or up to
+    /// that many, removed.
+    Pop(Option<u64>),
+    /// `SRANDMEMBER`: one member drawn with the command's seed (`None`),
+    /// that many distinct ones (a count ≥ 0), or that many with repeats (a
+    /// count < 0).
+    RandMember(Option<i64>),
 }
 
 impl SetCmd {
     /// Whether the command changes nothing.
     pub fn is_read(&self) -> bool {
-        !matches!(self, SetCmd::Add(_) | SetCmd::Rem(_))
+        !matches!(self, SetCmd::Add(_) | SetCmd::Rem(_) | SetCmd::Pop(_))
     }
 
     /// The Redis command's name, in capitals.
@@ -265,6 +521,8 @@ impl SetCmd {
             SetCmd::IsMember(_) => "SISMEMBER",
             SetCmd::MIsMember(_) => "SMISMEMBER",
             SetCmd::Card => "SCARD",
+            SetCmd::Pop(_) => "SPOP",
+            SetCmd::RandMember(_) => "SRANDMEMBER",
         }
     }
 }
@@ -445,7 +703,7 @@ pub enum SetWhen {
 
 impl KvOp {
     /// The keys the operation names, in order, repeats included; none for
-    /// `DbSize` and `FlushDb`.
+    /// the operations on the whole store ([`KvOp::is_whole`]).
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let (one, many, pairs): (Option<&Vec<u8>>, &[Vec<u8>], &[Pair]) = match self {
             KvOp::Create { key, .. }
@@ -460,13 +718,24 @@ impl KvOp {
             | KvOp::Hash { key, .. }
             | KvOp::List { key, .. }
             | KvOp::Members { key, .. }
-            | KvOp::Type { key } => (Some(key), &[], &[]),
+            | KvOp::Type { key }
+            | KvOp::Expire { key, .. }
+            | KvOp::Persist { key }
+            | KvOp::Ttl { key, .. }
+            | KvOp::GetEx { key, .. }
+            | KvOp::GetDel { key }
+            | KvOp::GetRange { key, .. }
+            | KvOp::SetRange { key, .. }
+            | KvOp::IncrByFloat { key, .. }
+            | KvOp::Encoding { key }
+            | KvOp::Sorted { key, .. } => (Some(key), &[], &[]),
+            KvOp::Rename { from, to, .. } | KvOp::Copy { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::Combine { keys, store, .. } => (store.as_ref(), keys, &[]),
             KvOp::SMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::LMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } => (None, keys, &[]),
-            KvOp::MSet { pairs } => (None, &[], pairs),
-            KvOp::DbSize | KvOp::FlushDb => (None, &[], &[]),
+            KvOp::MSet { pairs } | KvOp::MSetNx { pairs } => (None, &[], pairs),
+            KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey => (None, &[], &[]),
         };
         one.into_iter().chain(many).chain(pairs.iter().map(|(k, _)| k)).map(Vec::as_slice)
     }
@@ -476,15 +745,28 @@ impl KvOp {
     /// so that it excludes every write.
     pub fn is_read(&self) -> bool {
         match self {
-            KvOp::Read { .. } | KvOp::Strlen { .. } | KvOp::MGet { .. } | KvOp::Exists { .. } | KvOp::Type { .. } => {
-                true
-            }
+            KvOp::Read { .. }
+            | KvOp::Strlen { .. }
+            | KvOp::MGet { .. }
+            | KvOp::Exists { .. }
+            | KvOp::Type { .. }
+            | KvOp::Ttl { .. }
+            | KvOp::GetRange { .. }
+            | KvOp::Encoding { .. } => true,
             KvOp::Hash { cmd, .. } => cmd.is_read(),
             KvOp::List { cmd, .. } => cmd.is_read(),
             KvOp::Members { cmd, .. } => cmd.is_read(),
+            KvOp::Sorted { cmd, .. } => cmd.is_read(),
             KvOp::Combine { store, .. } => store.is_none(),
             _ => false,
         }
+    }
+
+    /// True when the operation depends on or changes every key, named or
+    /// not (`DBSIZE`, `FLUSHDB`, `KEYS`, `SCAN`, `RANDOMKEY`): it writes
+    /// [`ALL`], so it conflicts with every other operation.
+    pub fn is_whole(&self) -> bool {
+        matches!(self, KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey)
     }
 
     /// The operation's name, in capitals, for messages: the Redis command
@@ -520,6 +802,33 @@ impl KvOp {
                 (Combine::Union, true) => "SUNIONSTORE",
                 (Combine::Diff, true) => "SDIFFSTORE",
             },
+            KvOp::Expire { cmd, .. } => match cmd {
+                TtlCmd::PExpire => "PEXPIRE",
+                TtlCmd::ExpireAt => "EXPIREAT",
+                TtlCmd::PExpireAt => "PEXPIREAT",
+                _ => "EXPIRE",
+            },
+            KvOp::Persist { .. } => "PERSIST",
+            KvOp::Ttl { ms, absolute, .. } => match (ms, absolute) {
+                (false, false) => "TTL",
+                (true, false) => "PTTL",
+                (false, true) => "EXPIRETIME",
+                (true, true) => "PEXPIRETIME",
+            },
+            KvOp::GetEx { .. } => "GETEX",
+            KvOp::GetDel { .. } => "GETDEL",
+            KvOp::GetRange { .. } => "GETRANGE",
+            KvOp::SetRange { .. } => "SETRANGE",
+            KvOp::IncrByFloat { .. } => "INCRBYFLOAT",
+            KvOp::MSetNx { .. } => "MSETNX",
+            KvOp::Rename { nx: false, .. } => "RENAME",
+            KvOp::Rename { nx: true, .. } => "RENAMENX",
+            KvOp::Copy { .. } => "COPY",
+            KvOp::Keys { .. } => "KEYS",
+            KvOp::Scan { .. } => "SCAN",
+            KvOp::RandomKey => "RANDOMKEY",
+            KvOp::Encoding { .. } => "OBJECT",
+            KvOp::Sorted { cmd, .. } => cmd.name(),
         }
     }
 }
@@ -585,6 +894,18 @@ pub enum KvError {
     /// A list reply over [`REPLY_VALUES_MAX`] bytes.
     #[error("ERR reply would exceed {max} bytes; ask for a smaller range", max = REPLY_VALUES_MAX)]
     ListTooLarge,
+    /// A deadline that leaves the range of a 64-bit count of ms.
+    #[error("ERR invalid expire time in '{0}' command")]
+    InvalidExpire(TtlCmd),
+    /// `ZINCRBY` (or `ZADD INCR`) whose sum is not a number.
+    #[error("ERR resulting score is not a number (NaN)")]
+    ScoreNaN,
+    /// `COPY` of a key onto itself.
+    #[error("ERR source and destination objects are the same")]
+    SameObject,
+    /// A `KEYS` reply over [`REPLY_VALUES_MAX`] bytes.
+    #[error("ERR reply would exceed {max} bytes; list the keys a part at a time with SCAN", max = REPLY_VALUES_MAX)]
+    KeysTooLarge,
 }
 
 /// An operation the class model cannot class: [`access`] refuses it.
@@ -727,7 +1048,7 @@ pub fn default_mapping(model: KvModel, shards: usize, workers: usize) -> Mapping
 /// sanitizer registers exactly these.
 pub(crate) fn footprint(op: &KvOp) -> (KeySet, KeySet) {
     let one_all = || -> KeySet { std::iter::once(ALL).collect() };
-    if matches!(op, KvOp::DbSize | KvOp::FlushDb) {
+    if op.is_whole() {
         return (KeySet::new(), one_all());
     }
     let mut keys: KeySet = op.keys().map(key_hash).collect();
@@ -780,7 +1101,7 @@ pub fn access(model: KvModel, shards: usize, op: &KvOp) -> Result<Access, Access
 /// The one shard of conflict keys `keys` ([`ALL`] aside), 0 if there are
 /// none.
 fn common_shard<'a>(op: &KvOp, keys: impl Iterator<Item = &'a Key>, shards: usize) -> Result<usize, AccessError> {
-    if matches!(op, KvOp::DbSize | KvOp::FlushDb) {
+    if op.is_whole() {
         return Err(AccessError::EveryShard(op.name()));
     }
     let mut shards_seen = keys.filter(|&&k| k != ALL).map(|&k| shard_of(k, shards));

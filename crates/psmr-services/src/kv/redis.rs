@@ -35,14 +35,26 @@
 //! | `SINTERSTORE`/`SUNIONSTORE`/`SDIFFSTORE d k...` | `Combine` | integer: the size stored |
 //! | `SMOVE a b m` | `SMove` | integer |
 //! | `TYPE k` | `Type` | `+string`, `+hash`, `+list`, `+set` or `+none` |
+//! | `SET k v ... EX\|PX\|EXAT\|PXAT n\|KEEPTTL`, `SETEX`, `PSETEX` | `Set` with a [`Ttl`] | as `SET` |
+//! | `SETNX k v` | `Create` | integer: 1 if set |
+//! | `EXPIRE`/`PEXPIRE`/`EXPIREAT`/`PEXPIREAT k n [NX\|XX\|GT\|LT]` | `Expire` | integer |
+//! | `TTL`, `PTTL`, `EXPIRETIME`, `PEXPIRETIME`, `PERSIST` | `Ttl`, `Persist` | integer |
+//! | `GETEX k [EX\|PX\|EXAT\|PXAT n\|PERSIST]`, `GETDEL`, `GETRANGE` | `GetEx`, `GetDel`, `GetRange` | bulk or nil |
+//! | `SETRANGE`, `MSETNX` | `SetRange`, `MSetNx` | integer |
+//! | `INCRBYFLOAT` | `IncrByFloat` | bulk: the new value |
+//! | `RENAME`, `RENAMENX`, `COPY` | `Rename`, `Copy` | `+OK`; integer |
+//! | `KEYS p`, `SCAN c [MATCH p] [COUNT n] [TYPE t]` | `Keys`, `Scan` | array; the next cursor and an array |
+//! | `RANDOMKEY`, `OBJECT ENCODING k` | `RandomKey`, `Encoding` | bulk or nil |
+//! | `SPOP`, `SRANDMEMBER k [n]` | `Members` | bulk or nil; with `n` an array |
+//! | `FLUSHALL`, `UNLINK` | `FlushDb`, `Del` | as `FLUSHDB`, `DEL` |
 //!
 //! Connection commands (`PING`, `HELLO`, ...) belong to the server and never
-//! reach this table. Key expiry (`EX`, `PX`, `EXAT`, `PXAT`, `KEEPTTL`) is
-//! refused: it would need a clock every replica agrees on.
+//! reach this table. Deadlines are on the log's clock
+//! ([`psmr_model::Stamp`]).
 
 use super::{
-    parse_integer, Combine, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetCmd, SetWhen, KEY_MAX, OP_KEYS_MAX,
-    VALUE_MAX,
+    parse_integer, Combine, Deadline, ExpireCond, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetCmd, SetWhen, Ttl,
+    TtlCmd, ZCmd, KEY_MAX, OP_KEYS_MAX, VALUE_MAX,
 };
 use bytes::Bytes;
 use psmr_resp::{unknown_command, wrong_arity, Commands, Reply};
@@ -66,7 +78,9 @@ const TABLE: &[Spec] = &[
     Spec {
         name: "getset",
         arity: 3,
-        parse: |a| Ok(KvOp::Set { key: key(&a[1])?, value: value(&a[2])?, when: SetWhen::Always, get: true }),
+        parse: |a| {
+            Ok(KvOp::Set { key: key(&a[1])?, value: value(&a[2])?, when: SetWhen::Always, get: true, ttl: Ttl::Clear })
+        },
     },
     Spec { name: "del", arity: -2, parse: |a| Ok(KvOp::Del { keys: keys(&a[1..])? }) },
     Spec { name: "exists", arity: -2, parse: |a| Ok(KvOp::Exists { keys: keys(&a[1..])? }) },
@@ -126,6 +140,60 @@ const TABLE: &[Spec] = &[
         arity: 4,
         parse: |a| Ok(KvOp::SMove { from: key(&a[1])?, to: key(&a[2])?, member: value(&a[3])? }),
     },
+    Spec { name: "spop", arity: -2, parse: spop },
+    Spec { name: "srandmember", arity: -2, parse: srandmember },
+    Spec { name: "setnx", arity: 3, parse: |a| Ok(KvOp::Create { key: key(&a[1])?, value: value(&a[2])? }) },
+    Spec { name: "setex", arity: 4, parse: |a| setex(a, TtlCmd::SetEx, 1000) },
+    Spec { name: "psetex", arity: 4, parse: |a| setex(a, TtlCmd::PSetEx, 1) },
+    Spec { name: "getex", arity: -2, parse: getex },
+    Spec { name: "getdel", arity: 2, parse: |a| Ok(KvOp::GetDel { key: key(&a[1])? }) },
+    Spec {
+        name: "getrange",
+        arity: 4,
+        parse: |a| Ok(KvOp::GetRange { key: key(&a[1])?, start: integer(&a[2])?, end: integer(&a[3])? }),
+    },
+    Spec { name: "setrange", arity: 4, parse: setrange },
+    Spec { name: "incrbyfloat", arity: 3, parse: incrbyfloat },
+    Spec { name: "msetnx", arity: -3, parse: |a| Ok(KvOp::MSetNx { pairs: pairs_of(&a[1..], "msetnx")? }) },
+    Spec { name: "expire", arity: -3, parse: |a| expire(a, TtlCmd::Expire) },
+    Spec { name: "pexpire", arity: -3, parse: |a| expire(a, TtlCmd::PExpire) },
+    Spec { name: "expireat", arity: -3, parse: |a| expire(a, TtlCmd::ExpireAt) },
+    Spec { name: "pexpireat", arity: -3, parse: |a| expire(a, TtlCmd::PExpireAt) },
+    Spec { name: "persist", arity: 2, parse: |a| Ok(KvOp::Persist { key: key(&a[1])? }) },
+    Spec { name: "ttl", arity: 2, parse: |a| Ok(KvOp::Ttl { key: key(&a[1])?, ms: false, absolute: false }) },
+    Spec { name: "pttl", arity: 2, parse: |a| Ok(KvOp::Ttl { key: key(&a[1])?, ms: true, absolute: false }) },
+    Spec { name: "expiretime", arity: 2, parse: |a| Ok(KvOp::Ttl { key: key(&a[1])?, ms: false, absolute: true }) },
+    Spec { name: "pexpiretime", arity: 2, parse: |a| Ok(KvOp::Ttl { key: key(&a[1])?, ms: true, absolute: true }) },
+    Spec { name: "rename", arity: 3, parse: |a| Ok(KvOp::Rename { from: key(&a[1])?, to: key(&a[2])?, nx: false }) },
+    Spec { name: "renamenx", arity: 3, parse: |a| Ok(KvOp::Rename { from: key(&a[1])?, to: key(&a[2])?, nx: true }) },
+    Spec { name: "copy", arity: -3, parse: copy },
+    Spec { name: "keys", arity: 2, parse: |a| Ok(KvOp::Keys { pattern: key(&a[1])? }) },
+    Spec { name: "scan", arity: -2, parse: scan },
+    Spec { name: "randomkey", arity: 1, parse: |_| Ok(KvOp::RandomKey) },
+    Spec { name: "flushall", arity: -1, parse: flushdb },
+    Spec { name: "unlink", arity: -2, parse: |a| Ok(KvOp::Del { keys: keys(&a[1..])? }) },
+    Spec { name: "object", arity: -2, parse: object },
+    Spec { name: "zadd", arity: -4, parse: sorted::zadd },
+    Spec { name: "zincrby", arity: 4, parse: sorted::zincrby },
+    Spec { name: "zscore", arity: 3, parse: sorted::zscore },
+    Spec { name: "zmscore", arity: -3, parse: sorted::zmscore },
+    Spec { name: "zrem", arity: -3, parse: sorted::zrem },
+    Spec { name: "zcard", arity: 2, parse: |a| Ok(KvOp::Sorted { key: key(&a[1])?, cmd: ZCmd::Card }) },
+    Spec { name: "zcount", arity: 4, parse: sorted::zcount },
+    Spec { name: "zlexcount", arity: 4, parse: sorted::zlexcount },
+    Spec { name: "zrank", arity: 3, parse: |a| sorted::zrank(a, false) },
+    Spec { name: "zrevrank", arity: 3, parse: |a| sorted::zrank(a, true) },
+    Spec { name: "zrange", arity: -4, parse: sorted::zrange },
+    Spec { name: "zrangebyscore", arity: -4, parse: sorted::zrangebyscore },
+    Spec { name: "zrevrangebyscore", arity: -4, parse: sorted::zrevrangebyscore },
+    Spec { name: "zrevrange", arity: -4, parse: sorted::zrevrange },
+    Spec { name: "zrangebylex", arity: -4, parse: sorted::zrangebylex },
+    Spec { name: "zrevrangebylex", arity: -4, parse: sorted::zrevrangebylex },
+    Spec { name: "zpopmin", arity: -2, parse: |a| sorted::zpop(a, false, "zpopmin") },
+    Spec { name: "zpopmax", arity: -2, parse: |a| sorted::zpop(a, true, "zpopmax") },
+    Spec { name: "zremrangebyrank", arity: 4, parse: |a| sorted::zremrange(a, "rank") },
+    Spec { name: "zremrangebyscore", arity: 4, parse: |a| sorted::zremrange(a, "score") },
+    Spec { name: "zremrangebylex", arity: 4, parse: |a| sorted::zremrange(a, "lex") },
 ];
 
 impl Commands for KvRedis {
@@ -155,7 +223,15 @@ impl Commands for KvRedis {
     fn reply(&self, op: &KvOp, reply: KvReply) -> Reply {
         match (op, reply) {
             (_, KvReply::Error(e)) => Reply::error(e.to_string()),
+            (KvOp::Sorted { cmd, .. }, reply) => sorted::reply(cmd, reply),
             (KvOp::Type { .. }, KvReply::Value(Some(kind))) => Reply::simple(String::from_utf8_lossy(&kind)),
+            (KvOp::Scan { .. }, KvReply::Values(mut vs)) if !vs.is_empty() => {
+                let keys = vs.split_off(1);
+                Reply::array(vec![
+                    bulk_or_nil(vs.pop().flatten()),
+                    Reply::array(keys.into_iter().map(bulk_or_nil).collect()),
+                ])
+            }
             (KvOp::Hash { cmd: HashCmd::MSet(_), .. }, _) => Reply::ok(),
             (KvOp::List { cmd: ListCmd::Set(..) | ListCmd::Trim(..), .. }, _) => Reply::ok(),
             (KvOp::List { cmd: ListCmd::Pop { count: Some(_), .. }, .. }, KvReply::Value(None)) => Reply::null_array(),
@@ -188,7 +264,7 @@ fn plain_reply(op: &KvOp, reply: KvReply) -> Reply {
         KvReply::Int(n) => Reply::integer(n),
         KvReply::Values(vs) => Reply::array(vs.into_iter().map(bulk_or_nil).collect()),
         KvReply::Done(done) => match op {
-            KvOp::Set { .. } | KvOp::MSet { .. } | KvOp::FlushDb if done => Reply::ok(),
+            KvOp::Set { .. } | KvOp::MSet { .. } | KvOp::FlushDb | KvOp::Rename { .. } if done => Reply::ok(),
             KvOp::Set { .. } => Reply::null(),
             // The paper's operations have no Redis command; 1 or 0 says
             // what their boolean does.
@@ -209,26 +285,194 @@ fn not_an_integer() -> Reply {
     Reply::error(KvError::NotInteger.to_string())
 }
 
-/// `SET key value [NX|XX] [GET]`, options in any order, as Redis parses
-/// them: repeating an option is allowed, NX with XX is not.
+/// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`,
+/// options in any order, as Redis parses them: repeating an option is
+/// allowed, NX with XX is not, nor two kinds of deadline.
 fn set(a: &[Bytes]) -> Result<KvOp, Reply> {
     let (key, value) = (key(&a[1])?, value(&a[2])?);
-    let (mut when, mut get) = (SetWhen::Always, false);
-    for option in &a[3..] {
-        match option.to_ascii_uppercase().as_slice() {
+    let (mut when, mut get, mut ttl) = (SetWhen::Always, false, Ttl::Clear);
+    let mut options = a[3..].iter();
+    while let Some(option) = options.next() {
+        let upper = option.to_ascii_uppercase();
+        match upper.as_slice() {
             b"NX" if when != SetWhen::IfPresent => when = SetWhen::IfAbsent,
             b"XX" if when != SetWhen::IfAbsent => when = SetWhen::IfPresent,
             b"GET" => get = true,
-            b"EX" | b"PX" | b"EXAT" | b"PXAT" | b"KEEPTTL" => {
-                return Err(Reply::error(
-                    "ERR psmr does not support key expiry (EX, PX, EXAT, PXAT, KEEPTTL): expiring keys would need \
-                     a clock every replica agrees on, and replicas execute the log without one",
-                ))
+            b"KEEPTTL" if matches!(ttl, Ttl::Clear | Ttl::Keep) => ttl = Ttl::Keep,
+            b"EX" | b"PX" | b"EXAT" | b"PXAT" if ttl == Ttl::Clear => {
+                let arg = options.next().ok_or_else(syntax_error)?;
+                ttl = Ttl::Expire(deadline_of(&upper, arg, TtlCmd::Set)?);
             }
             _ => return Err(syntax_error()),
         }
     }
-    Ok(KvOp::Set { key, value, when, get })
+    Ok(KvOp::Set { key, value, when, get, ttl })
+}
+
+/// The deadline `EX`, `PX`, `EXAT` or `PXAT` (`unit`) with argument `arg`
+/// gives a command `cmd` of the `SET` family: a positive integer, in ms
+/// within `i64`.
+fn deadline_of(unit: &[u8], arg: &Bytes, cmd: TtlCmd) -> Result<Deadline, Reply> {
+    let n = integer(arg)?;
+    let seconds = matches!(unit, b"EX" | b"EXAT");
+    let ms = if seconds { n.checked_mul(1000) } else { Some(n) };
+    let invalid = || Reply::error(KvError::InvalidExpire(cmd).to_string());
+    let ms = ms.filter(|_| n > 0).ok_or_else(invalid)?;
+    Ok(if unit.ends_with(b"AT") { Deadline::At(ms) } else { Deadline::In(ms) })
+}
+
+/// `SETEX key seconds value`, `PSETEX key ms value` (`scale` ms per unit).
+fn setex(a: &[Bytes], cmd: TtlCmd, scale: i64) -> Result<KvOp, Reply> {
+    let n = integer(&a[2])?;
+    let ms = n.checked_mul(scale).filter(|_| n > 0);
+    let ms = ms.ok_or_else(|| Reply::error(KvError::InvalidExpire(cmd).to_string()))?;
+    let ttl = Ttl::Expire(Deadline::In(ms));
+    Ok(KvOp::Set { key: key(&a[1])?, value: value(&a[3])?, when: SetWhen::Always, get: false, ttl })
+}
+
+/// `GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]`.
+fn getex(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let key = key(&a[1])?;
+    let ttl = match &a[2..] {
+        [] => Ttl::Keep,
+        [p] if p.eq_ignore_ascii_case(b"PERSIST") => Ttl::Clear,
+        [unit, arg] => {
+            let unit = unit.to_ascii_uppercase();
+            if !matches!(unit.as_slice(), b"EX" | b"PX" | b"EXAT" | b"PXAT") {
+                return Err(syntax_error());
+            }
+            Ttl::Expire(deadline_of(&unit, arg, TtlCmd::GetEx)?)
+        }
+        _ => return Err(syntax_error()),
+    };
+    Ok(KvOp::GetEx { key, ttl })
+}
+
+/// `EXPIRE key n [NX|XX|GT|LT]` and its kin (`cmd`), as Redis 7 parses
+/// them: the options first, then the number; a deadline in seconds must
+/// stay within `i64` once in ms.
+fn expire(a: &[Bytes], cmd: TtlCmd) -> Result<KvOp, Reply> {
+    let key = key(&a[1])?;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in &a[3..] {
+        match option.to_ascii_uppercase().as_slice() {
+            b"NX" => nx = true,
+            b"XX" => xx = true,
+            b"GT" => gt = true,
+            b"LT" => lt = true,
+            _ => return Err(Reply::error(format!("ERR Unsupported option {}", String::from_utf8_lossy(option)))),
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(Reply::error("ERR NX and XX, GT or LT options at the same time are not compatible"));
+    }
+    if gt && lt {
+        return Err(Reply::error("ERR GT and LT options at the same time are not compatible"));
+    }
+    // GT implies a deadline already (none is an infinite one), so XX adds
+    // nothing to it; to LT it does.
+    let cond = match (nx, xx, gt, lt) {
+        (true, ..) => ExpireCond::Nx,
+        (_, _, true, _) => ExpireCond::Gt,
+        (_, true, _, true) => ExpireCond::XxLt,
+        (_, false, _, true) => ExpireCond::Lt,
+        (_, true, ..) => ExpireCond::Xx,
+        _ => ExpireCond::Always,
+    };
+    let n = integer(&a[2])?;
+    let seconds = matches!(cmd, TtlCmd::Expire | TtlCmd::ExpireAt);
+    let ms = if seconds { n.checked_mul(1000) } else { Some(n) };
+    let ms = ms.ok_or_else(|| Reply::error(KvError::InvalidExpire(cmd).to_string()))?;
+    let deadline =
+        if matches!(cmd, TtlCmd::ExpireAt | TtlCmd::PExpireAt) { Deadline::At(ms) } else { Deadline::In(ms) };
+    Ok(KvOp::Expire { key, deadline, cond, cmd })
+}
+
+/// `SETRANGE key offset value`.
+fn setrange(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let offset = integer(&a[2])?;
+    let offset = u64::try_from(offset).map_err(|_| Reply::error("ERR offset is out of range"))?;
+    Ok(KvOp::SetRange { key: key(&a[1])?, offset, value: value(&a[3])? })
+}
+
+/// `INCRBYFLOAT key increment`: the increment must read as a float.
+fn incrbyfloat(a: &[Bytes]) -> Result<KvOp, Reply> {
+    if super::store::float(&a[2]).is_none() {
+        return Err(Reply::error(KvError::NotFloat.to_string()));
+    }
+    Ok(KvOp::IncrByFloat { key: key(&a[1])?, by: value(&a[2])? })
+}
+
+/// `COPY source destination [DB 0] [REPLACE]`: psmr has database 0 only.
+fn copy(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let (from, to) = (key(&a[1])?, key(&a[2])?);
+    let mut replace = false;
+    let mut options = a[3..].iter();
+    while let Some(option) = options.next() {
+        match option.to_ascii_uppercase().as_slice() {
+            b"REPLACE" => replace = true,
+            b"DB" => {
+                let db = integer(options.next().ok_or_else(syntax_error)?)?;
+                if db != 0 {
+                    return Err(Reply::error("ERR psmr has one database, 0"));
+                }
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok(KvOp::Copy { from, to, replace })
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE kind]`.
+fn scan(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let cursor = std::str::from_utf8(&a[1])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| Reply::error("ERR invalid cursor"))?;
+    let (mut pattern, mut count, mut kind) = (None, 10u64, None);
+    for option in a[2..].chunks(2) {
+        let [name, arg] = option else { return Err(syntax_error()) };
+        match name.to_ascii_uppercase().as_slice() {
+            b"MATCH" => pattern = Some(key(arg)?),
+            b"COUNT" => {
+                count = u64::try_from(integer(arg)?).ok().filter(|&n| n >= 1).ok_or_else(syntax_error)?;
+            }
+            b"TYPE" => kind = Some(key(arg)?),
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok(KvOp::Scan { cursor, pattern, count, kind })
+}
+
+/// `OBJECT ENCODING key`; the other subcommands are not kept.
+fn object(a: &[Bytes]) -> Result<KvOp, Reply> {
+    match a {
+        [_, sub, k] if sub.eq_ignore_ascii_case(b"ENCODING") => Ok(KvOp::Encoding { key: key(k)? }),
+        [_, sub, ..] => {
+            Err(Reply::error(format!("ERR unknown subcommand '{}'. Try OBJECT HELP.", String::from_utf8_lossy(sub))))
+        }
+        _ => Err(wrong_arity("object")),
+    }
+}
+
+/// `SPOP key [count]`.
+fn spop(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let count = match a.len() {
+        2 => None,
+        3 => Some(positive(&a[2])?),
+        _ => return Err(syntax_error()),
+    };
+    members(a, SetCmd::Pop(count))
+}
+
+/// `SRANDMEMBER key [count]` (a negative count repeats).
+fn srandmember(a: &[Bytes]) -> Result<KvOp, Reply> {
+    let count = match a.len() {
+        2 => None,
+        3 => Some(integer(&a[2])?),
+        _ => return Err(syntax_error()),
+    };
+    members(a, SetCmd::RandMember(count))
 }
 
 /// `DECRBY key n`: `INCRBY` by `-n`, which does not exist for `i64::MIN`.
@@ -411,6 +655,8 @@ fn check_key_count(n: usize) -> Result<(), Reply> {
 fn integer(arg: &Bytes) -> Result<i64, Reply> {
     parse_integer(arg).ok_or_else(not_an_integer)
 }
+
+mod sorted;
 
 #[cfg(test)]
 mod tests;

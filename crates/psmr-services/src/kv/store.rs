@@ -2,13 +2,18 @@
 //! snapshots and digest.
 
 mod hash;
+pub(crate) mod keyspace;
 mod list;
 mod set;
+mod strings;
+mod zset;
 
 pub(crate) use hash::float;
+pub(crate) use keyspace::SLOTS;
 
 use super::{
-    key_bytes, key_hash, parse_integer, KvError, KvOp, KvReply, SetWhen, KEY_MAX, REPLY_VALUES_MAX, VALUE_MAX,
+    key_bytes, key_hash, parse_integer, KvError, KvOp, KvReply, Score, SetWhen, Ttl, TtlCmd, KEY_MAX, REPLY_VALUES_MAX,
+    VALUE_MAX,
 };
 use crate::Cost;
 use parking_lot::RwLock;
@@ -21,9 +26,10 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"PSKV";
-/// Version 3: typed values (strings and hashes). Version 2 held strings
-/// only (still read), version 1 had `u64` keys.
-const SNAPSHOT_VERSION: u16 = 3;
+/// Version 4: typed values with deadlines. Version 3 (typed values, no
+/// deadlines) and 2 (strings only) are still read; version 1 had `u64`
+/// keys.
+const SNAPSHOT_VERSION: u16 = 4;
 
 /// Lock stripes. Enough that threads on unrelated keys rarely share a lock
 /// on machines with up to a few dozen cores.
@@ -60,6 +66,8 @@ enum Obj {
     List(std::collections::VecDeque<Vec<u8>>),
     /// A set, in byte order.
     Set(std::collections::BTreeSet<Vec<u8>>),
+    /// A sorted set.
+    ZSet(zset::ZSet),
 }
 
 impl Obj {
@@ -70,17 +78,52 @@ impl Obj {
             Obj::Hash(_) => b"hash",
             Obj::List(_) => b"list",
             Obj::Set(_) => b"set",
+            Obj::ZSet(_) => b"zset",
         }
     }
 }
 
-/// A value, shared between the store and the snapshot being written. A
-/// string's bytes live in a buffer of their own rather than after the
-/// reference counts (`Arc<[u8]>`): size-class allocators round a 1 KiB
-/// value plus 16 bytes of counts up to 1.25 KiB, a quarter more memory for
-/// the common power-of-two value sizes, while the buffer alone fits its
-/// class exactly and the counts and the kind take 48 bytes apart.
-type Value = Arc<Obj>;
+/// A key's value and its deadline. The object is shared between the
+/// store and the snapshot being written. A string's bytes live in a
+/// buffer of their own rather than after the reference counts
+/// (`Arc<[u8]>`): size-class allocators round a 1 KiB value plus 16 bytes
+/// of counts up to 1.25 KiB, a quarter more memory for the common
+/// power-of-two value sizes, while the buffer alone fits its class exactly
+/// and the counts and the kind take 48 bytes apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Value {
+    obj: Arc<Obj>,
+    /// When the key expires, ms since the Unix epoch on the log's clock
+    /// ([`psmr_model::Stamp`]); 0: never. A key is gone once a command's
+    /// time is past it, on every replica at the same point of the log.
+    expires: u64,
+}
+
+impl Value {
+    /// A value with no deadline.
+    fn new(obj: Obj) -> Self {
+        Self { obj: Arc::new(obj), expires: 0 }
+    }
+
+    /// The object, to change: copied first if a snapshot shares it.
+    fn make_mut(&mut self) -> &mut Obj {
+        Arc::make_mut(&mut self.obj)
+    }
+
+    /// Whether the key still exists for a command at `now` (Redis keeps a
+    /// key until its time is past its deadline).
+    fn live(&self, now: u64) -> bool {
+        self.expires == 0 || now <= self.expires
+    }
+}
+
+impl std::ops::Deref for Value {
+    type Target = Obj;
+
+    fn deref(&self) -> &Obj {
+        &self.obj
+    }
+}
 type Map = HashMap<Vec<u8>, Value, KeyHashBuilder>;
 /// A stripe: its keys spread over one map or, past [`SPLIT_AT`] keys,
 /// [`BUCKETS`] maps, each shared with the snapshot being written, if any.
@@ -94,8 +137,8 @@ type Stripe = RwLock<Buckets>;
 type Buckets = Box<[Arc<Map>]>;
 
 /// A stripe with no keys: one empty bucket.
-fn empty_stripe() -> Buckets {
-    Box::new([Arc::new(Map::default())])
+fn empty_stripe(hasher: &KeyHashBuilder) -> Buckets {
+    Box::new([Arc::new(Map::with_hasher(hasher.clone()))])
 }
 
 /// The bucket of a key with conflict key `hash` in a stripe of `buckets`.
@@ -119,8 +162,9 @@ fn write_bucket<R>(buckets: &mut Buckets, hash: Key, f: impl FnOnce(&mut Map) ->
 /// Spreads a one-bucket stripe over [`BUCKETS`]: moves the entries if no
 /// snapshot shares the bucket, else copies keys and value pointers.
 fn split(buckets: &mut Buckets) {
-    let one = std::mem::replace(&mut buckets[0], Arc::new(Map::default()));
-    let mut spread: Buckets = (0..BUCKETS).map(|_| Arc::new(Map::default())).collect();
+    let hasher = buckets[0].hasher().clone();
+    let one = std::mem::replace(&mut buckets[0], Arc::new(Map::with_hasher(hasher.clone())));
+    let mut spread: Buckets = (0..BUCKETS).map(|_| Arc::new(Map::with_hasher(hasher.clone()))).collect();
     let mut put = |k: Vec<u8>, v: Value| {
         let b = bucket_of(key_hash(&k), &spread);
         Arc::get_mut(&mut spread[b]).expect("fresh buckets are not shared").insert(k, v);
@@ -147,7 +191,13 @@ impl Default for KeyHashBuilder {
     fn default() -> Self {
         use std::hash::BuildHasher;
         static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        Self { seed: *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64) | 1) }
+        Self::seeded(*SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64)))
+    }
+}
+
+impl KeyHashBuilder {
+    fn seeded(seed: u64) -> Self {
+        Self { seed: seed | 1 }
     }
 }
 
@@ -188,6 +238,14 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
+/// When a command executes: its time (ms since the epoch, the log's
+/// clock) and its seed ([`psmr_model::Stamp`]).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    now: u64,
+    seed: u64,
+}
+
 /// The key-value store service.
 ///
 /// Keys are spread over lock stripes by their conflict key
@@ -197,6 +255,8 @@ impl std::hash::Hasher for KeyHasher {
 /// locks, keeps conflicting commands apart.
 pub struct KvService {
     stripes: Box<[Stripe]>,
+    /// How the maps hash keys (see [`KeyHashBuilder`]).
+    hasher: KeyHashBuilder,
     rounds: u32,
     #[cfg(feature = "sanitizer")]
     regions: crate::sanitizer::Regions,
@@ -209,7 +269,18 @@ impl KvService {
     /// Every key is allocated up front (about 100 bytes each); workloads
     /// bound `keys` by [`crate::KEYS_MAX`].
     pub fn new(keys: u64, cost: Cost) -> Self {
-        let mut stripes: Box<[Stripe]> = (0..STRIPES).map(|_| RwLock::new(empty_stripe())).collect();
+        Self::build(keys, cost, KeyHashBuilder::default())
+    }
+
+    /// [`KvService::new`] whose maps hash keys with `hash_seed` rather than
+    /// the process's seed: tests build stores that iterate in different
+    /// orders to check that no reply or digest depends on the order.
+    pub fn with_hash_seed(keys: u64, cost: Cost, hash_seed: u64) -> Self {
+        Self::build(keys, cost, KeyHashBuilder::seeded(hash_seed))
+    }
+
+    fn build(keys: u64, cost: Cost, hasher: KeyHashBuilder) -> Self {
+        let mut stripes: Box<[Stripe]> = (0..STRIPES).map(|_| RwLock::new(empty_stripe(&hasher))).collect();
         for n in 0..keys {
             let key = key_bytes(n);
             let hash = key_hash(&key);
@@ -217,6 +288,7 @@ impl KvService {
         }
         Self {
             stripes,
+            hasher,
             rounds: match cost {
                 Cost::Light => 0,
                 Cost::Moderate => MODERATE_ROUNDS,
@@ -249,16 +321,23 @@ impl KvService {
         self.regions.enter_each(command, regions)
     }
 
-    fn read<R>(&self, key: &[u8], f: impl FnOnce(Option<&Obj>) -> R) -> R {
+    /// The value at `key` for a command at `now` handed to `f` (none if it
+    /// expired).
+    fn read<R>(&self, now: u64, key: &[u8], f: impl FnOnce(Option<&Obj>) -> R) -> R {
+        self.read_value(now, key, |v| f(v.map(|v| &*v.obj)))
+    }
+
+    /// [`KvService::read`] with the deadline.
+    fn read_value<R>(&self, now: u64, key: &[u8], f: impl FnOnce(Option<&Value>) -> R) -> R {
         let hash = key_hash(key);
         let buckets = self.stripes[stripe_of(hash)].read();
-        f(buckets[bucket_of(hash, &buckets)].get(key).map(|v| &**v))
+        f(buckets[bucket_of(hash, &buckets)].get(key).filter(|v| v.live(now)))
     }
 
     /// The string at `key` handed to `f`; a key that holds another kind of
     /// value is [`KvError::WrongType`].
-    fn read_str<R>(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, KvError> {
-        self.read(key, |v| match v {
+    fn read_str<R>(&self, now: u64, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> Result<R, KvError> {
+        self.read(now, key, |v| match v {
             None => Ok(f(None)),
             Some(Obj::Str(bytes)) => Ok(f(Some(bytes))),
             Some(_) => Err(KvError::WrongType),
@@ -266,10 +345,16 @@ impl KvService {
     }
 
     /// Runs `f` on the bucket of `key`, copied first if a snapshot shares
-    /// it.
-    fn write<R>(&self, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
+    /// it, for a command at `now`: a key that expired is removed first, so
+    /// `f` sees it gone. Every replica removes it at the same command.
+    fn write<R>(&self, now: u64, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
         let hash = key_hash(key);
-        write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, f)
+        write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, |m| {
+            if m.get(key).is_some_and(|v| !v.live(now)) {
+                m.remove(key);
+            }
+            f(m)
+        })
     }
 
     /// The cost of `op`: [`burn`] once per key it names (once for an
@@ -289,66 +374,115 @@ impl KvService {
         }
     }
 
-    /// Executes `op`; the command's cost is paid by the caller.
-    fn apply(&self, op: &KvOp) -> KvReply {
+    /// Executes `op` at `at`; the command's cost is paid by the caller.
+    fn apply(&self, op: &KvOp, at: At) -> KvReply {
         match op {
-            KvOp::Read { key } => or_error(self.read_str(key, |v| KvReply::Value(v.map(<[u8]>::to_vec)))),
-            KvOp::Create { key, value } => KvReply::Done(self.write(key, |m| {
+            KvOp::Hash { .. }
+            | KvOp::List { .. }
+            | KvOp::LMove { .. }
+            | KvOp::Members { .. }
+            | KvOp::Combine { .. }
+            | KvOp::SMove { .. }
+            | KvOp::Sorted { .. }
+            | KvOp::Type { .. } => self.typed(op, at),
+            KvOp::Expire { .. }
+            | KvOp::Persist { .. }
+            | KvOp::Ttl { .. }
+            | KvOp::GetEx { .. }
+            | KvOp::GetDel { .. }
+            | KvOp::GetRange { .. }
+            | KvOp::SetRange { .. }
+            | KvOp::IncrByFloat { .. }
+            | KvOp::MSetNx { .. } => self.strings(op, at.now),
+            KvOp::Rename { .. }
+            | KvOp::Copy { .. }
+            | KvOp::Keys { .. }
+            | KvOp::Scan { .. }
+            | KvOp::RandomKey
+            | KvOp::Encoding { .. } => self.keyspace(op, at),
+            _ => self.basic(op, at.now),
+        }
+    }
+
+    /// The paper's operations and the first string commands.
+    fn basic(&self, op: &KvOp, now: u64) -> KvReply {
+        match op {
+            KvOp::Read { key } => or_error(self.read_str(now, key, |v| KvReply::Value(v.map(<[u8]>::to_vec)))),
+            KvOp::Create { key, value } => KvReply::Done(self.write(now, key, |m| {
                 let absent = !m.contains_key(key.as_slice());
                 if absent {
                     m.insert(key.clone(), shared(value));
                 }
                 absent
             })),
-            KvOp::Update { key, value } => KvReply::Done(self.write(key, |m| match m.get_mut(key.as_slice()) {
+            KvOp::Update { key, value } => KvReply::Done(self.write(now, key, |m| match m.get_mut(key.as_slice()) {
                 Some(v) => {
                     overwrite(v, value);
                     true
                 }
                 None => false,
             })),
-            KvOp::Hash { key, cmd } => self.write(key, |m| hash::run(m, key, cmd)),
-            KvOp::Type { key } => KvReply::Value(Some(self.read(key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec()))),
-            KvOp::List { key, cmd } => self.write(key, |m| list::run(m, key, cmd)),
-            KvOp::LMove { from, to, from_left, to_left } => self.lmove(from, to, *from_left, *to_left),
-            KvOp::Members { key, cmd } if cmd.is_read() => self.read(key, |v| set::read(v, cmd)),
-            KvOp::Members { key, cmd } => self.write(key, |m| set::write(m, key, cmd)),
-            KvOp::Combine { how, keys, store } => self.combine(*how, keys, store.as_deref()),
-            KvOp::SMove { from, to, member } => self.smove(from, to, member),
-            KvOp::Delete { key } => KvReply::Done(self.write(key, |m| m.remove(key.as_slice()).is_some())),
-            KvOp::Put { key, value } => KvReply::Done(self.write(key, |m| put(m, key, value))),
-            KvOp::Set { key, value, when, get } => self.write(key, |m| set(m, key, value, *when, *get)),
-            KvOp::Incr { key, by } => self.write(key, |m| incr(m, key, *by)),
-            KvOp::Append { key, value } => self.write(key, |m| append(m, key, value)),
-            KvOp::Strlen { key } => or_error(self.read_str(key, |v| KvReply::Int(count(v.map_or(0, <[u8]>::len))))),
-            KvOp::MGet { keys } => self.mget(keys),
+            KvOp::Delete { key } => KvReply::Done(self.write(now, key, |m| m.remove(key.as_slice()).is_some())),
+            KvOp::Put { key, value } => KvReply::Done(self.write(now, key, |m| put(m, key, value))),
+            KvOp::Set { key, value, when, get, ttl } => {
+                self.write(now, key, |m| set(m, key, value, (*when, *get, *ttl), now))
+            }
+            KvOp::Incr { key, by } => self.write(now, key, |m| incr(m, key, *by)),
+            KvOp::Append { key, value } => self.write(now, key, |m| append(m, key, value)),
+            KvOp::Strlen { key } => {
+                or_error(self.read_str(now, key, |v| KvReply::Int(count(v.map_or(0, <[u8]>::len)))))
+            }
+            KvOp::MGet { keys } => self.mget(now, keys),
             KvOp::MSet { pairs } => {
                 for (key, value) in pairs {
-                    self.write(key, |m| put(m, key, value));
+                    self.write(now, key, |m| put_fresh(m, key, value));
                 }
                 KvReply::Done(true)
             }
-            KvOp::Del { keys } => {
-                KvReply::Int(count(keys.iter().filter(|k| self.write(k, |m| m.remove(k.as_slice()).is_some())).count()))
+            KvOp::Del { keys } => KvReply::Int(count(
+                keys.iter().filter(|k| self.write(now, k, |m| m.remove(k.as_slice()).is_some())).count(),
+            )),
+            KvOp::Exists { keys } => {
+                KvReply::Int(count(keys.iter().filter(|k| self.read(now, k, |v| v.is_some())).count()))
             }
-            KvOp::Exists { keys } => KvReply::Int(count(keys.iter().filter(|k| self.read(k, |v| v.is_some())).count())),
             KvOp::DbSize => KvReply::Int(count(self.len())),
             KvOp::FlushDb => {
                 for stripe in self.stripes.iter() {
                     // Replaced, not cleared, so that the memory goes too.
-                    *stripe.write() = empty_stripe();
+                    *stripe.write() = empty_stripe(&self.hasher);
                 }
                 KvReply::Done(true)
             }
+            _ => unreachable!("{} is not a basic operation", op.name()),
+        }
+    }
+
+    /// Hashes, lists, sets and `TYPE`.
+    fn typed(&self, op: &KvOp, at: At) -> KvReply {
+        let now = at.now;
+        match op {
+            KvOp::Hash { key, cmd } => self.write(now, key, |m| hash::run(m, key, cmd)),
+            KvOp::Type { key } => {
+                KvReply::Value(Some(self.read(now, key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec())))
+            }
+            KvOp::List { key, cmd } => self.write(now, key, |m| list::run(m, key, cmd)),
+            KvOp::LMove { from, to, from_left, to_left } => self.lmove(now, from, to, *from_left, *to_left),
+            KvOp::Members { key, cmd } if cmd.is_read() => self.read(now, key, |v| set::read(v, cmd, at.seed)),
+            KvOp::Members { key, cmd } => self.write(now, key, |m| set::write(m, key, cmd, at.seed)),
+            KvOp::Combine { how, keys, store } => self.combine(now, *how, keys, store.as_deref()),
+            KvOp::SMove { from, to, member } => self.smove(now, from, to, member),
+            KvOp::Sorted { key, cmd } if cmd.is_read() => self.read(now, key, |v| zset::read(v, cmd)),
+            KvOp::Sorted { key, cmd } => self.write(now, key, |m| zset::write(m, key, cmd)),
+            _ => unreachable!("{} is not on a typed value", op.name()),
         }
     }
 
     /// `Combine`: every set read (a key of another kind refused before
     /// anything is written), combined, then listed or stored.
-    fn combine(&self, how: super::Combine, keys: &[Vec<u8>], store: Option<&[u8]>) -> KvReply {
+    fn combine(&self, now: u64, how: super::Combine, keys: &[Vec<u8>], store: Option<&[u8]>) -> KvReply {
         let mut sets = Vec::with_capacity(keys.len());
         for key in keys {
-            match self.read(key, |v| match v {
+            match self.read(now, key, |v| match v {
                 None => Ok(None),
                 Some(Obj::Set(s)) => Ok(Some(s.clone())),
                 Some(_) => Err(KvError::WrongType),
@@ -360,29 +494,29 @@ impl KvService {
         let result = set::combine(how, sets);
         let Some(dest) = store else { return set::listed(result.iter()) };
         let n = result.len();
-        self.write(dest, |m| {
+        self.write(now, dest, |m| {
             if result.is_empty() {
                 m.remove(dest);
             } else {
-                m.insert(dest.to_vec(), Arc::new(Obj::Set(result)));
+                m.insert(dest.to_vec(), Value::new(Obj::Set(result)));
             }
         });
         KvReply::Int(count(n))
     }
 
     /// `SMove`: both keys' kinds checked before anything changes.
-    fn smove(&self, from: &[u8], to: &[u8], member: &[u8]) -> KvReply {
+    fn smove(&self, now: u64, from: &[u8], to: &[u8], member: &[u8]) -> KvReply {
         let is_set = |v: Option<&Obj>| matches!(v, None | Some(Obj::Set(_)));
-        if !self.read(to, is_set) || !self.read(from, is_set) {
+        if !self.read(now, to, is_set) || !self.read(now, from, is_set) {
             return KvReply::Error(KvError::WrongType);
         }
-        let there = self.read(from, |v| matches!(v, Some(Obj::Set(s)) if s.contains(member)));
+        let there = self.read(now, from, |v| matches!(v, Some(Obj::Set(s)) if s.contains(member)));
         if !there || from == to {
             return KvReply::Int(i64::from(there));
         }
         let member = vec![member.to_vec()];
-        self.write(from, |m| set::write(m, from, &super::SetCmd::Rem(member.clone())));
-        self.write(to, |m| set::write(m, to, &super::SetCmd::Add(member)));
+        self.write(now, from, |m| set::write(m, from, &super::SetCmd::Rem(member.clone()), 0));
+        self.write(now, to, |m| set::write(m, to, &super::SetCmd::Add(member), 0));
         KvReply::Int(1)
     }
 
@@ -390,25 +524,26 @@ impl KvService {
     /// element is popped, so a refusal changes nothing. The keys are in
     /// stripes of their own, locked one at a time: the scheduler, not the
     /// locks, keeps conflicting commands away from both.
-    fn lmove(&self, from: &[u8], to: &[u8], from_left: bool, to_left: bool) -> KvReply {
-        if !self.read(to, |v| matches!(v, None | Some(Obj::List(_)))) {
+    fn lmove(&self, now: u64, from: &[u8], to: &[u8], from_left: bool, to_left: bool) -> KvReply {
+        if !self.read(now, to, |v| matches!(v, None | Some(Obj::List(_)))) {
             return KvReply::Error(KvError::WrongType);
         }
-        let popped = self.write(from, |m| list::run(m, from, &super::ListCmd::Pop { left: from_left, count: None }));
+        let pop = super::ListCmd::Pop { left: from_left, count: None };
+        let popped = self.write(now, from, |m| list::run(m, from, &pop));
         let KvReply::Value(Some(element)) = popped else { return popped };
         let push = super::ListCmd::Push { left: to_left, values: vec![element.clone()] };
-        self.write(to, |m| list::run(m, to, &push));
+        self.write(now, to, |m| list::run(m, to, &push));
         KvReply::Value(Some(element))
     }
 
     /// `MGet`, refused as a whole when its values would exceed
     /// [`REPLY_VALUES_MAX`] bytes.
-    fn mget(&self, keys: &[Vec<u8>]) -> KvReply {
+    fn mget(&self, now: u64, keys: &[Vec<u8>]) -> KvReply {
         let mut bytes = 0usize;
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
             // A key of another kind reads as nil, as in Redis.
-            let value = self.read(key, |v| match v {
+            let value = self.read(now, key, |v| match v {
                 Some(Obj::Str(bytes)) => Some(bytes.clone()),
                 _ => None,
             });
@@ -422,8 +557,8 @@ impl KvService {
     }
 }
 
-/// Sets `key` to `value`; true if it existed. Allocates a key only when it
-/// is new.
+/// Sets `key` to `value`, keeping its deadline (as `INCR` and `SETRANGE`
+/// do); true if it existed. Allocates a key only when it is new.
 fn put(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
     match m.get_mut(key) {
         Some(v) => {
@@ -441,15 +576,36 @@ fn put(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
 /// it and it is a string of the same length (no allocation), else with a
 /// new value.
 fn overwrite(v: &mut Value, value: &[u8]) {
-    match Arc::get_mut(v) {
+    match Arc::get_mut(&mut v.obj) {
         Some(Obj::Str(bytes)) if bytes.len() == value.len() => bytes.copy_from_slice(value),
-        _ => *v = shared(value),
+        _ => v.obj = Arc::new(Obj::Str(value.to_vec())),
     }
+}
+
+/// Sets `key` to `value` with no deadline (as `SET` and `MSET` do); true
+/// if it existed.
+fn put_fresh(m: &mut Map, key: &[u8], value: &[u8]) -> bool {
+    let existed = put(m, key, value);
+    set_deadline(m, key, 0);
+    existed
+}
+
+/// Sets the deadline of `key`, if it exists (0: none).
+fn set_deadline(m: &mut Map, key: &[u8], expires: u64) {
+    if let Some(v) = m.get_mut(key) {
+        v.expires = expires;
+    }
+}
+
+/// A deadline as the store keeps it: a time in ms after the epoch, at
+/// least 1 (0 means none; a deadline before the epoch has passed).
+fn kept_deadline(at: i64) -> u64 {
+    u64::try_from(at).unwrap_or(0).max(1)
 }
 
 /// A new value holding the string `bytes`.
 fn shared(bytes: &[u8]) -> Value {
-    Arc::new(Obj::Str(bytes.to_vec()))
+    Value::new(Obj::Str(bytes.to_vec()))
 }
 
 /// A list reply of `items`, refused with `too_large` past
@@ -492,7 +648,17 @@ fn string<'m>(m: &'m Map, key: &[u8]) -> Result<Option<&'m Vec<u8>>, KvError> {
     }
 }
 
-fn set(m: &mut Map, key: &[u8], value: &[u8], when: SetWhen, get: bool) -> KvReply {
+/// `SET` at `now`: the deadline is worked out before anything changes, so
+/// that one out of range changes nothing.
+fn set(m: &mut Map, key: &[u8], value: &[u8], (when, get, ttl): (SetWhen, bool, Ttl), now: u64) -> KvReply {
+    let expires = match ttl {
+        Ttl::Clear => Some(0),
+        Ttl::Keep => None,
+        Ttl::Expire(d) => match d.at(now) {
+            Some(at) => Some(kept_deadline(at)),
+            None => return KvReply::Error(KvError::InvalidExpire(TtlCmd::Set)),
+        },
+    };
     // With GET, a key of another kind is an error and nothing is set;
     // without, SET replaces whatever the key holds.
     let old = match (get, string(m, key)) {
@@ -509,6 +675,9 @@ fn set(m: &mut Map, key: &[u8], value: &[u8], when: SetWhen, get: bool) -> KvRep
     let reply = if get { KvReply::Value(old.map(|v| v.to_vec())) } else { KvReply::Done(apply) };
     if apply {
         put(m, key, value);
+        if let Some(expires) = expires {
+            set_deadline(m, key, expires);
+        }
     }
     reply
 }
@@ -540,7 +709,7 @@ fn append(m: &mut Map, key: &[u8], value: &[u8]) -> KvReply {
     if current.saturating_add(value.len()) > VALUE_MAX {
         return KvReply::Error(KvError::TooLarge);
     }
-    match m.get_mut(key).map(Arc::make_mut) {
+    match m.get_mut(key).map(Value::make_mut) {
         Some(Obj::Str(bytes)) => bytes.extend_from_slice(value),
         _ => {
             m.insert(key.to_vec(), shared(value));
@@ -613,16 +782,26 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
                     put_bytes(w, m)?;
                 }
             }
+            Obj::ZSet(z) => {
+                w.write_all(&[KIND_ZSET])?;
+                put_u64(w, z.len() as u64)?;
+                for (m, s) in z.iter() {
+                    put_bytes(w, m)?;
+                    put_u64(w, s.get().to_bits())?;
+                }
+            }
         }
+        put_u64(w, v.expires)?;
     }
     Ok(())
 }
 
-/// The kind byte of a version 3 snapshot's entry.
+/// The kind byte of a version 3 or 4 snapshot's entry.
 const KIND_STR: u8 = 0;
 const KIND_HASH: u8 = 1;
 const KIND_LIST: u8 = 2;
 const KIND_SET: u8 = 3;
+const KIND_ZSET: u8 = 4;
 
 /// Opens a key-value snapshot; a version 1 snapshot, from builds with
 /// `u64` keys, gets an error that says why rather than the generic
@@ -633,14 +812,14 @@ fn open(src: &mut dyn Read) -> Result<(SnapshotReader<'_>, u16), SnapshotError> 
         return Err(SnapshotError::Malformed("not a key-value snapshot (bad magic)".into()));
     }
     match r.u16()? {
-        v @ (2 | SNAPSHOT_VERSION) => Ok((r, v)),
+        v @ (2 | 3 | SNAPSHOT_VERSION) => Ok((r, v)),
         1 => Err(SnapshotError::Malformed(
             "key-value snapshot version 1 has numeric (u64) keys, which this build no longer reads: its store has \
              byte-string keys (snapshot version 2); restore from a replica running this build"
                 .into(),
         )),
         v => Err(SnapshotError::Malformed(format!(
-            "key-value snapshot version {v} is not supported (2 and {SNAPSHOT_VERSION} are)"
+            "key-value snapshot version {v} is not supported (2 to {SNAPSHOT_VERSION} are)"
         ))),
     }
 }
@@ -650,7 +829,7 @@ fn open(src: &mut dyn Read) -> Result<(SnapshotReader<'_>, u16), SnapshotError> 
 /// increasing, and the source must end with the last.
 fn read_entries(
     (mut r, version): (SnapshotReader<'_>, u16),
-    mut insert: impl FnMut(Vec<u8>, Obj),
+    mut insert: impl FnMut(Vec<u8>, Value),
 ) -> Result<(), SnapshotError> {
     let count = r.u64()?;
     let mut last: Option<Vec<u8>> = None;
@@ -665,10 +844,12 @@ fn read_entries(
             KIND_HASH => Obj::Hash(read_hash(&mut r)?),
             KIND_LIST => Obj::List(read_elements(&mut r, "list element", false)?.into()),
             KIND_SET => Obj::Set(read_elements(&mut r, "set member", true)?.into_iter().collect()),
+            KIND_ZSET if version >= 4 => Obj::ZSet(read_zset(&mut r)?),
             k => return Err(SnapshotError::Malformed(format!("unknown kind of value {k}"))),
         };
+        let expires = if version >= 4 { r.u64()? } else { 0 };
         last = Some(key.clone());
-        insert(key, value);
+        insert(key, Value { obj: Arc::new(value), expires });
     }
     r.finish()
 }
@@ -710,6 +891,25 @@ fn read_elements(r: &mut SnapshotReader<'_>, what: &str, ordered: bool) -> Resul
     Ok(out)
 }
 
+/// A sorted set's members and scores, in the set's order, never empty,
+/// no score NaN, no member twice.
+fn read_zset(r: &mut SnapshotReader<'_>) -> Result<zset::ZSet, SnapshotError> {
+    let n = r.u64()?;
+    if n == 0 {
+        return Err(SnapshotError::Malformed("an empty sorted set".into()));
+    }
+    let mut z = zset::ZSet::default();
+    for _ in 0..n {
+        let m = r.bytes(VALUE_MAX, "a sorted set member")?;
+        let s = Score::new(f64::from_bits(r.u64()?))
+            .ok_or_else(|| SnapshotError::Malformed("a sorted set score that is not a number".into()))?;
+        if z.insert(m.clone(), s).is_some() {
+            return Err(out_of_order("sorted set member", &m));
+        }
+    }
+    Ok(z)
+}
+
 fn out_of_order(what: &str, bytes: &[u8]) -> SnapshotError {
     let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(64)]).into_owned();
     SnapshotError::Malformed(format!("{what} {shown:?} out of order or repeated"))
@@ -726,12 +926,16 @@ impl Service for KvService {
         // Outside the stripe locks: two commands on different keys of one
         // stripe do not conflict, and must not wait for each other's cost.
         self.burn_for(&command.op);
-        self.apply(&command.op)
+        let stamp = command.stamp;
+        self.apply(&command.op, At { now: stamp.time_ms, seed: stamp.seed_for(command.client, command.seq) })
     }
 
-    /// `"PSKV"`, version 2 (u16), entry count (u64), then the entries by
-    /// increasing key bytes: key length (u32), key, value length (u32),
-    /// value; all little-endian. The store has no shards of its own
+    /// `"PSKV"`, version 4 (u16), entry count (u64), then the entries by
+    /// increasing key bytes: key length (u32) and key, a kind byte (string,
+    /// hash, list, set), the value (a string's length (u32) and bytes; a
+    /// container's count (u64) and each element, a hash's fields before
+    /// their values), then the deadline (u64 ms, 0 for none); all
+    /// little-endian. The store has no shards of its own
     /// (class-model shards are a view of the key space, stripes an internal
     /// detail), so the encoding has none and equal states give equal bytes.
     fn snapshot(&self) -> Vec<u8> {
@@ -752,10 +956,10 @@ impl Service for KvService {
     /// Decodes the whole snapshot (keys must be strictly increasing) before
     /// replacing anything, so a bad snapshot leaves the state unchanged.
     fn restore(&self, mut snapshot: &[u8]) -> Result<(), SnapshotError> {
-        let mut stripes: Vec<Buckets> = (0..STRIPES).map(|_| empty_stripe()).collect();
+        let mut stripes: Vec<Buckets> = (0..STRIPES).map(|_| empty_stripe(&self.hasher)).collect();
         read_entries(open(&mut snapshot)?, |k, v| {
             let hash = key_hash(&k);
-            write_bucket(&mut stripes[stripe_of(hash)], hash, |m| m.insert(k, Arc::new(v)));
+            write_bucket(&mut stripes[stripe_of(hash)], hash, |m| m.insert(k, v));
         })?;
         for (stripe, fresh) in self.stripes.iter().zip(stripes) {
             *stripe.write() = fresh;
@@ -769,11 +973,11 @@ impl Service for KvService {
     fn restore_from(&self, source: &mut dyn Read) -> Result<(), SnapshotError> {
         let r = open(source)?;
         for stripe in self.stripes.iter() {
-            *stripe.write() = empty_stripe();
+            *stripe.write() = empty_stripe(&self.hasher);
         }
         read_entries(r, |k, v| {
             let hash = key_hash(&k);
-            write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, |m| m.insert(k, Arc::new(v)));
+            write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, |m| m.insert(k, v));
         })
     }
 
@@ -821,6 +1025,18 @@ impl Service for KvService {
                         put(b"\xffset");
                         members.iter().for_each(|m| put(m));
                     }
+                    Obj::ZSet(z) => {
+                        put(b"\xffzset");
+                        z.iter().for_each(|(m, s)| {
+                            put(m);
+                            put(&s.get().to_bits().to_le_bytes());
+                        });
+                    }
+                }
+                if v.expires != 0 {
+                    // Only then: a store without deadlines keeps its digest.
+                    put(b"\xffexpires");
+                    put(&v.expires.to_le_bytes());
                 }
                 digest.add_hash(h.finish());
             }

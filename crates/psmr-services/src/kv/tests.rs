@@ -80,7 +80,7 @@ fn every_operation_reads_all_and_whole_store_operations_write_it() {
         KvOp::Update { key: k("a"), value: vec![] },
         KvOp::Delete { key: k("a") },
         KvOp::Put { key: k("a"), value: vec![] },
-        KvOp::Set { key: k("a"), value: vec![], when: SetWhen::IfAbsent, get: true },
+        KvOp::Set { key: k("a"), value: vec![], when: SetWhen::IfAbsent, get: true, ttl: Ttl::Clear },
         KvOp::Incr { key: k("a"), by: 1 },
         KvOp::Append { key: k("a"), value: vec![] },
         KvOp::MSet { pairs: vec![(k("a"), vec![]), (k("a"), vec![1])] },
@@ -189,7 +189,7 @@ pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
         (arb_key(), value()).prop_map(|(key, value)| KvOp::Put { key, value }),
         (arb_key(), value(), 0..3usize, any::<bool>()).prop_map(|(key, value, w, get)| {
             let when = [SetWhen::Always, SetWhen::IfAbsent, SetWhen::IfPresent][w];
-            KvOp::Set { key, value, when, get }
+            KvOp::Set { key, value, when, get, ttl: Ttl::Clear }
         }),
         (arb_key(), prop_oneof![-3i64..3, any::<i64>()]).prop_map(|(key, by)| KvOp::Incr { key, by }),
         (arb_key(), value()).prop_map(|(key, value)| KvOp::Append { key, value }),
@@ -222,6 +222,98 @@ pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
             to_left
         }),
         arb_key().prop_map(|key| KvOp::Type { key }),
+        arb_more_op(),
+    ]
+}
+
+/// A deadline around a command's time, now and then past.
+fn arb_deadline() -> impl Strategy<Value = Deadline> {
+    prop_oneof![(-20i64..300).prop_map(Deadline::In), any::<i64>().prop_map(Deadline::At)]
+}
+
+/// The operations that came with deadlines, and the keyspace commands.
+fn arb_more_op() -> impl Strategy<Value = KvOp> {
+    let value = || proptest::collection::vec(any::<u8>(), 0..12);
+    let ttl = || prop_oneof![Just(Ttl::Clear), Just(Ttl::Keep), arb_deadline().prop_map(Ttl::Expire)];
+    let pattern = || proptest::collection::vec(prop_oneof![Just(b'*'), Just(b'?'), Just(b'1'), Just(b'a')], 0..4);
+    prop_oneof![
+        (arb_key(), value(), ttl()).prop_map(|(key, value, ttl)| KvOp::Set {
+            key,
+            value,
+            when: SetWhen::Always,
+            get: false,
+            ttl
+        }),
+        (arb_key(), arb_deadline(), 0..6usize, 0..8usize).prop_map(|(key, deadline, c, cmd)| KvOp::Expire {
+            key,
+            deadline,
+            cond: [
+                ExpireCond::Always,
+                ExpireCond::Nx,
+                ExpireCond::Xx,
+                ExpireCond::Gt,
+                ExpireCond::Lt,
+                ExpireCond::XxLt
+            ][c],
+            cmd: TtlCmd::ALL[cmd],
+        }),
+        arb_key().prop_map(|key| KvOp::Persist { key }),
+        (arb_key(), any::<bool>(), any::<bool>()).prop_map(|(key, ms, absolute)| KvOp::Ttl { key, ms, absolute }),
+        (arb_key(), ttl()).prop_map(|(key, ttl)| KvOp::GetEx { key, ttl }),
+        arb_key().prop_map(|key| KvOp::GetDel { key }),
+        (arb_key(), -5i64..5, -5i64..5).prop_map(|(key, start, end)| KvOp::GetRange { key, start, end }),
+        (arb_key(), 0u64..16, value()).prop_map(|(key, offset, value)| KvOp::SetRange { key, offset, value }),
+        (arb_key(), prop_oneof![Just(b"1.5".to_vec()), value()]).prop_map(|(key, by)| KvOp::IncrByFloat { key, by }),
+        proptest::collection::vec((arb_key(), value()), 0..4).prop_map(|pairs| KvOp::MSetNx { pairs }),
+        (arb_key(), arb_key(), any::<bool>()).prop_map(|(from, to, nx)| KvOp::Rename { from, to, nx }),
+        (arb_key(), arb_key(), any::<bool>()).prop_map(|(from, to, replace)| KvOp::Copy { from, to, replace }),
+        pattern().prop_map(|pattern| KvOp::Keys { pattern }),
+        (0u64..20_000, proptest::option::of(pattern()), 1u64..30, proptest::option::of(Just(b"set".to_vec())))
+            .prop_map(|(cursor, pattern, count, kind)| KvOp::Scan { cursor, pattern, count, kind }),
+        Just(KvOp::RandomKey),
+        arb_key().prop_map(|key| KvOp::Encoding { key }),
+        (arb_key(), arb_zcmd()).prop_map(|(key, cmd)| KvOp::Sorted { key, cmd }),
+    ]
+}
+
+/// Sorted set commands over a few members and scores, so that they meet.
+fn arb_zcmd() -> impl Strategy<Value = ZCmd> {
+    let member = || (0..3u8).prop_map(|m| vec![b'z', m]);
+    let score =
+        || prop_oneof![(-3i32..3).prop_map(f64::from), Just(f64::INFINITY)].prop_map(|x| Score::new(x).unwrap());
+    let sb = move || (score(), any::<bool>()).prop_map(|(score, open)| ScoreBound { score, open });
+    let lb = move || {
+        prop_oneof![
+            Just(LexBound::Min),
+            Just(LexBound::Max),
+            member().prop_map(LexBound::Closed),
+            member().prop_map(LexBound::Open)
+        ]
+    };
+    let by = move || {
+        prop_oneof![
+            (-4i64..4, -4i64..4).prop_map(|(a, b)| ZBy::Rank(a, b)),
+            (sb(), sb()).prop_map(|(a, b)| ZBy::Score(a, b)),
+            (lb(), lb()).prop_map(|(a, b)| ZBy::Lex(a, b))
+        ]
+    };
+    prop_oneof![
+        (any::<[bool; 6]>(), proptest::collection::vec((score(), member()), 1..3)).prop_map(|(f, pairs)| ZCmd::Add {
+            flags: ZAddFlags { nx: f[0], xx: f[1], gt: f[2], lt: f[3], ch: f[4], incr: f[5] },
+            pairs
+        }),
+        (score(), member()).prop_map(|(s, m)| ZCmd::IncrBy(s, m)),
+        member().prop_map(ZCmd::Score),
+        proptest::collection::vec(member(), 1..3).prop_map(ZCmd::MScore),
+        proptest::collection::vec(member(), 1..3).prop_map(ZCmd::Rem),
+        Just(ZCmd::Card),
+        (sb(), sb()).prop_map(|(a, b)| ZCmd::Count(a, b)),
+        (lb(), lb()).prop_map(|(a, b)| ZCmd::LexCount(a, b)),
+        (member(), any::<bool>()).prop_map(|(member, rev)| ZCmd::Rank { member, rev }),
+        (by(), any::<bool>(), proptest::option::of((-1i64..3, -1i64..3)), any::<bool>())
+            .prop_map(|(by, rev, limit, with_scores)| ZCmd::Range { by, rev, limit, with_scores }),
+        (any::<bool>(), proptest::option::of(0u64..3)).prop_map(|(max, count)| ZCmd::Pop { max, count }),
+        by().prop_map(ZCmd::RemRange),
     ]
 }
 
@@ -236,6 +328,8 @@ fn arb_set_cmd() -> impl Strategy<Value = SetCmd> {
         member().prop_map(SetCmd::IsMember),
         members().prop_map(SetCmd::MIsMember),
         Just(SetCmd::Card),
+        proptest::option::of(0u64..4).prop_map(SetCmd::Pop),
+        proptest::option::of(-4i64..4).prop_map(SetCmd::RandMember),
     ]
 }
 

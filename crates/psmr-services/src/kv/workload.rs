@@ -2,7 +2,10 @@
 //! 004 §VI ([`generate`]) and one of every Redis operation
 //! ([`generate_redis`]), with keys drawn by a skew-aware [`KeyPicker`].
 
-use super::{command, key_bytes, nth_key_hash, shard_of, Combine, HashCmd, KvModel, KvOp, ListCmd, SetCmd, SetWhen};
+use super::{
+    command, key_bytes, nth_key_hash, shard_of, Combine, Deadline, ExpireCond, HashCmd, KvModel, KvOp, LexBound,
+    ListCmd, Score, ScoreBound, SetCmd, SetWhen, Ttl, TtlCmd, ZAddFlags, ZBy, ZCmd,
+};
 use crate::workload::{Draws, Kind};
 use crate::{WorkloadConfig, WorkloadError};
 use psmr_model::Command;
@@ -209,8 +212,12 @@ fn crud_op(p: &mut Pick<'_>) -> KvOp {
 fn redis_op(p: &mut Pick<'_>) -> KvOp {
     let key = p.key();
     if p.read {
-        return match p.draws.rng.gen_range(0..9) {
+        return match p.draws.rng.gen_range(0..13) {
+            12 => KvOp::Sorted { key, cmd: zset_read(p) },
             0 => KvOp::Read { key },
+            9 => KvOp::Ttl { key, ms: p.draws.rng.gen(), absolute: p.draws.rng.gen() },
+            10 => KvOp::GetRange { key, start: index(p), end: index(p) },
+            11 => KvOp::Encoding { key },
             1 => KvOp::Strlen { key },
             2 => KvOp::MGet { keys: p.keys() },
             3 => KvOp::Exists { keys: p.keys() },
@@ -223,16 +230,17 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
     }
     let whole_store = p.model == KvModel::ReadersWriters && p.draws.rng.gen_range(0..50) == 0;
     if whole_store {
-        return if p.draws.rng.gen() { KvOp::DbSize } else { KvOp::FlushDb };
+        return whole(p);
     }
-    match p.draws.rng.gen_range(0..18) {
+    match p.draws.rng.gen_range(0..30) {
+        28 | 29 => KvOp::Sorted { key, cmd: zset_write(p) },
         0 => KvOp::Create { key, value: redis_value(p) },
         1 => KvOp::Update { key, value: redis_value(p) },
         2 => KvOp::Delete { key },
         3 => KvOp::Put { key, value: redis_value(p) },
         4 => {
             let when = [SetWhen::Always, SetWhen::IfAbsent, SetWhen::IfPresent][p.draws.rng.gen_range(0..3)];
-            KvOp::Set { key, value: redis_value(p), when, get: p.draws.rng.gen() }
+            KvOp::Set { key, value: redis_value(p), when, get: p.draws.rng.gen(), ttl: Ttl::Clear }
         }
         5 => KvOp::Incr { key, by: p.draws.rng.gen_range(-3..=3) },
         6 => KvOp::Append { key, value: redis_value(p) },
@@ -253,7 +261,115 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
             let to = p.keys().pop().unwrap_or_else(|| key.clone());
             KvOp::SMove { from: key, to, member: member(p) }
         }
+        18 => {
+            let ttl = if p.draws.rng.gen() { Ttl::Keep } else { Ttl::Expire(deadline(p)) };
+            KvOp::Set { key, value: redis_value(p), when: SetWhen::Always, get: p.draws.rng.gen(), ttl }
+        }
+        19 | 20 => {
+            let cond =
+                [ExpireCond::Always, ExpireCond::Nx, ExpireCond::Xx, ExpireCond::Gt, ExpireCond::Lt, ExpireCond::XxLt]
+                    [p.draws.rng.gen_range(0..6)];
+            KvOp::Expire { key, deadline: deadline(p), cond, cmd: TtlCmd::PExpire }
+        }
+        21 => KvOp::Persist { key },
+        22 => {
+            let ttl = [Ttl::Keep, Ttl::Clear, Ttl::Expire(deadline(p))][p.draws.rng.gen_range(0..3)];
+            KvOp::GetEx { key, ttl }
+        }
+        23 => KvOp::GetDel { key },
+        24 => KvOp::SetRange { key, offset: p.draws.rng.gen_range(0..8), value: redis_value(p) },
+        25 => KvOp::IncrByFloat { key, by: [&b"0.5"[..], b"-1.25", b"3"][p.draws.rng.gen_range(0..3)].to_vec() },
+        26 => KvOp::MSetNx { pairs: p.keys().into_iter().map(|k| (k, redis_value(p))).collect() },
+        27 => {
+            let to = p.keys().pop().unwrap_or_else(|| key.clone());
+            if p.draws.rng.gen() {
+                KvOp::Rename { from: key, to, nx: p.draws.rng.gen() }
+            } else {
+                KvOp::Copy { from: key, to, replace: p.draws.rng.gen() }
+            }
+        }
         _ => KvOp::Del { keys: p.keys() },
+    }
+}
+
+/// An operation on the whole store.
+fn whole(p: &mut Pick<'_>) -> KvOp {
+    match p.draws.rng.gen_range(0..6) {
+        0 => KvOp::DbSize,
+        1 => KvOp::FlushDb,
+        2 => KvOp::Keys { pattern: [&b"*"[..], b"1*", b"?"][p.draws.rng.gen_range(0..3)].to_vec() },
+        3 | 4 => {
+            let cursor = if p.draws.rng.gen() { 0 } else { p.draws.rng.gen_range(0..super::store::SLOTS) };
+            let pattern = p.draws.rng.gen::<bool>().then(|| b"*1*".to_vec());
+            KvOp::Scan { cursor, pattern, count: p.draws.rng.gen_range(1..20), kind: None }
+        }
+        _ => KvOp::RandomKey,
+    }
+}
+
+/// A deadline a few hundred ms around the command's time (its log entry's,
+/// in a check that stamps commands a few ms apart), now and then past.
+fn deadline(p: &mut Pick<'_>) -> Deadline {
+    Deadline::In(p.draws.rng.gen_range(-20..300))
+}
+
+/// A score among a few, so that members tie now and then.
+fn score(p: &mut Pick<'_>) -> Score {
+    Score::new([0.0, 0.5, 1.0, -2.0, 3.25][p.draws.rng.gen_range(0..5)]).expect("not NaN")
+}
+
+/// A range of a sorted set, by rank, score or member.
+fn zrange(p: &mut Pick<'_>) -> ZBy {
+    let bound = |p: &mut Pick<'_>| ScoreBound { score: score(p), open: p.draws.rng.gen() };
+    match p.draws.rng.gen_range(0..3) {
+        0 => ZBy::Rank(index(p), index(p)),
+        1 => ZBy::Score(bound(p), bound(p)),
+        _ => {
+            let lo = [LexBound::Min, LexBound::Closed(member(p)), LexBound::Open(member(p))];
+            let lo = lo[p.draws.rng.gen_range(0..3)].clone();
+            let hi = [LexBound::Max, LexBound::Closed(member(p)), LexBound::Open(member(p))];
+            ZBy::Lex(lo, hi[p.draws.rng.gen_range(0..3)].clone())
+        }
+    }
+}
+
+fn zset_read(p: &mut Pick<'_>) -> ZCmd {
+    match p.draws.rng.gen_range(0..6) {
+        0 => ZCmd::Score(member(p)),
+        1 => ZCmd::MScore(vec![member(p), member(p)]),
+        2 => ZCmd::Card,
+        3 => ZCmd::Rank { member: member(p), rev: p.draws.rng.gen() },
+        4 => match zrange(p) {
+            ZBy::Score(lo, hi) => ZCmd::Count(lo, hi),
+            ZBy::Lex(lo, hi) => ZCmd::LexCount(lo, hi),
+            ZBy::Rank(..) => ZCmd::Card,
+        },
+        _ => {
+            let by = zrange(p);
+            let limit = (!matches!(by, ZBy::Rank(..)) && p.draws.rng.gen())
+                .then(|| (p.draws.rng.gen_range(-1..3), p.draws.rng.gen_range(-1..3)));
+            let with_scores = !matches!(by, ZBy::Lex(..)) && p.draws.rng.gen();
+            ZCmd::Range { by, rev: p.draws.rng.gen(), limit, with_scores }
+        }
+    }
+}
+
+fn zset_write(p: &mut Pick<'_>) -> ZCmd {
+    match p.draws.rng.gen_range(0..6) {
+        0 | 1 => {
+            let flags = ZAddFlags {
+                nx: p.draws.rng.gen_bool(0.2),
+                ch: p.draws.rng.gen(),
+                gt: p.draws.rng.gen_bool(0.2),
+                ..ZAddFlags::default()
+            };
+            let flags = ZAddFlags { gt: flags.gt && !flags.nx, ..flags };
+            ZCmd::Add { flags, pairs: vec![(score(p), member(p)), (score(p), member(p))] }
+        }
+        2 => ZCmd::IncrBy(score(p), member(p)),
+        3 => ZCmd::Rem(vec![member(p)]),
+        4 => ZCmd::Pop { max: p.draws.rng.gen(), count: [None, Some(2)][p.draws.rng.gen_range(0..2)] },
+        _ => ZCmd::RemRange(zrange(p)),
     }
 }
 
@@ -267,7 +383,8 @@ fn combination(p: &mut Pick<'_>) -> Combine {
 }
 
 fn set_read(p: &mut Pick<'_>) -> SetCmd {
-    match p.draws.rng.gen_range(0..4) {
+    match p.draws.rng.gen_range(0..5) {
+        4 => SetCmd::RandMember([None, Some(2), Some(-3)][p.draws.rng.gen_range(0..3)]),
         0 => SetCmd::Members,
         1 => SetCmd::IsMember(member(p)),
         2 => SetCmd::MIsMember(vec![member(p), member(p)]),
@@ -276,8 +393,9 @@ fn set_read(p: &mut Pick<'_>) -> SetCmd {
 }
 
 fn set_write(p: &mut Pick<'_>) -> SetCmd {
-    match p.draws.rng.gen_range(0..3) {
+    match p.draws.rng.gen_range(0..4) {
         0 | 1 => SetCmd::Add(vec![member(p), member(p)]),
+        2 => SetCmd::Pop([None, Some(2)][p.draws.rng.gen_range(0..2)]),
         _ => SetCmd::Rem(vec![member(p)]),
     }
 }

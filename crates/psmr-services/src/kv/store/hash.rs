@@ -6,7 +6,6 @@
 use super::{count, kind, or_error, Map, Obj, Value};
 use crate::kv::{parse_integer, HashCmd, KvError, KvReply};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 type Fields = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -18,8 +17,8 @@ pub(super) fn run(m: &mut Map, key: &[u8], cmd: &HashCmd) -> KvReply {
     if let Err(e) = fields(m.get(key)) {
         return KvReply::Error(e);
     }
-    let value = m.entry(key.to_vec()).or_insert_with(|| Arc::new(Obj::Hash(BTreeMap::new())));
-    let Obj::Hash(fields) = Arc::make_mut(value) else { unreachable!("checked to be a hash") };
+    let value = m.entry(key.to_vec()).or_insert_with(|| Value::new(Obj::Hash(BTreeMap::new())));
+    let Obj::Hash(fields) = value.make_mut() else { unreachable!("checked to be a hash") };
     let reply = write(fields, cmd);
     if fields.is_empty() {
         // A hash goes with its last field (or was never made).
@@ -119,7 +118,7 @@ pub(crate) fn float(bytes: &[u8]) -> Option<f64> {
 }
 
 /// The shortest decimal text of `x` (never an exponent; `-0` as `0`).
-fn format_float(x: f64) -> String {
+pub(super) fn format_float(x: f64) -> String {
     if x == 0.0 {
         return "0".into();
     }

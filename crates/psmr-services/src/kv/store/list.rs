@@ -6,7 +6,6 @@
 use super::{count, kind, Map, Obj, Value};
 use crate::kv::{KvError, KvReply, ListCmd};
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 type Items = VecDeque<Vec<u8>>;
 
@@ -21,7 +20,7 @@ pub(super) fn run(m: &mut Map, key: &[u8], cmd: &ListCmd) -> KvReply {
     }
     let Some(_) = list else { return absent(m, key, cmd) };
     let value = m.get_mut(key).expect("checked to exist");
-    let Obj::List(items) = Arc::make_mut(value) else { unreachable!("checked to be a list") };
+    let Obj::List(items) = value.make_mut() else { unreachable!("checked to be a list") };
     let reply = write(items, cmd);
     if items.is_empty() {
         m.remove(key);
@@ -37,7 +36,7 @@ fn absent(m: &mut Map, key: &[u8], cmd: &ListCmd) -> KvReply {
             let mut items = VecDeque::new();
             push(&mut items, *left, values.iter().cloned());
             let n = items.len();
-            m.insert(key.to_vec(), Arc::new(Obj::List(items)));
+            m.insert(key.to_vec(), Value::new(Obj::List(items)));
             KvReply::Int(count(n))
         }
         ListCmd::Pop { .. } => KvReply::Value(None),

@@ -72,7 +72,7 @@ fn keys_are_any_bytes() {
 #[test]
 fn set_honours_its_condition_and_get() {
     let s = KvService::new(0, Cost::Light);
-    let set = |when, get, v: &str| run(&s, KvOp::Set { key: k(1), value: v.into(), when, get });
+    let set = |when, get, v: &str| run(&s, KvOp::Set { key: k(1), value: v.into(), when, get, ttl: Ttl::Clear });
     assert_eq!(set(SetWhen::IfPresent, false, "x"), KvReply::Done(false));
     assert_eq!(value(&s, b"1"), None);
     assert_eq!(set(SetWhen::IfPresent, true, "x"), KvReply::Value(None));
@@ -322,10 +322,10 @@ fn a_streamed_restore_of_another_service_keeps_the_state() {
     let list = crate::list::ListService::new(1, 1).snapshot();
     let e = s.restore_from(&mut Trickle { bytes: &list, step: 3 }).unwrap_err();
     assert!(e.to_string().contains("not a key-value snapshot"), "{e}");
-    let mut v4 = b"PSKV\x04\0".to_vec();
-    v4.extend_from_slice(&0u64.to_le_bytes());
-    let e = s.restore_from(&mut Trickle { bytes: &v4, step: 3 }).unwrap_err();
-    assert!(e.to_string().contains("version 4 is not supported"), "{e}");
+    let mut v5 = b"PSKV\x05\0".to_vec();
+    v5.extend_from_slice(&0u64.to_le_bytes());
+    let e = s.restore_from(&mut Trickle { bytes: &v5, step: 3 }).unwrap_err();
+    assert!(e.to_string().contains("version 5 is not supported"), "{e}");
     assert_eq!(s.digest(), before);
 }
 
@@ -365,7 +365,7 @@ fn a_write_during_a_snapshot_copies_one_bucket_and_no_value() {
         let (old, new) = (&before[copied[0]], &after[copied[0]]);
         assert!(old.len() > 1);
         for (key, v) in old.iter().filter(|(key, _)| **key != k(7)) {
-            assert!(Arc::ptr_eq(v, &new[key]), "the other values are shared, not copied");
+            assert!(Arc::ptr_eq(&v.obj, &new[key].obj), "the other values are shared, not copied");
         }
     }
     // A second write to the bucket copies nothing more.
@@ -400,7 +400,7 @@ fn stripes_split_as_they_grow_and_a_frozen_copy_survives_the_split() {
     frozen(&mut written).unwrap();
     assert_eq!(written, expected);
     for n in [0, 1, 4095, (STRIPES * SPLIT_AT * 2) as u64 - 1] {
-        let got = s.read_str(&key_bytes(n), |v| v.map(<[u8]>::to_vec)).unwrap();
+        let got = s.read_str(0, &key_bytes(n), |v| v.map(<[u8]>::to_vec)).unwrap();
         assert_eq!(got, Some(value(n)), "key {n} found after the split");
     }
     let copy = KvService::new(0, Cost::Light);
@@ -462,7 +462,7 @@ fn hashes_answer_as_redis_and_go_with_their_last_field() {
     assert_eq!(run(&s, h("s", HashCmd::Set(pairs(&[("a", "1")])))), KvReply::Error(KvError::WrongType));
     assert_eq!(value(&s, b"s"), Some(f("x")), "a refused write changes nothing");
     // SET replaces a hash; SET ... GET on one is refused.
-    let set_get = KvOp::Set { key: f("h"), value: f("v"), when: SetWhen::Always, get: true };
+    let set_get = KvOp::Set { key: f("h"), value: f("v"), when: SetWhen::Always, get: true, ttl: Ttl::Clear };
     assert_eq!(run(&s, set_get), KvReply::Error(KvError::WrongType));
     assert_eq!(run(&s, h("h", HashCmd::Del(vec![f("a"), f("b"), f("c")]))), KvReply::Int(2));
     assert_eq!(run(&s, KvOp::Exists { keys: vec![f("h")] }), KvReply::Int(0), "gone with its last field");
