@@ -73,6 +73,20 @@ pub trait App: Service {
         false
     }
 
+    /// The service's own housekeeping as of `now_ms` (ms since the Unix
+    /// epoch): an operation that reclaims what nobody can see any more
+    /// (keys past their deadline), found by looking at a bounded part of
+    /// the state; `None` if there is nothing to reclaim there. The leader
+    /// asks now and then and proposes the operation through the log as
+    /// client 0 (reserved for the replica itself), so every replica
+    /// executes it in the same place: what it reclaims must be decided
+    /// when it executes, at its entry's time, so that executing it twice,
+    /// or on a state that moved on, is harmless. None by default.
+    fn sweep(&self, now_ms: u64) -> Option<Self::Op> {
+        let _ = now_ms;
+        None
+    }
+
     /// The command for operation bytes `op` from a client: decoded with
     /// `codec`, then classified. An error for bytes that do not decode or
     /// an operation [`App::access`] refuses.

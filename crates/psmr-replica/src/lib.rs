@@ -57,6 +57,7 @@ mod replica;
 mod snapshot;
 mod stages;
 mod start;
+mod sweeper;
 
 pub use error::ReplicaError;
 pub use handles::Stats;

@@ -128,7 +128,8 @@ impl<A: App> ReplicaBuilder<A> {
         let (request_tx, decision_tx, inbound_tx) = (q.requests.clone(), q.decisions.clone(), q.inbound.clone());
         start_stages(&h, app.clone(), sched, log.clone(), q, tls, &mut replica)?;
         let control = control(&h, &app, &me, (decision_tx, inbound_tx), log);
-        let (runtime, io) = start_io(&h, request_tx, control, client_listener, metrics_listener)?;
+        let (runtime, io) = start_io(&h, request_tx.clone(), control, client_listener, metrics_listener)?;
+        crate::sweeper::spawn(&runtime, &h, app.clone(), request_tx);
         if let (Some(addr), Some((make, listener))) = (me.redis, redis) {
             let listener = match listener {
                 Some(l) => l,

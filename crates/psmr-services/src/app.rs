@@ -166,6 +166,10 @@ impl App for KvApp {
     fn privileged(&self, op: &kv::KvOp) -> bool {
         matches!(op, kv::KvOp::FlushDb)
     }
+
+    fn sweep(&self, now_ms: u64) -> Option<kv::KvOp> {
+        self.service.sweep(now_ms)
+    }
 }
 
 /// The sharded linked list as a replica runs it: `shards` lists of

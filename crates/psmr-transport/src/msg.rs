@@ -155,6 +155,18 @@ impl RequestSender {
     }
 }
 
+impl RequestSender {
+    /// Queues `r` if there is room now; gives it back if not, or if the
+    /// protocol thread is gone.
+    pub fn try_send(&self, mut r: Request) -> Result<(), Box<Request>> {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => r.slot = Lease::new(slot),
+            Err(_) => return Err(Box::new(r)),
+        }
+        self.tx.send(r).map_err(|e| Box::new(e.0))
+    }
+}
+
 impl RequestReceiver {
     /// A request if one is queued.
     pub fn try_recv(&self) -> Option<Request> {

@@ -599,3 +599,50 @@ fn slow_reader(here: bool) {
     }
     assert_eq!(cmd::<String>(&mut con, &["PING"]).unwrap(), "PONG");
 }
+
+/// Keys past their deadline that nobody touches go all the same: the
+/// leader's sweeps reclaim them through the log, on every replica.
+#[test]
+fn expired_keys_nobody_touches_are_reclaimed_on_every_replica() {
+    let cluster = cluster();
+    let addrs = cluster.redis_addrs();
+    let mut a = connect(addrs[0]);
+    let mut pipe = redis::pipe();
+    for i in 0..500 {
+        pipe.cmd("SET").arg(format!("cache:{i}")).arg("v").arg("PX").arg(100).ignore();
+    }
+    pipe.cmd("SET").arg("kept").arg("v").ignore();
+    pipe.query::<()>(&mut a).unwrap();
+    // DBSIZE counts keys past their deadline until they are reclaimed;
+    // nothing here touches them again.
+    {
+        let mut c = connect(addrs[1]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let n: i64 = cmd(&mut c, &["DBSIZE"]).unwrap();
+            if n == 1 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{n} keys left");
+            // Paces the poll; the condition above is what is waited for.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert_eq!(cmd::<String>(&mut a, &["GET", "kept"]).unwrap(), "v");
+    // Every replica reclaimed them: the same state at the same index.
+    let probe = psmr::client::Client::new(psmr::client::ClientConfig::new(cluster.client_addrs())).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let st: Result<Vec<_>, _> =
+            cluster.client_addrs().iter().map(|&c| probe.status_of(c, Duration::from_secs(2))).collect();
+        if st
+            .as_ref()
+            .is_ok_and(|st| st.windows(2).all(|w| (w[0].applied, &w[0].digest) == (w[1].applied, &w[1].digest)))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "replicas never converged: {st:?}");
+        // Paces the poll; the condition above is what is waited for.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

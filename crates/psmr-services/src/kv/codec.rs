@@ -61,6 +61,7 @@ mod tag {
     pub const RANDOMKEY: u8 = 36;
     pub const ENCODING: u8 = 37;
     pub const SORTED: u8 = 38;
+    pub const SWEEP: u8 = 39;
 }
 
 /// Errors on the wire: their place in this list.
@@ -479,6 +480,7 @@ fn encode_more<'e>(e: &'e mut Encoder, op: &KvOp) -> &'e mut Encoder {
         KvOp::RandomKey => e.u8(tag::RANDOMKEY),
         KvOp::Encoding { key } => e.u8(tag::ENCODING).bytes(key),
         KvOp::Sorted { key, cmd } => encode_zcmd(e.u8(tag::SORTED).bytes(key), cmd),
+        KvOp::Sweep { keys } => encode_keys(e.u8(tag::SWEEP), keys),
         _ => unreachable!("{} is encoded by encode_op", op.name()),
     }
 }
@@ -517,6 +519,7 @@ fn decode_more(d: &mut Decoder<'_>, t: u8) -> Result<KvOp, WireError> {
         tag::RANDOMKEY => KvOp::RandomKey,
         tag::ENCODING => KvOp::Encoding { key: key(d)? },
         tag::SORTED => KvOp::Sorted { key: key(d)?, cmd: zcmd(d)? },
+        tag::SWEEP => KvOp::Sweep { keys: keys(d)? },
         t => return Err(d.error(format!("unknown operation tag {t}"))),
     })
 }

@@ -368,6 +368,13 @@ pub enum KvOp {
         /// The key.
         key: Vec<u8>,
     },
+    /// Reclaims those of `keys` past their deadline at the command's time
+    /// (the leader's housekeeping, [`psmr_model::App::sweep`]); the number
+    /// reclaimed. A key still live is left alone.
+    Sweep {
+        /// The keys to look at.
+        keys: Vec<Vec<u8>>,
+    },
     /// A command on the sorted set at `key` (Redis `Z*`).
     Sorted {
         /// The sorted set's key.
@@ -733,7 +740,9 @@ impl KvOp {
             KvOp::Combine { keys, store, .. } => (store.as_ref(), keys, &[]),
             KvOp::SMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::LMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
-            KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } => (None, keys, &[]),
+            KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } | KvOp::Sweep { keys } => {
+                (None, keys, &[])
+            }
             KvOp::MSet { pairs } | KvOp::MSetNx { pairs } => (None, &[], pairs),
             KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey => (None, &[], &[]),
         };
@@ -829,6 +838,7 @@ impl KvOp {
             KvOp::RandomKey => "RANDOMKEY",
             KvOp::Encoding { .. } => "OBJECT",
             KvOp::Sorted { cmd, .. } => cmd.name(),
+            KvOp::Sweep { .. } => "SWEEP",
         }
     }
 }

@@ -257,6 +257,9 @@ pub struct KvService {
     stripes: Box<[Stripe]>,
     /// How the maps hash keys (see [`KeyHashBuilder`]).
     hasher: KeyHashBuilder,
+    /// Where the next sweep looks (a `SCAN` slot): this replica's own, not
+    /// part of the state ([`KvService::sweep`]).
+    sweep_at: std::sync::atomic::AtomicU64,
     rounds: u32,
     #[cfg(feature = "sanitizer")]
     regions: crate::sanitizer::Regions,
@@ -289,6 +292,7 @@ impl KvService {
         Self {
             stripes,
             hasher,
+            sweep_at: std::sync::atomic::AtomicU64::new(0),
             rounds: match cost {
                 Cost::Light => 0,
                 Cost::Moderate => MODERATE_ROUNDS,
@@ -399,6 +403,7 @@ impl KvService {
             | KvOp::Keys { .. }
             | KvOp::Scan { .. }
             | KvOp::RandomKey
+            | KvOp::Sweep { .. }
             | KvOp::Encoding { .. } => self.keyspace(op, at),
             _ => self.basic(op, at.now),
         }

@@ -735,3 +735,39 @@ fn sorted_set_scores_are_floats_in_resp3() {
     assert_eq!(resp3("ZPOPMIN z"), "*2\r\n$1\r\na\r\n,1.5\r\n");
     assert_eq!(resp3("ZSCORE z none"), "_\r\n");
 }
+
+#[test]
+fn sweeps_name_expired_keys_only_and_reclaim_them_when_they_execute() {
+    let s = store();
+    for i in 0..300 {
+        exec_at(&s, 1_000, &format!("SET k{i} v PX {}", if i % 3 == 0 { 1_000_000 } else { 50 }));
+    }
+    exec_at(&s, 1_000, "SET forever v");
+    assert_eq!(s.sweep(1_000), None, "nothing is past its deadline yet");
+    let (mut named, mut reclaimed) = (std::collections::BTreeSet::new(), 0);
+    // The sweeps go round the key space, a bounded part at a time.
+    for _ in 0..10_000 {
+        let Some(op) = s.sweep(2_000) else { continue };
+        let KvOp::Sweep { keys } = &op else { panic!("a sweep: {op:?}") };
+        assert!(keys.len() <= 128);
+        named.extend(keys.iter().cloned());
+        let c = command(KvModel::ReadersWriters, 1, ClientId(0), 1, op.clone()).unwrap();
+        assert!(c.writes.len() <= 128 && !c.writes.contains(&ALL), "a sweep conflicts with its keys only");
+        let c = psmr_model::Command { stamp: psmr_model::Stamp { time_ms: 2_000, seed: 0 }, ..c };
+        let KvReply::Int(n) = s.execute(&c) else { panic!("a count") };
+        reclaimed += n;
+        if s.len() == 101 {
+            break;
+        }
+    }
+    assert_eq!((named.len(), reclaimed), (200, 200));
+    assert!(named.iter().all(|k| k.starts_with(b"k")));
+    assert_eq!(s.len(), 101, "the live keys stay");
+    assert_eq!(exec_at(&s, 2_000, "GET forever"), bulk("v"));
+    // Executed again, or where a key lives on: nothing happens.
+    let again = KvOp::Sweep { keys: vec![b"k0".to_vec(), b"k1".to_vec(), b"forever".to_vec()] };
+    let c = command(KvModel::ReadersWriters, 1, ClientId(0), 2, again).unwrap();
+    let c = psmr_model::Command { stamp: psmr_model::Stamp { time_ms: 2_000, seed: 0 }, ..c };
+    assert_eq!(s.execute(&c), KvReply::Int(0));
+    assert_eq!(s.len(), 101);
+}

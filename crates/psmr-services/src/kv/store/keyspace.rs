@@ -18,6 +18,13 @@ use rand_chacha::ChaCha8Rng;
 /// Slots `SCAN` walks: one per bucket of a split stripe.
 pub(crate) const SLOTS: u64 = (STRIPES * BUCKETS) as u64;
 
+/// Keys one sweep looks at, about (a slot is never cut).
+const SWEEP_LOOKS: usize = 2048;
+
+/// Keys one sweep names at most: the command's cost and footprint stay
+/// small, and it conflicts with those keys only.
+const SWEEP_KEYS: usize = 128;
+
 /// Random slots `RANDOMKEY` tries before it walks from one.
 const RANDOM_TRIES: usize = 64;
 
@@ -67,8 +74,47 @@ impl KvService {
             }
             KvOp::RandomKey => KvReply::Value(self.random_key(now, at.seed)),
             KvOp::Encoding { key } => KvReply::Value(self.read(now, key, |v| v.map(|v| encoding(v).into()))),
+            KvOp::Sweep { keys } => KvReply::Int(super::count(keys.iter().filter(|k| self.reclaim(now, k)).count())),
             _ => unreachable!("{} is not a key command", op.name()),
         }
+    }
+
+    /// Removes `key` if it is past its deadline at `now`; whether it did.
+    fn reclaim(&self, now: u64, key: &[u8]) -> bool {
+        let hash = key_hash(key);
+        super::write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, |m| {
+            let dead = m.get(key).is_some_and(|v| !v.live(now));
+            if dead {
+                m.remove(key);
+            }
+            dead
+        })
+    }
+
+    /// The leader's housekeeping ([`psmr_model::App::sweep`]): a `Sweep`
+    /// of the keys past their deadline at `now` among those of the next
+    /// slots, looking at about [`SWEEP_LOOKS`] keys and naming at most
+    /// [`SWEEP_KEYS`], each stripe read-locked for one slot at a time. The
+    /// slots go round, so every key is looked at in time, as Redis's
+    /// active expiry samples its keys.
+    pub fn sweep(&self, now: u64) -> Option<KvOp> {
+        use std::sync::atomic::Ordering;
+        let mut slot = self.sweep_at.load(Ordering::Relaxed) % SLOTS;
+        let (mut looked, mut keys) = (0usize, Vec::new());
+        for _ in 0..SLOTS {
+            if looked >= SWEEP_LOOKS || keys.len() >= SWEEP_KEYS {
+                break;
+            }
+            let stripe = (slot / BUCKETS as u64) as usize;
+            let buckets = self.stripes[stripe].read();
+            let found = slot_keys(&buckets, stripe, slot_in_stripe_of(slot));
+            looked += found.len();
+            let dead = found.into_iter().filter(|(_, v)| !v.live(now)).map(|(k, _)| k.clone());
+            keys.extend(dead.take(SWEEP_KEYS - keys.len()));
+            slot = (slot + 1) % SLOTS;
+        }
+        self.sweep_at.store(slot, Ordering::Relaxed);
+        (!keys.is_empty()).then_some(KvOp::Sweep { keys })
     }
 
     /// `RENAME`/`RENAMENX`: the value and its deadline move; the
