@@ -93,6 +93,14 @@ pub fn persist(taken: Taken, store: &impl Store) -> Result<Persisted, String> {
     }
 }
 
+/// Writes the pieces before the service's stream: the membership, the
+/// reply cache and the apply loop's clock ([`read_front`] reads them).
+pub fn put_front(w: &mut impl Write, members: &[u8], cache: &[u8], clock: u64) -> io::Result<()> {
+    put_bytes(w, members)?;
+    put_bytes(w, cache)?;
+    put_u64(w, clock)
+}
+
 /// Writes a snapshot at `(index, term, clock)`.
 fn write(
     store: &impl Store,
@@ -102,9 +110,7 @@ fn write(
     cache: FrozenCache,
 ) -> io::Result<SnapshotId> {
     let mut w = FileWriter::new(store.snapshot_writer()?, index, term)?;
-    put_bytes(&mut w, members)?;
-    put_bytes(&mut w, &cache())?;
-    put_u64(&mut w, clock)?;
+    put_front(&mut w, members, &cache(), clock)?;
     service(&mut w)?;
     w.flush()?;
     let (sink, id) = w.finish()?;
@@ -174,9 +180,7 @@ pub fn rebase(saved: Box<dyn SnapshotFile>, members: &Membership, store: &impl S
     let encoded = members.encode();
     let mut copy = || -> io::Result<SnapshotId> {
         let mut w = FileWriter::new(store.snapshot_writer()?, index, term)?;
-        put_bytes(&mut w, &encoded)?;
-        put_bytes(&mut w, &cache)?;
-        put_u64(&mut w, clock)?;
+        put_front(&mut w, &encoded, &cache, clock)?;
         io::copy(&mut reader, &mut w)?;
         let (sink, id) = w.finish()?;
         sink.finish()?;

@@ -11,7 +11,6 @@ use psmr_core::request::{Lease, Request};
 use psmr_core::snapfile::{FileWriter, SnapshotFile};
 use psmr_core::store::{descriptor_id, found, MemStore, Store};
 use psmr_core::transfer::SnapMsg;
-use psmr_model::snapshot::put_bytes;
 use psmr_model::wire::{MemberChange, ServerMsg};
 use raft::prelude::{Entry, EntryType, Message, MessageType};
 use std::cell::{Cell, RefCell};
@@ -342,9 +341,8 @@ fn take_snapshot(p: &mut Protocol<MemStore>, index: u64, service: &[u8]) -> raft
     let term = raft::Storage::term(p.store(), index).unwrap();
     let members = p.membership().encode();
     let mut w = FileWriter::new(p.store().snapshot_writer().unwrap(), index, term).unwrap();
-    put_bytes(&mut w, &members).unwrap();
-    // An empty reply cache: no clients.
-    put_bytes(&mut w, &0u32.to_le_bytes()).unwrap();
+    // An empty reply cache (no clients), the clock at 0.
+    psmr_core::state::put_front(&mut w, &members, &0u32.to_le_bytes(), 0).unwrap();
     w.write_all(service).unwrap();
     let (sink, id) = w.finish().unwrap();
     sink.finish().unwrap();

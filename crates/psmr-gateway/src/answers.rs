@@ -44,13 +44,18 @@ pub(crate) enum Step<Op> {
     Transaction(Vec<Step<Op>>),
     /// Starts an array of the replies of the steps that follow.
     ArrayStart(usize),
+    /// A command that waits for data (`BLPOP`), at most this long (`None`:
+    /// for ever): its operation, with its encoding, is tried until it
+    /// finds some (never among a batch's [`Answers`]: it is a batch of its
+    /// own, see `crate::wait`).
+    Wait(Op, Vec<u8>, Option<std::time::Duration>),
 }
 
 impl<Op> Step<Op> {
     /// Operations and their bytes.
     pub(crate) fn load(&self) -> (usize, usize) {
         match self {
-            Step::Execute(_, encoded) => (1, encoded.len()),
+            Step::Execute(_, encoded) | Step::Wait(_, encoded, _) => (1, encoded.len()),
             Step::Transaction(steps) => steps.iter().map(Step::load).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
             _ => (0, 0),
         }

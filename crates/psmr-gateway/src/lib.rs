@@ -41,6 +41,7 @@
 mod answers;
 mod auth;
 mod multi;
+mod wait;
 
 use answers::{Answers, Replier, Step};
 pub use auth::{Auth, HandshakeFailed, Refused};
@@ -340,6 +341,16 @@ where
                     steps.extend(queued);
                     continue;
                 }
+                // A waiting command is a batch of its own: the commands
+                // after it wait for it, as in Redis.
+                Step::Wait(..) if !steps.is_empty() => {
+                    self.carried = Some(step);
+                    break;
+                }
+                step @ Step::Wait(..) => {
+                    steps.push(step);
+                    break;
+                }
                 step => step,
             };
             let barrier = matches!(step, Step::Hello(..) | Step::Quit | Step::Auth(_));
@@ -459,7 +470,15 @@ where
             // An operation the service refuses is refused here, without a
             // trip through the log (every replica would refuse it alike).
             _ => match self.gateway.commands.operation(args) {
-                Ok(op) => self.operation(op, &name),
+                Ok(op) => match self.operation(op, &name) {
+                    // In a transaction a waiting command is tried once.
+                    Step::Execute(op, encoded) if self.multi.is_none() => match self.gateway.commands.waits(args) {
+                        Some(Ok(timeout)) => Step::Wait(op, encoded, timeout),
+                        Some(Err(reply)) => Step::Local(reply),
+                        None => Step::Execute(op, encoded),
+                    },
+                    step => step,
+                },
                 Err(reply) => Step::Local(reply),
             },
         }
@@ -584,6 +603,10 @@ where
     /// every reply in order as it comes; Ok(true) when the client asked to
     /// quit.
     async fn execute(&mut self, mut steps: Vec<Step<C::Op>>) -> Result<bool, String> {
+        if let [Step::Wait(..)] = steps.as_slice() {
+            let Some(Step::Wait(op, encoded, timeout)) = steps.pop() else { unreachable!("matched") };
+            return self.wait(op, encoded, timeout).await;
+        }
         let login = match steps.last() {
             Some(Step::Auth(_)) => steps.pop(),
             _ => None,

@@ -29,6 +29,32 @@ pub trait Commands: Send + Sync + 'static {
     fn names(&self) -> Vec<&'static str> {
         Vec::new()
     }
+
+    /// How long a command that waits for data (`BLPOP` and its kin) waits
+    /// at most: `Some(Ok(None))` for ever, `Some(Ok(Some(d)))` at most
+    /// `d`, `Some(Err(reply))` if its timeout does not parse; `None` for a
+    /// command that does not wait (all of them by default). Outside a
+    /// transaction such a command's operation is tried, and tried again
+    /// while [`Commands::nothing_yet`] says so, until its time is up; in a
+    /// transaction it is tried once, as Redis runs it there.
+    fn waits(&self, args: &[Bytes]) -> Option<Result<Option<std::time::Duration>, Reply>> {
+        let _ = args;
+        None
+    }
+
+    /// Whether `reply`, the outcome of a waiting command's operation, says
+    /// there was nothing to take yet.
+    fn nothing_yet(&self, op: &Self::Op, reply: &Self::Reply) -> bool {
+        let _ = (op, reply);
+        false
+    }
+
+    /// The reply of a waiting command whose time is up: Redis 7.0's nil
+    /// array by default, which `BLPOP` and `BLMOVE` alike answer.
+    fn timed_out(&self, op: &Self::Op) -> Reply {
+        let _ = op;
+        Reply::null_array()
+    }
 }
 
 /// The error Redis sends for a command it does not know.

@@ -239,6 +239,17 @@ fn kv_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
 /// keyspace), stamped as a log stamps them: a few ms apart, so that keys
 /// expire in the middle of a run, and a seed each.
 fn redis_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
+    if std::env::var("PSMR_DEBUG_CASE").is_ok_and(|c| c == case.to_string()) {
+        let seed = base_seed().wrapping_add(case);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let cfg = WorkloadConfig {
+            keys: [4u64, 16, 64][rng.gen_range(0..3)],
+            ..workload(&mut rng, seed, 4_000, shards, Mix::writes(write_pct))
+        };
+        for c in kv::generate_redis(model, &cfg).unwrap() {
+            eprintln!("DBG {} {} {:?}", c.client.0, c.seq, c.op);
+        }
+    }
     let seed = base_seed().wrapping_add(case);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = WorkloadConfig {

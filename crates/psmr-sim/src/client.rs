@@ -7,7 +7,7 @@
 use crate::net::{Addr, Answer, Packet, Payload};
 use crate::outcome::{OpKind, OpResult, OpStatus, SimOp};
 use psmr_model::wire::OpCodec;
-use psmr_services::kv::{key_bytes, KvCodec, KvOp, KvReply};
+use psmr_services::kv::{key_bytes, Deadline, ExpireCond, KvCodec, KvOp, KvReply, SetCmd, SetWhen, Ttl, TtlCmd};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -28,8 +28,9 @@ pub(crate) struct Outstanding {
     /// The first command's sequence number; the others follow.
     pub seq: u64,
     ops: Vec<Vec<u8>>,
-    /// Its commands' operations in the history, in order.
-    history: Vec<usize>,
+    /// Its commands' operations in the history, in order (`None`: a side
+    /// command the history does not check, [`side_op`]).
+    history: Vec<Option<usize>>,
     /// Which commands are answered.
     done: Vec<bool>,
     pub attempts: u32,
@@ -72,6 +73,40 @@ pub(crate) struct Client {
     pub current: Option<Outstanding>,
 }
 
+/// The share of requests that carry a side command besides their checked
+/// reads and writes.
+const SIDE_SHARE: f64 = 0.3;
+
+/// A side command: on keys of their own (`ttl:N`, `set:N`), commands whose
+/// outcome depends on the log's clock and seed (deadlines a few ms to a
+/// few hundred ms away, keys expiring in the middle of the run, random
+/// pops and draws). The history does not check their replies; the
+/// replicas' equal states do: a replica that saw another time or seed
+/// than the others would diverge.
+fn side_op(rng: &mut ChaCha8Rng) -> KvOp {
+    let n = rng.gen_range(0..4);
+    let (key, set) = (format!("ttl:{n}").into_bytes(), format!("set:{n}").into_bytes());
+    match rng.gen_range(0..7) {
+        0 | 1 => KvOp::Set {
+            key,
+            value: b"v".to_vec(),
+            when: SetWhen::Always,
+            get: false,
+            ttl: Ttl::Expire(Deadline::In(rng.gen_range(1..300))),
+        },
+        2 => KvOp::Expire {
+            key,
+            deadline: Deadline::In(rng.gen_range(-5..200)),
+            cond: ExpireCond::Always,
+            cmd: TtlCmd::PExpire,
+        },
+        3 => KvOp::Incr { key, by: 1 },
+        4 => KvOp::Members { key: set, cmd: SetCmd::Add(vec![vec![rng.gen_range(b'a'..b'h')]; 2]) },
+        5 => KvOp::Members { key: set, cmd: SetCmd::Pop(Some(rng.gen_range(0..3))) },
+        _ => KvOp::RandomKey,
+    }
+}
+
 /// The value a write of client `client`'s command `seq` writes: unique in
 /// the run.
 fn unique_value(client: u64, seq: u64) -> u64 {
@@ -101,7 +136,7 @@ impl Client {
             };
             ops.push(KvCodec.encode_op(&op));
             let kind = if write { OpKind::Write } else { OpKind::Read };
-            history.push(env.history.len());
+            history.push(Some(env.history.len()));
             env.history.push(SimOp {
                 client: self.id,
                 seq: s,
@@ -113,6 +148,11 @@ impl Client {
                 complete_us: 0,
                 status: OpStatus::Unknown,
             });
+        }
+        if env.rng.gen_bool(SIDE_SHARE) {
+            ops.push(KvCodec.encode_op(&side_op(env.rng)));
+            history.push(None);
+            self.next_seq += 1;
         }
         if self.leader == 0 {
             self.leader = env.replicas[env.rng.gen_range(0..env.replicas.len())];
@@ -148,6 +188,7 @@ impl Client {
         let Some(cur) = &self.current else { return Vec::new() };
         if cur.attempts >= ATTEMPTS_MAX {
             for (&h, _) in cur.history.iter().zip(&cur.done).filter(|(_, &done)| !done) {
+                let Some(h) = h else { continue };
                 let op = &mut env.history[h];
                 // A write may still execute later (a copy in flight, an
                 // entry not yet committed): unknown. A read that never
@@ -193,9 +234,10 @@ impl Client {
             return Vec::new();
         }
         cur.done[i] = true;
-        let op = &mut env.history[cur.history[i]];
-        match answer {
-            Answer::Ok(bytes) => {
+        let op = cur.history[i].map(|h| &mut env.history[h]);
+        match (answer, op) {
+            (_, None) => {}
+            (Answer::Ok(bytes), Some(op)) => {
                 op.result = Some(result(op.kind, &bytes));
                 op.status = OpStatus::Ok;
                 op.complete_us = env.now;
@@ -204,7 +246,7 @@ impl Client {
             // could have executed under an earlier attempt only if the
             // cache forgot it, which its window rules out for the one
             // request outstanding; stay conservative anyway.)
-            Answer::Rejected(_) => {
+            (Answer::Rejected(_), Some(op)) => {
                 op.status = if op.kind == OpKind::Write { OpStatus::Unknown } else { OpStatus::Fail };
             }
         }

@@ -34,7 +34,10 @@
 //!   outstanding each, of one to three commands of a few keys, so that they
 //!   conflict constantly; retried with the same sequence numbers elsewhere
 //!   after a timeout or a redirect, given up after [`ATTEMPTS_MAX`]
-//!   attempts (a write is then `unknown`, a read `fail`).
+//!   attempts (a write is then `unknown`, a read `fail`). A third of the
+//!   requests carry a side command on keys of its own whose outcome
+//!   depends on the log's clock and seed (keys that expire mid-run, random
+//!   pops): the history does not check it, the replicas' equal states do.
 //!
 //! Replicas draw raft's randomized election timeouts from a generator the
 //! simulation seeds (`psmr_core::protocol::Options`), so a run depends on

@@ -1506,7 +1506,6 @@ mod tests {
     use psmr_core::snapfile::FileWriter;
     use psmr_core::store::Store as _;
     use psmr_core::Member;
-    use psmr_model::snapshot::put_bytes;
 
     /// The file of a snapshot of `data` at `index` and `term` of a
     /// cluster of `voters`, as a replica writes one, and raft's view of it.
@@ -1518,8 +1517,7 @@ mod tests {
             members.apply(&Change::Add { member, voter: true }).unwrap();
         }
         let mut w = FileWriter::new(Vec::new(), index, term).unwrap();
-        put_bytes(&mut w, &members.encode()).unwrap();
-        put_bytes(&mut w, &[]).unwrap();
+        psmr_core::state::put_front(&mut w, &members.encode(), &[], 0).unwrap();
         w.write_all(data).unwrap();
         let (bytes, id) = w.finish().unwrap();
         (bytes, psmr_core::state::raft_snapshot(id, members.encode(), members.conf_state()))

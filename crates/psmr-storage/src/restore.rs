@@ -52,7 +52,6 @@ mod tests {
     use psmr_core::snapfile::FileWriter;
     use psmr_core::store::Store as _;
     use psmr_core::Member;
-    use psmr_model::snapshot::put_bytes;
     use std::io::{Read, Write};
 
     fn members(ids: &[u64]) -> Membership {
@@ -65,8 +64,7 @@ mod tests {
     /// A snapshot file as a cluster of `ids` saves one: state `data`.
     fn saved(ids: &[u64], data: &[u8]) -> Vec<u8> {
         let mut w = FileWriter::new(Vec::new(), 40, 3).unwrap();
-        put_bytes(&mut w, &members(ids).encode()).unwrap();
-        put_bytes(&mut w, &[]).unwrap();
+        psmr_core::state::put_front(&mut w, &members(ids).encode(), &[], 0).unwrap();
         w.write_all(data).unwrap();
         w.finish().unwrap().0
     }

@@ -646,3 +646,55 @@ fn expired_keys_nobody_touches_are_reclaimed_on_every_replica() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A job queue on a list with blocking pops: workers wait at their
+/// gateways, through any replica, and every job is taken exactly once.
+#[test]
+fn blocking_pops_wait_for_jobs_and_time_out_with_nil() {
+    let cluster = cluster();
+    let addrs = cluster.redis_addrs();
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let addr = addrs[i % addrs.len()];
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let mut got = Vec::new();
+                loop {
+                    let job: Option<(String, String)> = cmd(&mut c, &["BLPOP", "jobs", "other", "2"]).unwrap();
+                    match job {
+                        Some((_, j)) if j == "stop" => return got,
+                        Some((key, j)) => {
+                            assert_eq!(key, "jobs");
+                            got.push(j);
+                        }
+                        None => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut producer = connect(addrs[1]);
+    for j in 0..60 {
+        let _: i64 = cmd(&mut producer, &["RPUSH", "jobs", &format!("job{j}")]).unwrap();
+    }
+    for _ in 0..3 {
+        let _: i64 = cmd(&mut producer, &["RPUSH", "jobs", "stop"]).unwrap();
+    }
+    let mut all: Vec<String> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    all.sort();
+    let mut want: Vec<String> = (0..60).map(|j| format!("job{j}")).collect();
+    want.sort();
+    assert_eq!(all, want, "every job taken once");
+    let mut c = connect(addrs[2]);
+    let none: Option<(String, String)> = cmd(&mut c, &["BRPOP", "empty", "0.05"]).unwrap();
+    assert_eq!(none, None, "a timeout answers nil");
+    let moved: Option<String> = cmd(&mut c, &["BLMOVE", "empty", "dst", "LEFT", "RIGHT", "0.05"]).unwrap();
+    assert_eq!(moved, None);
+    let _: i64 = cmd(&mut c, &["RPUSH", "src", "x"]).unwrap();
+    let moved: Option<String> = cmd(&mut c, &["BRPOPLPUSH", "src", "dst", "0"]).unwrap();
+    assert_eq!(moved.as_deref(), Some("x"));
+    let e = cmd::<Option<String>>(&mut c, &["BLPOP", "q", "-1"]).unwrap_err().to_string();
+    assert!(e.contains("timeout is negative"), "{e}");
+    let e = cmd::<Option<String>>(&mut c, &["BLPOP", "q", "soon"]).unwrap_err().to_string();
+    assert!(e.contains("timeout is not a float"), "{e}");
+}

@@ -62,6 +62,7 @@ mod tag {
     pub const ENCODING: u8 = 37;
     pub const SORTED: u8 = 38;
     pub const SWEEP: u8 = 39;
+    pub const BPOP: u8 = 40;
 }
 
 /// Errors on the wire: their place in this list.
@@ -481,6 +482,7 @@ fn encode_more<'e>(e: &'e mut Encoder, op: &KvOp) -> &'e mut Encoder {
         KvOp::Encoding { key } => e.u8(tag::ENCODING).bytes(key),
         KvOp::Sorted { key, cmd } => encode_zcmd(e.u8(tag::SORTED).bytes(key), cmd),
         KvOp::Sweep { keys } => encode_keys(e.u8(tag::SWEEP), keys),
+        KvOp::BPop { keys, left } => encode_keys(e.u8(tag::BPOP).u8(u8::from(*left)), keys),
         _ => unreachable!("{} is encoded by encode_op", op.name()),
     }
 }
@@ -520,6 +522,10 @@ fn decode_more(d: &mut Decoder<'_>, t: u8) -> Result<KvOp, WireError> {
         tag::ENCODING => KvOp::Encoding { key: key(d)? },
         tag::SORTED => KvOp::Sorted { key: key(d)?, cmd: zcmd(d)? },
         tag::SWEEP => KvOp::Sweep { keys: keys(d)? },
+        tag::BPOP => {
+            let left = flag(d)?;
+            KvOp::BPop { keys: keys(d)?, left }
+        }
         t => return Err(d.error(format!("unknown operation tag {t}"))),
     })
 }

@@ -368,6 +368,15 @@ pub enum KvOp {
         /// The key.
         key: Vec<u8>,
     },
+    /// The pop of Redis `BLPOP` (`left`) and `BRPOP`: an element from the
+    /// first of `keys` that holds a list, with its key; nil if none does
+    /// (a blocking command then waits at the gateway and tries again).
+    BPop {
+        /// The lists, in order.
+        keys: Vec<Vec<u8>>,
+        /// From the head, else the tail.
+        left: bool,
+    },
     /// Reclaims those of `keys` past their deadline at the command's time
     /// (the leader's housekeeping, [`psmr_model::App::sweep`]); the number
     /// reclaimed. A key still live is left alone.
@@ -740,9 +749,11 @@ impl KvOp {
             KvOp::Combine { keys, store, .. } => (store.as_ref(), keys, &[]),
             KvOp::SMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
             KvOp::LMove { from, to, .. } => (Some(from), std::slice::from_ref(to), &[]),
-            KvOp::MGet { keys } | KvOp::Del { keys } | KvOp::Exists { keys } | KvOp::Sweep { keys } => {
-                (None, keys, &[])
-            }
+            KvOp::MGet { keys }
+            | KvOp::Del { keys }
+            | KvOp::Exists { keys }
+            | KvOp::Sweep { keys }
+            | KvOp::BPop { keys, .. } => (None, keys, &[]),
             KvOp::MSet { pairs } | KvOp::MSetNx { pairs } => (None, &[], pairs),
             KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey => (None, &[], &[]),
         };
@@ -839,6 +850,8 @@ impl KvOp {
             KvOp::Encoding { .. } => "OBJECT",
             KvOp::Sorted { cmd, .. } => cmd.name(),
             KvOp::Sweep { .. } => "SWEEP",
+            KvOp::BPop { left: true, .. } => "BLPOP",
+            KvOp::BPop { left: false, .. } => "BRPOP",
         }
     }
 }

@@ -173,6 +173,10 @@ const TABLE: &[Spec] = &[
     Spec { name: "flushall", arity: -1, parse: flushdb },
     Spec { name: "unlink", arity: -2, parse: |a| Ok(KvOp::Del { keys: keys(&a[1..])? }) },
     Spec { name: "object", arity: -2, parse: object },
+    Spec { name: "blpop", arity: -3, parse: |a| bpop(a, true) },
+    Spec { name: "brpop", arity: -3, parse: |a| bpop(a, false) },
+    Spec { name: "blmove", arity: 6, parse: |a| blocking(a, |a| lmove(a, side(&a[3])?, side(&a[4])?)) },
+    Spec { name: "brpoplpush", arity: 4, parse: |a| blocking(a, |a| lmove(a, false, true)) },
     Spec { name: "zadd", arity: -4, parse: sorted::zadd },
     Spec { name: "zincrby", arity: 4, parse: sorted::zincrby },
     Spec { name: "zscore", arity: 3, parse: sorted::zscore },
@@ -220,10 +224,24 @@ impl Commands for KvRedis {
         TABLE.iter().map(|s| s.name).collect()
     }
 
+    fn waits(&self, args: &[Bytes]) -> Option<Result<Option<std::time::Duration>, Reply>> {
+        let name = args.first()?.to_ascii_lowercase();
+        let at = match name.as_slice() {
+            b"blpop" | b"brpop" | b"blmove" | b"brpoplpush" => args.len().checked_sub(1)?,
+            _ => return None,
+        };
+        (at > 0).then(|| timeout(&args[at]))
+    }
+
+    fn nothing_yet(&self, op: &KvOp, reply: &KvReply) -> bool {
+        matches!(op, KvOp::BPop { .. } | KvOp::LMove { .. }) && *reply == KvReply::Value(None)
+    }
+
     fn reply(&self, op: &KvOp, reply: KvReply) -> Reply {
         match (op, reply) {
             (_, KvReply::Error(e)) => Reply::error(e.to_string()),
             (KvOp::Sorted { cmd, .. }, reply) => sorted::reply(cmd, reply),
+            (KvOp::BPop { .. }, KvReply::Value(None)) => Reply::null_array(),
             (KvOp::Type { .. }, KvReply::Value(Some(kind))) => Reply::simple(String::from_utf8_lossy(&kind)),
             (KvOp::Scan { .. }, KvReply::Values(mut vs)) if !vs.is_empty() => {
                 let keys = vs.split_off(1);
@@ -453,6 +471,33 @@ fn object(a: &[Bytes]) -> Result<KvOp, Reply> {
         }
         _ => Err(wrong_arity("object")),
     }
+}
+
+/// A waiting command's timeout, in seconds (fractions allowed; 0: for
+/// ever), as Redis 7 reads it.
+fn timeout(arg: &Bytes) -> Result<Option<std::time::Duration>, Reply> {
+    let secs = std::str::from_utf8(arg)
+        .ok()
+        .filter(|t| !t.is_empty() && !t.starts_with(char::is_whitespace))
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && s.abs() < 1e15)
+        .ok_or_else(|| Reply::error("ERR timeout is not a float or out of range"))?;
+    if secs < 0.0 {
+        return Err(Reply::error("ERR timeout is negative"));
+    }
+    Ok((secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs)))
+}
+
+/// A waiting command's operation, its timeout checked first (Redis
+/// refuses a bad timeout before it looks at the keys).
+fn blocking(a: &[Bytes], op: impl FnOnce(&[Bytes]) -> Result<KvOp, Reply>) -> Result<KvOp, Reply> {
+    timeout(&a[a.len() - 1])?;
+    op(a)
+}
+
+/// `BLPOP`/`BRPOP key [key ...] timeout`.
+fn bpop(a: &[Bytes], left: bool) -> Result<KvOp, Reply> {
+    blocking(a, |a| Ok(KvOp::BPop { keys: keys(&a[1..a.len() - 1])?, left }))
 }
 
 /// `SPOP key [count]`.

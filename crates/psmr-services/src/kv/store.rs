@@ -388,6 +388,7 @@ impl KvService {
             | KvOp::Combine { .. }
             | KvOp::SMove { .. }
             | KvOp::Sorted { .. }
+            | KvOp::BPop { .. }
             | KvOp::Type { .. } => self.typed(op, at),
             KvOp::Expire { .. }
             | KvOp::Persist { .. }
@@ -466,12 +467,18 @@ impl KvService {
     fn typed(&self, op: &KvOp, at: At) -> KvReply {
         let now = at.now;
         match op {
+            // Reads go through `read`, never `write`: a write reclaims
+            // an expired key, and a read must change nothing (reads run
+            // side by side, stamped at different times).
+            KvOp::Hash { key, cmd } if cmd.is_read() => self.read(now, key, |v| hash::read_value(v, cmd)),
             KvOp::Hash { key, cmd } => self.write(now, key, |m| hash::run(m, key, cmd)),
             KvOp::Type { key } => {
                 KvReply::Value(Some(self.read(now, key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec())))
             }
+            KvOp::List { key, cmd } if cmd.is_read() => self.read(now, key, |v| list::read_value(v, cmd)),
             KvOp::List { key, cmd } => self.write(now, key, |m| list::run(m, key, cmd)),
             KvOp::LMove { from, to, from_left, to_left } => self.lmove(now, from, to, *from_left, *to_left),
+            KvOp::BPop { keys, left } => self.bpop(now, keys, *left),
             KvOp::Members { key, cmd } if cmd.is_read() => self.read(now, key, |v| set::read(v, cmd, at.seed)),
             KvOp::Members { key, cmd } => self.write(now, key, |m| set::write(m, key, cmd, at.seed)),
             KvOp::Combine { how, keys, store } => self.combine(now, *how, keys, store.as_deref()),
@@ -539,6 +546,26 @@ impl KvService {
         let push = super::ListCmd::Push { left: to_left, values: vec![element.clone()] };
         self.write(now, to, |m| list::run(m, to, &push));
         KvReply::Value(Some(element))
+    }
+
+    /// `BPop`: the first key that holds something decides: a list gives
+    /// an element, another kind is [`KvError::WrongType`], as Redis checks
+    /// them in order.
+    fn bpop(&self, now: u64, keys: &[Vec<u8>], left: bool) -> KvReply {
+        for key in keys {
+            let kind = self.read(now, key, |v| v.map(|v| matches!(v, Obj::List(_))));
+            match kind {
+                None => continue,
+                Some(false) => return KvReply::Error(KvError::WrongType),
+                Some(true) => {
+                    let pop = super::ListCmd::Pop { left, count: None };
+                    let popped = self.write(now, key, |m| list::run(m, key, &pop));
+                    let KvReply::Value(element) = popped else { return popped };
+                    return KvReply::Values(vec![Some(key.clone()), element]);
+                }
+            }
+        }
+        KvReply::Value(None)
     }
 
     /// `MGet`, refused as a whole when its values would exceed

@@ -273,6 +273,7 @@ fn arb_more_op() -> impl Strategy<Value = KvOp> {
         Just(KvOp::RandomKey),
         arb_key().prop_map(|key| KvOp::Encoding { key }),
         (arb_key(), arb_zcmd()).prop_map(|(key, cmd)| KvOp::Sorted { key, cmd }),
+        (proptest::collection::vec(arb_key(), 1..3), any::<bool>()).prop_map(|(keys, left)| KvOp::BPop { keys, left }),
     ]
 }
 

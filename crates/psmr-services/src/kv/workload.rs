@@ -232,8 +232,13 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
     if whole_store {
         return whole(p);
     }
-    match p.draws.rng.gen_range(0..30) {
+    match p.draws.rng.gen_range(0..31) {
         28 | 29 => KvOp::Sorted { key, cmd: zset_write(p) },
+        30 => {
+            let mut keys = p.keys();
+            keys.insert(0, key);
+            KvOp::BPop { keys, left: p.draws.rng.gen() }
+        }
         0 => KvOp::Create { key, value: redis_value(p) },
         1 => KvOp::Update { key, value: redis_value(p) },
         2 => KvOp::Delete { key },

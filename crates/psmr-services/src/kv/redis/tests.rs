@@ -249,7 +249,7 @@ fn arity_errors_name_the_command() {
 fn unknown_commands_and_connection_commands_are_not_this_tables() {
     let s = store();
     assert_eq!(exec(&s, "FOO a b"), "-ERR unknown command 'FOO', with args beginning with: 'a' 'b' \r\n");
-    for name in ["PING", "HELLO", "XADD", "EVAL", "BLPOP", "WAIT"] {
+    for name in ["PING", "HELLO", "XADD", "EVAL", "BZPOPMIN", "WAIT"] {
         assert!(exec(&s, name).starts_with(&format!("-ERR unknown command '{name}'")), "{name}");
     }
 }
@@ -770,4 +770,25 @@ fn sweeps_name_expired_keys_only_and_reclaim_them_when_they_execute() {
     let c = psmr_model::Command { stamp: psmr_model::Stamp { time_ms: 2_000, seed: 0 }, ..c };
     assert_eq!(s.execute(&c), KvReply::Int(0));
     assert_eq!(s.len(), 101);
+}
+
+/// Reads change nothing, an expired key included: the late schedulers run
+/// reads of later entries (later stamps) beside reads of earlier ones, and
+/// a read that reclaimed a key would take it from under an earlier read.
+#[test]
+fn a_read_past_a_deadline_leaves_the_key_for_earlier_reads() {
+    let s = store();
+    for line in ["HSET h f v", "RPUSH l a", "SADD s m", "ZADD z 1 m", "SET k v"] {
+        exec_at(&s, 1_000, line);
+    }
+    for key in ["h", "l", "s", "z", "k"] {
+        assert_eq!(exec_at(&s, 1_000, &format!("PEXPIRE {key} 100")), int(1));
+    }
+    let reads = ["HGET h f", "HGETALL h", "LRANGE l 0 -1", "LLEN l", "LPOS l a", "SMEMBERS s", "ZSCORE z m", "GET k"];
+    let late: Vec<String> = reads.iter().map(|r| exec_at(&s, 5_000, r)).collect();
+    assert!(late.iter().all(|r| r == NIL || r == "*0\r\n" || r == ":0\r\n"), "{late:?}");
+    assert_eq!(s.len(), 5, "no read reclaimed a key");
+    assert_eq!(exec_at(&s, 1_050, "HGET h f"), bulk("v"));
+    assert_eq!(exec_at(&s, 1_050, "LRANGE l 0 -1"), "*1\r\n$1\r\na\r\n");
+    assert_eq!(exec_at(&s, 1_050, "GET k"), bulk("v"));
 }

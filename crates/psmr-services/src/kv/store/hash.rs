@@ -3,17 +3,25 @@
 //! is created by its first field and goes with its last; replies that
 //! list a hash are in field order, so every replica says the same.
 
-use super::{count, kind, or_error, Map, Obj, Value};
+use super::{count, kind, Map, Obj, Value};
 use crate::kv::{parse_integer, HashCmd, KvError, KvReply};
 use std::collections::BTreeMap;
 
 type Fields = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Runs `cmd` on the hash at `key` in `m`.
+/// Runs the read `cmd` on the value `v` of a key.
+pub(super) fn read_value(v: Option<&Obj>, cmd: &HashCmd) -> KvReply {
+    let f = match v {
+        None => None,
+        Some(Obj::Hash(f)) => Some(f),
+        Some(_) => return KvReply::Error(KvError::WrongType),
+    };
+    read(f.unwrap_or(&BTreeMap::new()), cmd)
+}
+
+/// Runs the write `cmd` on the hash at `key` in `m`.
 pub(super) fn run(m: &mut Map, key: &[u8], cmd: &HashCmd) -> KvReply {
-    if cmd.is_read() {
-        return or_error(fields(m.get(key)).map(|f| read(f.unwrap_or(&BTreeMap::new()), cmd)));
-    }
+    debug_assert!(!cmd.is_read(), "reads go through read_value");
     if let Err(e) = fields(m.get(key)) {
         return KvReply::Error(e);
     }

@@ -9,15 +9,23 @@ use std::collections::VecDeque;
 
 type Items = VecDeque<Vec<u8>>;
 
-/// Runs `cmd` on the list at `key` in `m`.
+/// Runs the read `cmd` on the value `v` of a key.
+pub(super) fn read_value(v: Option<&Obj>, cmd: &ListCmd) -> KvReply {
+    let list = match v {
+        None => None,
+        Some(Obj::List(items)) => Some(items),
+        Some(_) => return KvReply::Error(KvError::WrongType),
+    };
+    read(list.unwrap_or(&VecDeque::new()), cmd)
+}
+
+/// Runs the write `cmd` on the list at `key` in `m`.
 pub(super) fn run(m: &mut Map, key: &[u8], cmd: &ListCmd) -> KvReply {
+    debug_assert!(!cmd.is_read(), "reads go through read_value");
     let list = match items(m.get(key)) {
         Err(e) => return KvReply::Error(e),
         Ok(list) => list,
     };
-    if cmd.is_read() {
-        return read(list.unwrap_or(&VecDeque::new()), cmd);
-    }
     let Some(_) = list else { return absent(m, key, cmd) };
     let value = m.get_mut(key).expect("checked to exist");
     let Obj::List(items) = value.make_mut() else { unreachable!("checked to be a list") };
