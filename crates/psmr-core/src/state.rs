@@ -94,7 +94,7 @@ pub fn persist(taken: Taken, store: &impl Store) -> Result<Persisted, String> {
 }
 
 /// Writes the pieces before the service's stream: the membership, the
-/// reply cache and the apply loop's clock ([`read_front`] reads them).
+/// reply cache and the apply loop's clock ([`open`] reads them back).
 pub fn put_front(w: &mut impl Write, members: &[u8], cache: &[u8], clock: u64) -> io::Result<()> {
     put_bytes(w, members)?;
     put_bytes(w, cache)?;

@@ -15,6 +15,7 @@ use psmr_services::{kv, list, Cost, Mix, Spread, WorkloadConfig};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -74,12 +75,13 @@ where
 
 /// `got` replied to every command as `reference` did, once, and reached its
 /// state.
-fn assert_same<R: PartialEq + Debug>(what: &str, reference: &Run<R>, got: &Run<R>) {
+fn assert_same<R: PartialEq + Debug>(what: &str, reference: &Run<R>, got: &Run<R>, ops: &HashMap<(u64, u64), String>) {
     assert_eq!(got.duplicates, 0, "{what}: a command replied twice");
     assert_eq!(got.replies.len(), reference.replies.len(), "{what}: replies missing");
     for (id, want) in &reference.replies {
         let have = got.replies.get(id);
-        assert_eq!(have, Some(want), "{what}: reply to client {} seq {} differs", id.0, id.1);
+        let op = ops.get(&(id.0 .0, id.1)).map_or("?", String::as_str);
+        assert_eq!(have, Some(want), "{what}: reply to client {} seq {} ({op}) differs", id.0, id.1);
     }
     assert_eq!(got.digest, reference.digest, "{what}: final state differs");
 }
@@ -142,6 +144,8 @@ fn differential<S: Service>(
 {
     model.check_commands(&commands).unwrap_or_else(|e| panic!("{label} seed {seed}: class model is wrong: {e}"));
     let n = commands.len();
+    let ops: HashMap<(u64, u64), String> =
+        commands.iter().map(|c| ((c.client.0, c.seq), format!("{:?}", c.op))).collect();
     let batch = rng.gen_range(1..=64);
     let bits = [8u32, 64, 1024, 16384][rng.gen_range(0..4)];
     let graph_max = [1usize, 7, 50, 150][rng.gen_range(0..4)];
@@ -161,7 +165,7 @@ fn differential<S: Service>(
                 .unwrap_or_else(|e| panic!("{ctx}: {kind}/{workers} failed: {e}"));
             let what =
                 format!("{ctx}: {kind} with {workers} workers (mapping {:?})", mapping.map(|m| m.to_json(model)));
-            assert_same(&what, &reference, &got);
+            assert_same(&what, &reference, &got, &ops);
             EXECUTED[k].fetch_add(n as u64, Ordering::Relaxed);
         }
     }
@@ -180,7 +184,7 @@ fn differential<S: Service>(
     let got = check::run_switching(&first, &switches, make(), model, &batches)
         .unwrap_or_else(|e| panic!("{ctx}: switching failed: {e}"));
     let plan: Vec<String> = switches.iter().map(|(at, c)| format!("{} x{} at batch {at}", c.kind, c.workers)).collect();
-    assert_same(&format!("{ctx}: switching {}", plan.join(", ")), &reference, &got);
+    assert_same(&format!("{ctx}: switching {}", plan.join(", ")), &reference, &got, &ops);
     SWITCHED.fetch_add(switches.len() as u64, Ordering::Relaxed);
 }
 
@@ -239,17 +243,6 @@ fn kv_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
 /// keyspace), stamped as a log stamps them: a few ms apart, so that keys
 /// expire in the middle of a run, and a seed each.
 fn redis_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
-    if std::env::var("PSMR_DEBUG_CASE").is_ok_and(|c| c == case.to_string()) {
-        let seed = base_seed().wrapping_add(case);
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let cfg = WorkloadConfig {
-            keys: [4u64, 16, 64][rng.gen_range(0..3)],
-            ..workload(&mut rng, seed, 4_000, shards, Mix::writes(write_pct))
-        };
-        for c in kv::generate_redis(model, &cfg).unwrap() {
-            eprintln!("DBG {} {} {:?}", c.client.0, c.seq, c.op);
-        }
-    }
     let seed = base_seed().wrapping_add(case);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = WorkloadConfig {

@@ -93,10 +93,10 @@ impl KvService {
 
     /// The leader's housekeeping ([`psmr_model::App::sweep`]): a `Sweep`
     /// of the keys past their deadline at `now` among those of the next
-    /// slots, looking at about [`SWEEP_LOOKS`] keys and naming at most
-    /// [`SWEEP_KEYS`], each stripe read-locked for one slot at a time. The
-    /// slots go round, so every key is looked at in time, as Redis's
-    /// active expiry samples its keys.
+    /// slots, looking at about 2 048 keys and naming at most 128, each
+    /// stripe read-locked for one slot at a time. The slots go round, so
+    /// every key is looked at in time, as Redis's active expiry samples
+    /// its keys.
     pub fn sweep(&self, now: u64) -> Option<KvOp> {
         use std::sync::atomic::Ordering;
         let mut slot = self.sweep_at.load(Ordering::Relaxed) % SLOTS;
