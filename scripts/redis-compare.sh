@@ -48,22 +48,27 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --d
 redis_pid=$!
 until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
 
-# rps of TEST in redis-benchmark's CSV.
-rps() { awk -F'","' -v t="\"$2" '$1 == t { print $2 }' "$1"; }
+# Every test redis-benchmark drives that psmr serves: each type's.
+tests="set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange_100,mset"
+
+# The tests of redis-benchmark's CSV, in order, and the rps of TEST.
+names() { awk -F'","' 'NR > 1 { gsub(/^"/, "", $1); print $1 }' "$1"; }
+rps() { awk -F'","' -v t="$2" '{ n = $1; gsub(/^"/, "", n) } n == t { print $2 }' "$1"; }
 
 echo "psmr: 3 replicas, $storage storage, scheduler $scheduler ($workers workers); redis-server $(redis-server --version | awk '{print $3}')"
-printf '%-34s %-5s %14s %14s %8s\n' "redis-benchmark" test "psmr req/s" "redis req/s" ratio
+printf '%-22s %-42s %12s %12s %7s\n' "redis-benchmark" test "psmr req/s" "redis req/s" ratio
 for args in "-n 200000 -c 64" "-n 2000000 -c 8 -P 50"; do
     psmr_n="${args/2000000/400000}"
     psmr_n="${psmr_n/200000/50000}"
     # shellcheck disable=SC2086
-    redis-benchmark -p "$psmr_port" -t set,get $psmr_n --csv >"$work/psmr.csv" 2>/dev/null
+    redis-benchmark -p "$psmr_port" -t "$tests" $psmr_n --csv >"$work/psmr.csv" 2>/dev/null
     # shellcheck disable=SC2086
-    redis-benchmark -p "$redis_port" -t set,get $args --csv >"$work/redis.csv" 2>/dev/null
-    for t in SET GET; do
+    redis-benchmark -p "$redis_port" -t "$tests" $args --csv >"$work/redis.csv" 2>/dev/null
+    while IFS= read -r t; do
         p="$(rps "$work/psmr.csv" "$t")"
         r="$(rps "$work/redis.csv" "$t")"
-        printf '%-34s %-5s %14s %14s %8s\n' "-t set,get ${args#-n * }" "$t" "$p" "$r" \
+        [ -n "$p" ] && [ -n "$r" ] || continue
+        printf '%-22s %-42s %12s %12s %7s\n' "${args#-n * }" "$t" "$p" "$r" \
             "$(awk -v p="$p" -v r="$r" 'BEGIN { printf "%.3f", p / r }')"
-    done
+    done < <(names "$work/psmr.csv")
 done

@@ -84,6 +84,11 @@ pub fn contended() -> bool {
     if cfg!(loom) {
         return false;
     }
+    match CONTENTION_FIXED.load(Ordering::Relaxed) {
+        FIXED_NO => return false,
+        FIXED_YES => return true,
+        _ => {}
+    }
     struct Gauge {
         start: Instant,
         usable: usize,
@@ -106,6 +111,25 @@ pub fn contended() -> bool {
         g.contended.store(runnable > 2 * g.usable, Ordering::Relaxed);
     }
     g.contended.load(Ordering::Relaxed)
+}
+
+/// [`contended`]'s answer fixed by [`fix_contention`], if it is.
+static CONTENTION_FIXED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(FIXED_NOT);
+const FIXED_NOT: u8 = 0;
+const FIXED_NO: u8 = 1;
+const FIXED_YES: u8 = 2;
+
+/// Fixes what [`contended`] answers in this process (`None`: the
+/// machine's load again). For tests that stage what the schedulers do on
+/// free or on contended cores: a test of stealing, run beside other tests
+/// on a loaded machine, would otherwise find stealing turned off.
+pub fn fix_contention(contended: Option<bool>) {
+    let v = match contended {
+        None => FIXED_NOT,
+        Some(false) => FIXED_NO,
+        Some(true) => FIXED_YES,
+    };
+    CONTENTION_FIXED.store(v, Ordering::Relaxed);
 }
 
 /// The runnable threads of `/proc/loadavg` (`0.52 0.58 0.59 3/467 12345`:

@@ -121,6 +121,9 @@ fn read(seq: u64) -> Command<()> {
 
 #[test]
 fn an_idle_worker_steals_a_blocked_workers_queue() {
+    // Stealing is what this stages; on contended cores the schedulers do
+    // not steal (`cpus::contended`), and tests run beside each other.
+    psmr_sched::cpus::fix_contention(Some(false));
     for (kind, victims) in [
         (SchedulerKind::EarlyWsQueue, Victims::First),
         (SchedulerKind::EarlyWsQueue, Victims::Random),
@@ -177,6 +180,7 @@ fn an_idle_worker_steals_a_blocked_workers_queue() {
 /// until `X4` has started.
 #[test]
 fn a_worker_waiting_for_a_sequential_command_steals() {
+    psmr_sched::cpus::fix_contention(Some(false));
     for kind in [SchedulerKind::EarlyWsSemi, SchedulerKind::EarlyWsNonBlocking, SchedulerKind::EarlyWsOptimistic] {
         for victims in [Victims::First, Victims::Random, Victims::Next] {
             let model = ClassModel::builder("rwxqs")
