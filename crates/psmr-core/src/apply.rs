@@ -41,8 +41,10 @@ pub trait Replies: Send + Sync + 'static {
 /// What the apply loop tells its driver.
 pub trait ApplyIo {
     /// Everything up to `index` is applied (handed to execution, or
-    /// restored from a snapshot).
-    fn applied(&mut self, index: u64);
+    /// restored from a snapshot), and execution's time reached `clock`
+    /// (ms; see [`Applier::clock`]): the protocol's floor for the stamps
+    /// it proposes ([`crate::protocol::Protocol::set_applied_clock`]).
+    fn applied(&mut self, index: u64, clock: u64);
     /// Whether the last snapshot is still being encoded or written: the
     /// next one waits.
     fn snapshot_busy(&self) -> bool;
@@ -317,7 +319,7 @@ impl<A: App> Applier<A> {
                 self.change_membership(e);
             }
             self.applied = e.index;
-            io.applied(e.index);
+            io.applied(e.index, self.clock);
             self.since_snapshot += 1;
             self.since_snapshot_bytes += e.data.len() as u64;
             if self.since_snapshot >= self.snapshot_every || self.since_snapshot_bytes >= self.snapshot_every_bytes {
@@ -503,7 +505,7 @@ impl<A: App> Applier<A> {
         self.membership = membership;
         self.clock = clock;
         self.applied = index;
-        io.applied(index);
+        io.applied(index, clock);
         self.since_snapshot = 0;
         io.event(ApplyEvent::Restored);
         info!(index, "state restored from a snapshot");

@@ -39,7 +39,7 @@ struct Io {
 }
 
 impl ApplyIo for Io {
-    fn applied(&mut self, index: u64) {
+    fn applied(&mut self, index: u64, _clock: u64) {
         self.applied.push(index);
     }
 

@@ -14,6 +14,9 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
     index: AtomicU64,
+    /// Execution's time at `index` or later (ms): stored before `index`,
+    /// so that whoever reads `index` first reads a clock at least as new.
+    clock: AtomicU64,
     waits: AtomicBool,
 }
 
@@ -21,6 +24,12 @@ impl Applied {
     /// The last index applied.
     pub(crate) fn get(&self) -> u64 {
         self.index.load(Ordering::SeqCst)
+    }
+
+    /// The last index applied and execution's time there or later (ms).
+    pub(crate) fn with_clock(&self) -> (u64, u64) {
+        let index = self.get();
+        (index, self.clock.load(Ordering::SeqCst))
     }
 
     /// The index applied, after asking to be woken when it grows: either
@@ -33,7 +42,8 @@ impl Applied {
 
     /// Records that log entry `index` is applied, and wakes the protocol
     /// thread if it waits for it (through `protocol`, its inbound queue).
-    pub(crate) fn set(&self, index: u64, protocol: &Sender<Inbound>) {
+    pub(crate) fn set(&self, index: u64, clock: u64, protocol: &Sender<Inbound>) {
+        self.clock.store(clock, Ordering::SeqCst);
         self.index.store(index, Ordering::SeqCst);
         // SeqCst on both sides (with `wait_for_more`): either the protocol
         // thread saw this index, or this sees its request.

@@ -78,8 +78,8 @@ impl<A: App> Manager<A> {
 }
 
 impl ApplyIo for ManagerIo {
-    fn applied(&mut self, index: u64) {
-        self.applied.set(index, &self.protocol);
+    fn applied(&mut self, index: u64, clock: u64) {
+        self.applied.set(index, clock, &self.protocol);
     }
 
     fn snapshot_busy(&self) -> bool {

@@ -148,6 +148,8 @@ impl ProtocolThread {
             }
         }
         self.protocol.set_applied(self.applied.get());
+        let (index, clock) = self.applied.with_clock();
+        self.protocol.set_applied_clock(index, clock);
         self.protocol.set_wall_clock(psmr_transport::clock::wall_ms());
         self.protocol.turn(psmr_transport::clock::now_ns(), &mut self.links)?;
         self.links.view.publish(&self.protocol.view());

@@ -203,7 +203,7 @@ struct ApplierIo<'a, 'e> {
 }
 
 impl ApplyIo for ApplierIo<'_, '_> {
-    fn applied(&mut self, index: u64) {
+    fn applied(&mut self, index: u64, _clock: u64) {
         self.env.checks.state(self.id, index, self.app.digest());
     }
 
@@ -526,6 +526,7 @@ impl Node {
                 }
             }
             live.protocol.set_applied(live.applier.applied());
+            live.protocol.set_applied_clock(live.applier.applied(), live.applier.clock());
             send_answers(self.id, live, env);
         }
         Ok(())

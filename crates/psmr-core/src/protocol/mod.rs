@@ -246,6 +246,9 @@ pub struct Protocol<S: Store> {
     /// The latest stamp of an entry in this replica's log, as far as
     /// `stamped_through` (see [`Protocol::next_stamp`]).
     last_stamp: u64,
+    /// The apply loop's last report ([`Protocol::set_applied_clock`]): the
+    /// index its clock is of.
+    clock_applied: u64,
     /// The log's last entry (index, term) when `last_stamp` was last
     /// brought up to date.
     stamped_through: (u64, u64),
@@ -336,6 +339,7 @@ impl<S: Store> Protocol<S> {
             transfers: Transfers::new(transfer::Limits::of(config), options.check.clone()),
             wall_ms: 0,
             last_stamp: 0,
+            clock_applied: 0,
             stamped_through: (0, 0),
         };
         protocol.reseed();
@@ -554,6 +558,17 @@ impl<S: Store> Protocol<S> {
     /// The apply loop applied everything up to `applied`.
     pub fn set_applied(&mut self, applied: u64) {
         self.applied = self.applied.max(applied);
+    }
+
+    /// The apply loop applied everything up to `index`, and execution's
+    /// time reached `clock_ms` there: stamps proposed from now on are not
+    /// before it. This is what a replica whose log holds nothing after a
+    /// snapshot knows of the stamps the snapshot covers; until the apply
+    /// loop has said so for the snapshot the log starts after, this
+    /// replica proposes nothing.
+    pub fn set_applied_clock(&mut self, index: u64, clock_ms: u64) {
+        self.clock_applied = self.clock_applied.max(index);
+        self.last_stamp = self.last_stamp.max(clock_ms);
     }
 
     /// Keeps a snapshot taken here, made durable ([`crate::state::persist`]),
@@ -803,6 +818,11 @@ impl<S: Store> Protocol<S> {
             return Ok(());
         }
         if !self.pipeline_room() || !self.batcher.due(self.in_flight(), now_ns) {
+            return Ok(());
+        }
+        // The stamps of the entries a snapshot covers are known only once
+        // the apply loop has restored it: until then the entry waits.
+        if self.clock_applied < self.node.raft.raft_log.first_index() - 1 {
             return Ok(());
         }
         let commands = self.batcher.len() as u64;
