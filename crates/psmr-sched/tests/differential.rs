@@ -226,17 +226,8 @@ fn kv_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
     let seed = base_seed().wrapping_add(case);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = workload(&mut rng, seed, 4_000, shards, Mix::writes(write_pct));
-    let keys = cfg.keys;
     let commands = kv::generate(model, &cfg).unwrap();
-    differential(
-        &format!("kv {model} shards {shards} writes {write_pct}% keys {keys}"),
-        seed,
-        &|| kv::KvService::new(keys, Cost::Light),
-        &kv::class_model(model, shards),
-        &|w| kv::default_mapping(model, shards, w),
-        commands,
-        &mut rng,
-    );
+    kv_differential("kv", (model, shards, write_pct, cfg.keys), seed, commands, &mut rng);
 }
 
 /// The Redis commands of the kv store (every type, deadlines, the
@@ -253,15 +244,26 @@ fn redis_case(model: kv::KvModel, shards: usize, write_pct: f64, case: u64) {
     for (i, c) in commands.iter_mut().enumerate() {
         c.stamp = psmr_model::Stamp { time_ms: 1_767_225_600_000 + 3 * i as u64, seed: seed ^ i as u64 };
     }
-    let keys = cfg.keys;
+    kv_differential("redis", (model, shards, write_pct, cfg.keys), seed, commands, &mut rng);
+}
+
+/// [`differential`] of `commands` on a kv store of `keys` keys under
+/// `model` with `shards` shards.
+fn kv_differential(
+    what: &str,
+    (model, shards, write_pct, keys): (kv::KvModel, usize, f64, u64),
+    seed: u64,
+    commands: Vec<Command<kv::KvOp>>,
+    rng: &mut ChaCha8Rng,
+) {
     differential(
-        &format!("redis {model} shards {shards} writes {write_pct}% keys {keys}"),
+        &format!("{what} {model} shards {shards} writes {write_pct}% keys {keys}"),
         seed,
         &|| kv::KvService::new(keys, Cost::Light),
         &kv::class_model(model, shards),
         &|w| kv::default_mapping(model, shards, w),
         commands,
-        &mut rng,
+        rng,
     );
 }
 
