@@ -477,6 +477,20 @@ enum ClientOp {
         /// The key.
         key: String,
     },
+    /// Print every key, one per line (as Redis's SCAN walks them: a part
+    /// of the key space per request, so a large store is listed without
+    /// one large reply). Example: `psmr client scan --match 'user:*'`.
+    Scan {
+        /// Only keys matching this glob (`*`, `?`, `[...]`, as Redis).
+        #[arg(long = "match", value_name = "GLOB")]
+        pattern: Option<String>,
+        /// Only keys holding this kind: string, hash, list, set or zset.
+        #[arg(long = "type", value_name = "KIND")]
+        kind: Option<String>,
+        /// About how many keys each request looks at.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        count: u64,
+    },
     /// Every replica's id, address, pid, applied index and state digest,
     /// and key numbers of its metrics: term, leader, commit and applied
     /// index, entries and commands proposed, requests answered with their
@@ -678,6 +692,7 @@ pub fn client(args: ClientArgs) -> Result<()> {
             KvReply::Done(true) => println!("deleted"),
             _ => println!("absent"),
         },
+        ClientOp::Scan { pattern, kind, count } => scan(one, pattern, kind, count)?,
         ClientOp::Status { json } => status(&addrs, (who.clone(), tls.clone()), json)?,
         ClientOp::Load(l) => load(&addrs, config, l)?,
         ClientOp::AddReplica { id, client_addr, peer_addr } => {
@@ -713,6 +728,34 @@ pub fn client(args: ClientArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Prints every key `SCAN` finds, following its cursor to the end.
+fn scan(
+    one: impl Fn(KvOp) -> Result<KvReply>,
+    pattern: Option<String>,
+    kind: Option<String>,
+    count: u64,
+) -> Result<()> {
+    use std::io::Write;
+    let (pattern, kind) = (pattern.map(String::into_bytes), kind.map(String::into_bytes));
+    let mut out = std::io::stdout().lock();
+    let mut cursor = 0u64;
+    loop {
+        let op = KvOp::Scan { cursor, pattern: pattern.clone(), count, kind: kind.clone() };
+        let KvReply::Values(values) = one(op)? else { bail!("the cluster answered SCAN with something else") };
+        let mut values = values.into_iter().flatten();
+        let next = values.next().and_then(|c| String::from_utf8(c).ok()?.parse().ok());
+        let Some(next) = next else { bail!("the cluster answered SCAN without a cursor") };
+        for key in values {
+            out.write_all(&key)?;
+            out.write_all(b"\n")?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
 }
 
 /// Switches replica `replica`'s scheduler as `change` says.

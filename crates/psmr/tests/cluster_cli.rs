@@ -176,6 +176,16 @@ fn a_cluster_serves_clients_and_refuses_a_replica_that_lost_its_memory() {
     assert!(text(&missing.stderr).contains("key 8 not found"));
     assert_eq!(text(&cluster.client(&["delete", "7"]).stdout).trim(), "deleted");
     assert_eq!(text(&cluster.client(&["delete", "7"]).stdout).trim(), "absent");
+    for key in ["user:ada", "user:bob", "users"] {
+        assert!(cluster.client(&["put", key, "x"]).status.success());
+    }
+    let o = cluster.client(&["scan", "--match", "user:*", "--count", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut keys: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
+    keys.sort();
+    assert_eq!(keys, ["user:ada", "user:bob"], "every matching key once, whatever the cursor's steps");
+    let o = cluster.client(&["scan", "--type", "hash"]);
+    assert_eq!(text(&o.stdout), "", "no hash");
 
     // Every replica reaches the same state.
     let deadline = Instant::now() + Duration::from_secs(20);
