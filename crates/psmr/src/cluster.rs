@@ -88,13 +88,16 @@ pub fn replica(args: ReplicaArgs) -> Result<()> {
     if let Some(file) = &args.restore_from {
         restore(&config, args.id, file)?;
     }
-    let replica = launch::start_replica(&config, args.id, args.peer_listen)?;
     // SIGTERM and SIGINT stop the replica cleanly: its threads finish and
     // its log files close whole, so that the restart finds nothing to cut.
     // SIGHUP reloads its certificates (rotated files), as daemons reload.
+    // The handlers go in before the replica starts (and says so): a signal
+    // sent the moment it has started waits for them instead of killing
+    // the process by the signal's default action.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("cannot handle SIGTERM, SIGINT and SIGHUP")?;
     let signals_handle = signals.handle();
+    let replica = launch::start_replica(&config, args.id, args.peer_listen)?;
     println!("replica {} listening on {} pid {}", args.id, replica.client_addr(), std::process::id());
     let waited = std::thread::scope(|scope| {
         let replica = &replica;
