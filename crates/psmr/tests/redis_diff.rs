@@ -90,6 +90,7 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Conn::open(addr).is_err() {
             assert!(Instant::now() < deadline, "redis-server did not listen on {addr}");
+            // Paces the poll; its listening is what is waited for.
             std::thread::sleep(Duration::from_millis(20));
         }
         Self { child, addr, _dir: dir }

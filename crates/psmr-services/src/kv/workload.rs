@@ -212,26 +212,36 @@ fn crud_op(p: &mut Pick<'_>) -> KvOp {
 fn redis_op(p: &mut Pick<'_>) -> KvOp {
     let key = p.key();
     if p.read {
-        return match p.draws.rng.gen_range(0..13) {
-            12 => KvOp::Sorted { key, cmd: zset_read(p) },
-            0 => KvOp::Read { key },
-            9 => KvOp::Ttl { key, ms: p.draws.rng.gen(), absolute: p.draws.rng.gen() },
-            10 => KvOp::GetRange { key, start: index(p), end: index(p) },
-            11 => KvOp::Encoding { key },
-            1 => KvOp::Strlen { key },
-            2 => KvOp::MGet { keys: p.keys() },
-            3 => KvOp::Exists { keys: p.keys() },
-            4 => KvOp::Type { key },
-            5 => KvOp::Hash { key, cmd: hash_read(p) },
-            6 => KvOp::List { key, cmd: list_read(p) },
-            7 => KvOp::Members { key, cmd: set_read(p) },
-            _ => KvOp::Combine { how: combination(p), keys: p.keys(), store: None },
-        };
+        return redis_read(p, key);
     }
     let whole_store = p.model == KvModel::ReadersWriters && p.draws.rng.gen_range(0..50) == 0;
     if whole_store {
         return whole(p);
     }
+    redis_write(p, key)
+}
+
+/// A Redis read of `key` (and keys of its shard).
+fn redis_read(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
+    match p.draws.rng.gen_range(0..13) {
+        12 => KvOp::Sorted { key, cmd: zset_read(p) },
+        0 => KvOp::Read { key },
+        9 => KvOp::Ttl { key, ms: p.draws.rng.gen(), absolute: p.draws.rng.gen() },
+        10 => KvOp::GetRange { key, start: index(p), end: index(p) },
+        11 => KvOp::Encoding { key },
+        1 => KvOp::Strlen { key },
+        2 => KvOp::MGet { keys: p.keys() },
+        3 => KvOp::Exists { keys: p.keys() },
+        4 => KvOp::Type { key },
+        5 => KvOp::Hash { key, cmd: hash_read(p) },
+        6 => KvOp::List { key, cmd: list_read(p) },
+        7 => KvOp::Members { key, cmd: set_read(p) },
+        _ => KvOp::Combine { how: combination(p), keys: p.keys(), store: None },
+    }
+}
+
+/// A Redis write of `key` (and keys of its shard).
+fn redis_write(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
     match p.draws.rng.gen_range(0..31) {
         28 | 29 => KvOp::Sorted { key, cmd: zset_write(p) },
         30 => {
