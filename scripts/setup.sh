@@ -29,6 +29,7 @@ done
 # the Redis port is compared with, reply for reply (its service is neither
 # started nor enabled: the test starts its own). util-linux (mount, umount,
 # taskset) puts the nemesis's replicas on small disks and the CPU tests'
-# replica under an affinity mask.
+# replica under an affinity mask. faketime (libfaketime) gives the
+# nemesis's replicas wall clocks of their own to move.
 . "$(dirname "$0")/apt-lib.sh"
-apt_install libclang-dev g++ redis-tools redis-server util-linux
+apt_install libclang-dev g++ redis-tools redis-server util-linux faketime

@@ -24,6 +24,7 @@
 
 use crate::report::Event;
 use crate::scenario::Point;
+use psmr_harness::clock::Clocks;
 use psmr_harness::disk::SmallDisks;
 use psmr_harness::history::Operation;
 use psmr_harness::launch::ProcessCluster;
@@ -63,6 +64,15 @@ pub enum FaultsError {
         /// The point's name.
         point: String,
     },
+    /// The clock fault's probe sets keys with TTLs, which only the kv
+    /// store has.
+    #[error("point {point}: the clock nemesis checks expiry with keys of the kv store; service={service} has none")]
+    ClockNeedsKv {
+        /// The point's name.
+        point: String,
+        /// Its service.
+        service: String,
+    },
 }
 
 /// The faults to inject into every point.
@@ -101,6 +111,9 @@ impl Faults {
         if !self.nemesis.is_empty() && p.client_tls {
             return Err(FaultsError::NemesisTls { point: point.name() });
         }
+        if self.nemesis.contains(&Kind::Clock) && p.service != "kv" {
+            return Err(FaultsError::ClockNeedsKv { point: point.name(), service: p.service.clone() });
+        }
         match self.kill_replica {
             Some((id, _)) if id == 0 || id > p.replicas => {
                 Err(FaultsError::NoSuchReplica { id, point: point.name(), replicas: p.replicas })
@@ -111,13 +124,15 @@ impl Faults {
 }
 
 /// The nemesis of a run: the links of a relayed cluster, its replicas,
-/// their small disks if they have them, and the faults drawn for them
-/// ([`psmr_harness::nemesis::schedule`]).
+/// their small disks and clocks if they have them, and the faults drawn
+/// for them ([`psmr_harness::nemesis::schedule`]).
 pub struct Nemesis<'a> {
     /// The relays' links.
     pub links: &'a Links,
     /// The replicas' small disks (`disk-full`).
     pub disks: Option<&'a SmallDisks>,
+    /// The replicas' clocks (`clock`).
+    pub clocks: Option<&'a Clocks>,
     /// The replicas' ids.
     pub replicas: Vec<u64>,
     /// The faults, times after the load's start.
@@ -139,7 +154,8 @@ pub fn during<T>(
     std::thread::scope(|scope| {
         let injector = kills.any().then(|| scope.spawn(|| inject(cluster, &kills, start, &stop)));
         let hurting = nemesis.as_ref().map(|n| {
-            let (victims, stop) = (Victims { cluster, links: n.links, disks: n.disks, replicas: &n.replicas }, &stop);
+            let victims = Victims { cluster, links: n.links, disks: n.disks, clocks: n.clocks, replicas: &n.replicas };
+            let stop = &stop;
             scope.spawn(move || nemesis::run(&victims, &n.drawn, (start, stop)))
         });
         let result = work();
@@ -216,6 +232,9 @@ pub fn nemesis_failures(kinds: &[Kind], events: &[Event], judgement: Option<&ver
             }
             if j.converged_ms.is_none() {
                 out.push(format!("the replicas did not converge: {}", j.replicas.join(", ")));
+            }
+            if let Some(expiry) = &j.expiry {
+                out.extend(expiry.violations.iter().map(|v| format!("expiry: {v}")));
             }
         }
     }
@@ -383,6 +402,7 @@ mod tests {
             linearizable: "yes".into(),
             converged_ms: Some(5),
             replicas: Vec::new(),
+            expiry: Some(Default::default()),
         };
         let kinds = [Kind::Pause, Kind::Kill];
         let both = [heal("pause", None), heal("kill", None)];
@@ -394,8 +414,11 @@ mod tests {
             lost: vec!["key \"1\": gone".into()],
             linearizable: "no: key \"1\"".into(),
             converged_ms: None,
-            ..good
+            ..good.clone()
         };
         assert_eq!(nemesis_failures(&kinds, &both, Some(&bad)).len(), 3);
+        let expiry = psmr_harness::clock::TtlReport { violations: vec!["k gone early".into()], ..Default::default() };
+        let early = verdict::Judgement { expiry: Some(expiry), ..good };
+        assert_eq!(nemesis_failures(&kinds, &both, Some(&early)), ["expiry: k gone early"]);
     }
 }

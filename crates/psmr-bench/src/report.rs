@@ -854,6 +854,21 @@ fn judgement_section(points: &[PointResult]) -> String {
         for line in j.lost.iter().take(10) {
             let _ = writeln!(s, "\n- {}: {line}", p.name);
         }
+        if let Some(e) = &j.expiry {
+            let _ = writeln!(
+                s,
+                "\n- {}: expiry under moving clocks: {} keys set with TTLs, {} reads, {} seen expired, {} requests failed; {} violations",
+                p.name,
+                e.keys,
+                e.reads,
+                e.expired,
+                e.failed,
+                e.violations.len()
+            );
+            for v in e.violations.iter().take(10) {
+                let _ = writeln!(s, "  - {v}");
+            }
+        }
     }
     s
 }

@@ -26,9 +26,10 @@ use crate::report::{Event, Percentiles, PointResult};
 use crate::scenario::{self, Params, Point, Scenario, ScenarioError, Sweep, CLUSTER_KEYS};
 use hdrhistogram::Histogram;
 use psmr_client::ClientConfig;
+use psmr_harness::clock::{self, Clocks, TtlReport};
 use psmr_harness::disk::{self, SmallDisks};
 use psmr_harness::history::{self, MAX_STATES_DEFAULT};
-use psmr_harness::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster};
+use psmr_harness::launch::{self, ClusterDir, ClusterSpec, LaunchError, ProcessCluster, Spawn};
 use psmr_harness::load::{self, CpuSource, LoadError, LoadResult, LoadSpec, Ops};
 use psmr_harness::nemesis::{self, Kind};
 use psmr_harness::relay::Relays;
@@ -41,6 +42,7 @@ use psmr_services::{Cost, Mix, ServiceConfig, WorkloadConfig, WorkloadError};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 use thiserror::Error;
@@ -372,8 +374,13 @@ impl Runner {
             false => None,
         };
         let relays = hurt.then(|| Relays::new(&config.replicas)).transpose().map_err(RunError::Relays)?;
-        let listen = relays.as_ref().map(Relays::listen).unwrap_or_default();
-        let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(logs), listen)?;
+        let peer_listen = relays.as_ref().map(Relays::listen).unwrap_or_default();
+        let clocks = match self.faults.nemesis.contains(&Kind::Clock) {
+            true => Some(Clocks::new(&dir.path().join("clocks")).map_err(LaunchError::from)?),
+            false => None,
+        };
+        let spawn = Spawn { logs: Some(logs.to_path_buf()), peer_listen, clocks: clocks.clone() };
+        let mut cluster = ProcessCluster::start_with(exe, (&file, &config), spawn)?;
         cluster.wait_ready(READY_TIMEOUT)?;
         let addrs = cluster.addrs().to_vec();
         // The load runs as the data user where the cluster has users.
@@ -383,13 +390,21 @@ impl Runner {
         let nemesis = relays.as_ref().map(|r| {
             let plan = nemesis::Plan::new(self.faults.nemesis.clone(), self.seed);
             let drawn = nemesis::schedule(&plan, &ids, spec.warmup + spec.duration);
-            faults::Nemesis { links: r.links(), disks: disks.as_ref(), replicas: ids.clone(), drawn }
+            faults::Nemesis {
+                links: r.links(),
+                disks: disks.as_ref(),
+                clocks: clocks.as_ref(),
+                replicas: ids.clone(),
+                drawn,
+            }
         });
         let client =
             || ClientConfig { credentials: user.clone(), tls: tls.clone(), ..ClientConfig::new(addrs.clone()) };
         let (result, events, windows) = faults::during(&cluster, &self.faults, nemesis, || {
-            load::run_with_cpu(&addrs, client, spec, &CpuSource::Local)
+            let probe = clocks.as_ref().map(|_| client());
+            with_expiry_probe(probe, self.seed, || load::run_with_cpu(&addrs, client, spec, &CpuSource::Local))
         });
+        let (result, expiry) = result;
         let result = result?;
         let history = match (hurt, &spec.history) {
             (true, Some(file)) => read_history(file)?,
@@ -397,10 +412,11 @@ impl Runner {
         };
         let events = faults::with_windows(events, windows, &result.completed, &history);
         let judgement = match hurt {
-            true => Some(
-                verdict::judge((&addrs, user.as_ref()), history, MAX_STATES_DEFAULT, SETTLE)
-                    .map_err(|e| RunError::Judge(e.to_string()))?,
-            ),
+            true => Some(Judgement {
+                expiry,
+                ..verdict::judge((&addrs, user.as_ref()), history, MAX_STATES_DEFAULT, SETTLE)
+                    .map_err(|e| RunError::Judge(e.to_string()))?
+            }),
             false => None,
         };
         let running = running(&addrs, psmr_client::Access::new(Duration::from_secs(2), user).with_tls(tls));
@@ -412,6 +428,24 @@ impl Runner {
         let mapping = Some(config.scheduler.mapping);
         Ok((result, Local { events, mapping, running, judgement }))
     }
+}
+
+/// Runs `work` with the expiry probe ([`clock::probe_ttl`]) beside it
+/// through `client`, if given: what `work` returned and what the probe
+/// found.
+fn with_expiry_probe<T>(client: Option<ClientConfig>, seed: u64, work: impl FnOnce() -> T) -> (T, Option<TtlReport>) {
+    let Some(client) = client else { return (work(), None) };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let probe = s.spawn(|| clock::probe_ttl(client, seed, &stop));
+        let out = work();
+        stop.store(true, Ordering::SeqCst);
+        let report = probe.join().unwrap_or_else(|_| TtlReport {
+            violations: vec!["the expiry probe panicked".into()],
+            ..TtlReport::default()
+        });
+        (out, Some(report))
+    })
 }
 
 /// What a run of a local cluster adds to its load's result.

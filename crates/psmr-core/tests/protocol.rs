@@ -220,6 +220,55 @@ fn reads_skip_the_log_and_wait_for_their_index_to_be_applied() {
     assert_eq!(io.batches().len(), 0, "no entry for the read");
 }
 
+/// The times of the reads handed to the apply loop, in order.
+fn read_times(io: &Effects) -> Vec<u64> {
+    io.applied.iter().filter_map(|a| if let Apply::Reads(_, t) = a { Some(*t) } else { None }).collect()
+}
+
+#[test]
+fn reads_run_at_the_logs_time_which_a_clock_jumping_back_does_not_move() {
+    let config = config(1);
+    let (mut p, mut io) = replica(&config, 1);
+    lead(&mut p, &mut io);
+    let now = 1_700_000_000_000;
+    p.set_wall_clock(now);
+    let last = p.view().last_index;
+    p.set_applied(last);
+    p.set_applied_clock(last, 0);
+
+    // The log's time lags the clock: the read waits for an entry of no
+    // command, stamped now, and runs once it is applied.
+    p.request(read(7, 1, 0));
+    p.turn(0, &mut io).unwrap();
+    assert!(io.reads().is_empty(), "the read waits for the log's time");
+    let tick = p.view().last_index;
+    assert_eq!(tick, last + 1, "one entry proposed for it");
+    p.set_applied(tick);
+    p.turn(1, &mut io).unwrap();
+    assert!(io.reads().is_empty(), "until the apply loop says what time its clock reached");
+    let entry = io.applied.iter().rev().find_map(|a| match a {
+        Apply::Entries(e) => e.iter().find(|e| e.index == tick).cloned(),
+        _ => None,
+    });
+    let entry = entry.expect("the tick is committed");
+    let (stamp, commands) = entry_commands(&entry.data).unwrap();
+    assert_eq!((stamp.time_ms, commands.len()), (now, 0));
+    p.set_applied_clock(tick, now);
+    p.turn(2, &mut io).unwrap();
+    assert_eq!((io.reads(), read_times(&io)), (vec![7], vec![now]));
+
+    // The clock jumps 20 s back, then a little forward: reads run at the
+    // log's time, at once, and it does not go back.
+    for (wall, client) in [(now - 20_000, 8), (now + 50, 9)] {
+        p.set_wall_clock(wall);
+        p.request(read(client, 1, 0));
+        p.turn(3, &mut io).unwrap();
+        assert_eq!(p.view().last_index, tick, "no entry for a read while the log's time is recent");
+        assert_eq!(read_times(&io).last(), Some(&now), "read at {wall}");
+    }
+    assert_eq!(io.reads(), vec![7, 8, 9]);
+}
+
 #[test]
 fn a_read_after_its_clients_waiting_write_goes_through_the_log_with_it() {
     let config = Config { batch_delay_us: 1_000_000, pipeline: 1, ..config(1) };

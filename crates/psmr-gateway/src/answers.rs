@@ -32,6 +32,15 @@ pub(crate) enum Step<Op> {
     Local(Reply),
     /// Submitted to the cluster, with its encoding.
     Execute(Op, Vec<u8>),
+    /// A watched transaction's `EXEC`: one operation, with its encoding,
+    /// whose reply is the array of the queued commands' replies; the
+    /// replies of the commands answered here go into it at their places
+    /// (see `crate::watch`).
+    Exec(Op, Vec<u8>, Vec<(usize, Reply)>),
+    /// `WATCH`: the operation that reads the keys' versions, with its
+    /// encoding, and the keys (never among a batch's [`Answers`]: it is a
+    /// batch of its own, see `crate::watch`).
+    Watch(Op, Vec<u8>, Vec<bytes::Bytes>),
     /// Changes the protocol version, then answers.
     Hello(Version, Reply),
     /// Answers, then closes.
@@ -55,7 +64,10 @@ impl<Op> Step<Op> {
     /// Operations and their bytes.
     pub(crate) fn load(&self) -> (usize, usize) {
         match self {
-            Step::Execute(_, encoded) | Step::Wait(_, encoded, _) => (1, encoded.len()),
+            Step::Execute(_, encoded)
+            | Step::Exec(_, encoded, _)
+            | Step::Watch(_, encoded, _)
+            | Step::Wait(_, encoded, _) => (1, encoded.len()),
             Step::Transaction(steps) => steps.iter().map(Step::load).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
             _ => (0, 0),
         }
@@ -116,7 +128,7 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
     /// Encodes the steps answered here, up to the next operation's.
     fn locals(&mut self) {
         while let Some(step) = self.steps.as_slice().first() {
-            if matches!(step, Step::Execute(..)) {
+            if matches!(step, Step::Execute(..) | Step::Exec(..)) {
                 return;
             }
             let reply = match self.steps.next() {
@@ -164,7 +176,7 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
         loop {
             self.locals();
             match self.steps.next() {
-                Some(Step::Execute(..)) => {
+                Some(Step::Execute(..) | Step::Exec(..)) => {
                     let why = why.unwrap_or("no outcome for the command");
                     Reply::error(format!("ERR {why}")).encode(*self.version, &mut self.out);
                 }
@@ -184,10 +196,13 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
 impl<Op: Send, R: Replier<Op>> Deliver for Answers<'_, Op, R> {
     async fn deliver(&mut self, outcome: Outcome) {
         self.locals();
-        if let Some(Step::Execute(op, _)) = self.steps.next() {
-            if self.broken.is_none() {
-                self.replier.reply(&op, outcome).encode(*self.version, &mut self.out);
-            }
+        let reply = match self.steps.next() {
+            Some(Step::Execute(op, _)) => Some(self.replier.reply(&op, outcome)),
+            Some(Step::Exec(op, _, locals)) => Some(crate::watch::splice(self.replier.reply(&op, outcome), locals)),
+            _ => None,
+        };
+        if let (Some(reply), None) = (reply, &self.broken) {
+            reply.encode(*self.version, &mut self.out);
         }
         self.write(false).await;
     }

@@ -42,6 +42,7 @@ mod answers;
 mod auth;
 mod multi;
 mod wait;
+mod watch;
 
 use answers::{Answers, Replier, Step};
 pub use auth::{Auth, HandshakeFailed, Refused};
@@ -261,6 +262,8 @@ struct Connection<'g, A: App, C, S: Submit> {
     who: Option<Principal>,
     /// The transaction queued since `MULTI`, if any.
     multi: Option<multi::Transaction<A::Op>>,
+    /// The keys `WATCH`ed since the last `EXEC`, `DISCARD` or `UNWATCH`.
+    watched: watch::Watched,
 }
 
 impl<'g, A, C, S> Connection<'g, A, C, S>
@@ -285,6 +288,7 @@ where
             peer,
             who: gateway.auth.gate.anonymous(),
             multi: None,
+            watched: watch::Watched::default(),
         })
     }
 
@@ -342,12 +346,13 @@ where
                     continue;
                 }
                 // A waiting command is a batch of its own: the commands
-                // after it wait for it, as in Redis.
-                Step::Wait(..) if !steps.is_empty() => {
+                // after it wait for it, as in Redis. So is a `WATCH`: the
+                // commands after it need its versions.
+                Step::Wait(..) | Step::Watch(..) if !steps.is_empty() => {
                     self.carried = Some(step);
                     break;
                 }
-                step @ Step::Wait(..) => {
+                step @ (Step::Wait(..) | Step::Watch(..)) => {
                     steps.push(step);
                     break;
                 }
@@ -421,14 +426,20 @@ where
                 Err(refusal) => Step::Local(refusal),
             },
             multi::Control::Exec => match self.multi.take() {
-                Some(transaction) => transaction.exec(),
+                Some(transaction) => self.exec_step(transaction),
                 None => Step::Local(Reply::error("ERR EXEC without MULTI")),
             },
             multi::Control::Discard => {
                 self.multi = None;
+                self.unwatch();
                 Step::Local(Reply::ok())
             }
             multi::Control::Answer(reply) => Step::Local(reply),
+            multi::Control::Watch => self.watch_step(&request.args),
+            multi::Control::Unwatch => {
+                self.unwatch();
+                Step::Local(Reply::ok())
+            }
             multi::Control::Other => {
                 let step = self.command(request, name);
                 match &mut self.multi {
@@ -461,6 +472,9 @@ where
             },
             "ECHO" if args.len() == 2 => Step::Local(Reply::bulk(args[1].clone())),
             "ECHO" => Step::Local(psmr_resp::wrong_arity("echo")),
+            // Only inside a transaction (`multi::control` takes it
+            // outside): queued, and answered in its place.
+            "UNWATCH" => Step::Local(Reply::ok()),
             "SELECT" => Step::Local(select(args)),
             "CLIENT" => Step::Local(self.client_command(args)),
             "COMMAND" => Step::Local(command_info(args)),
@@ -603,9 +617,11 @@ where
     /// every reply in order as it comes; Ok(true) when the client asked to
     /// quit.
     async fn execute(&mut self, mut steps: Vec<Step<C::Op>>) -> Result<bool, String> {
-        if let [Step::Wait(..)] = steps.as_slice() {
-            let Some(Step::Wait(op, encoded, timeout)) = steps.pop() else { unreachable!("matched") };
-            return self.wait(op, encoded, timeout).await;
+        match steps.pop() {
+            Some(Step::Wait(op, encoded, timeout)) if steps.is_empty() => return self.wait(op, encoded, timeout).await,
+            Some(Step::Watch(op, encoded, keys)) if steps.is_empty() => return self.watch(op, encoded, keys).await,
+            Some(step) => steps.push(step),
+            None => {}
         }
         let login = match steps.last() {
             Some(Step::Auth(_)) => steps.pop(),
@@ -622,7 +638,10 @@ where
     async fn submit(&mut self, mut steps: Vec<Step<C::Op>>) -> Result<bool, String> {
         let encoded: Vec<Vec<u8>> = steps
             .iter_mut()
-            .filter_map(|s| if let Step::Execute(_, e) = s { Some(std::mem::take(e)) } else { None })
+            .filter_map(|s| match s {
+                Step::Execute(_, e) | Step::Exec(_, e, _) => Some(std::mem::take(e)),
+                _ => None,
+            })
             .collect();
         let gateway = self.gateway;
         let (stall, held) = (gateway.limits.idle_timeout, gateway.held.clone());

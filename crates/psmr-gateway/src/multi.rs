@@ -14,8 +14,8 @@
 //! commands (`batch_max_commands`, `batch_max_bytes`): one more is refused
 //! while it is queued, not at `EXEC`.
 //!
-//! `WATCH` is refused (no key versions to compare yet); `UNWATCH` has
-//! nothing to forget.
+//! `WATCH` keys and an `EXEC` runs as one conditional operation instead
+//! (`crate::watch`).
 
 use crate::answers::Step;
 use psmr_resp::Reply;
@@ -44,6 +44,11 @@ pub(crate) enum Control {
     Discard,
     /// Answered at once, whether or not one is queued.
     Answer(Reply),
+    /// Reads the versions of keys (outside a transaction).
+    Watch,
+    /// Forgets the watched keys (outside a transaction; inside one it is
+    /// queued, as Redis queues it, and answers `+OK` in its place).
+    Unwatch,
     /// Any other command: queued if a transaction is open.
     Other,
 }
@@ -62,11 +67,10 @@ pub(crate) fn control(name: &str, args: usize, open: bool) -> Control {
         ("DISCARD", false) => Control::Answer(Reply::error("ERR DISCARD without MULTI")),
         ("WATCH", true) => Control::Answer(Reply::error("ERR WATCH inside MULTI is not allowed")),
         ("WATCH", false) if args < 2 => arity("watch"),
-        ("WATCH", false) => Control::Answer(Reply::error(
-            "ERR WATCH is not supported by psmr yet: MULTI/EXEC transactions run whole, in the log's order",
-        )),
+        ("WATCH", false) => Control::Watch,
         ("UNWATCH", _) if args != 1 => arity("unwatch"),
-        ("UNWATCH", _) => Control::Answer(Reply::ok()),
+        ("UNWATCH", false) => Control::Unwatch,
+        ("UNWATCH", true) => Control::Other,
         _ => Control::Other,
     }
 }
@@ -100,11 +104,11 @@ impl<Op> Transaction<Op> {
         reply
     }
 
-    /// What `EXEC` runs: the queued steps, or the abort.
-    pub(crate) fn exec(self) -> Step<Op> {
+    /// What `EXEC` runs: the queued steps, or the abort's reply.
+    pub(crate) fn into_steps(self) -> Result<Vec<Step<Op>>, Reply> {
         match self.failed {
-            true => Step::Local(Reply::error("EXECABORT Transaction discarded because of previous errors.")),
-            false => Step::Transaction(self.steps),
+            true => Err(Reply::error("EXECABORT Transaction discarded because of previous errors.")),
+            false => Ok(self.steps),
         }
     }
 }
@@ -114,10 +118,7 @@ mod tests {
     use super::*;
 
     fn exec(t: Transaction<u8>) -> Option<Vec<Step<u8>>> {
-        match t.exec() {
-            Step::Transaction(steps) => Some(steps),
-            _ => None,
-        }
+        t.into_steps().ok()
     }
 
     #[test]
@@ -142,7 +143,7 @@ mod tests {
         let mut t = Transaction::<u8>::default();
         let refused = t.queue(Step::Local(Reply::error("NOPERM no")), 3, 8);
         assert_eq!(refused, Reply::error("NOPERM no"));
-        assert!(matches!(t.exec(), Step::Local(Reply::Error(e)) if e.starts_with("EXECABORT")));
+        assert!(matches!(t.into_steps(), Err(Reply::Error(e)) if e.starts_with("EXECABORT")));
     }
 
     #[test]
@@ -152,7 +153,11 @@ mod tests {
         assert!(matches!(control("EXEC", 1, false), Control::Answer(Reply::Error(e)) if e.contains("without MULTI")));
         assert!(matches!(control("EXEC", 2, true), Control::Answer(Reply::Error(e)) if e.contains("wrong number")));
         assert!(matches!(control("DISCARD", 1, true), Control::Discard));
-        assert!(matches!(control("UNWATCH", 1, true), Control::Answer(Reply::Simple(_))));
+        assert!(matches!(control("UNWATCH", 1, true), Control::Other));
+        assert!(matches!(control("UNWATCH", 1, false), Control::Unwatch));
+        assert!(matches!(control("WATCH", 2, false), Control::Watch));
+        assert!(matches!(control("WATCH", 1, false), Control::Answer(Reply::Error(e)) if e.contains("wrong number")));
+        assert!(matches!(control("WATCH", 2, true), Control::Answer(Reply::Error(e)) if e.contains("inside MULTI")));
         assert!(matches!(control("GET", 2, true), Control::Other));
     }
 }

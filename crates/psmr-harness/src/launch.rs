@@ -24,6 +24,7 @@
 //! # Ok::<(), psmr_harness::launch::LaunchError>(())
 //! ```
 
+use crate::clock::Clocks;
 use crate::probe::Probe;
 use psmr_client::ClientError;
 use psmr_core::config::{ClientTls, PeerTls};
@@ -92,6 +93,9 @@ pub enum LaunchError {
     /// The cluster's users cannot be made.
     #[error("cannot make the cluster's users: {0}")]
     Users(#[from] psmr_auth::AuthError),
+    /// The replicas' own clocks cannot be given.
+    #[error(transparent)]
+    Clock(#[from] crate::clock::ClockError),
     /// A file, directory, port or process operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -510,6 +514,22 @@ pub struct ProcessCluster {
     peer_listen: BTreeMap<u64, SocketAddr>,
     /// TLS to the client ports, if they are in TLS.
     tls: Option<psmr_client::Connector>,
+    /// The replicas' own clocks, if they run on them.
+    clocks: Option<Clocks>,
+}
+
+/// How [`ProcessCluster::start_with`] starts replicas, besides their
+/// configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Spawn {
+    /// Where each replica's stderr goes (`replica-N.log`, appended), and
+    /// its stdout nowhere; `None`: both inherited.
+    pub logs: Option<PathBuf>,
+    /// Where replicas behind a relay listen for their peers, each behind a
+    /// relay at its configured address ([`crate::relay::Relays`]).
+    pub peer_listen: BTreeMap<u64, SocketAddr>,
+    /// Clocks of their own that the nemesis moves, if any.
+    pub clocks: Option<Clocks>,
 }
 
 impl ProcessCluster {
@@ -529,6 +549,16 @@ impl ProcessCluster {
         logs: Option<&Path>,
         peer_listen: BTreeMap<u64, SocketAddr>,
     ) -> Result<Self, LaunchError> {
+        let spawn = Spawn { logs: logs.map(Path::to_path_buf), peer_listen, clocks: None };
+        Self::start_with(exe, (config_file, config), spawn)
+    }
+
+    /// As [`ProcessCluster::start`], the replicas started as `spawn` says.
+    pub fn start_with(
+        exe: &Path,
+        (config_file, config): (&Path, &Config),
+        Spawn { logs, peer_listen, clocks }: Spawn,
+    ) -> Result<Self, LaunchError> {
         let tls = client_connector(config)?;
         let mut cluster = ProcessCluster {
             tls,
@@ -536,10 +566,11 @@ impl ProcessCluster {
             addrs: config.replicas.iter().map(|m| m.client).collect(),
             config_file: config_file.to_path_buf(),
             exe: exe.to_path_buf(),
-            logs: logs.map(Path::to_path_buf),
+            logs,
             killed: Vec::new(),
             joined: Vec::new(),
             peer_listen,
+            clocks,
         };
         for m in &config.replicas {
             // On error the cluster is dropped, which stops those started.
@@ -557,6 +588,9 @@ impl ProcessCluster {
         }
         if let Some(addr) = self.peer_listen.get(&id) {
             command.arg("--peer-listen").arg(addr.to_string());
+        }
+        if let Some(clocks) = &self.clocks {
+            command.envs(clocks.env(id)?);
         }
         if let Some(dir) = &self.logs {
             std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;

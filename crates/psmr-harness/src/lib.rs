@@ -27,6 +27,8 @@
 //! histories alone.
 
 #[cfg(feature = "clusters")]
+pub mod clock;
+#[cfg(feature = "clusters")]
 pub mod cpu;
 #[cfg(feature = "clusters")]
 pub mod disk;

@@ -2,7 +2,8 @@
 //! on a schedule drawn from a seed, as Jepsen's nemesis does. The links
 //! between replicas are cut, stalled, reset and slowed through their
 //! relays ([`crate::relay`]); processes are paused with SIGSTOP and killed
-//! with SIGKILL; a replica's disk fills up ([`crate::disk`]).
+//! with SIGKILL; a replica's disk fills up ([`crate::disk`]); a replica's
+//! wall clock jumps ([`crate::clock`]).
 //!
 //! [`schedule`] draws the faults (pure: the same seed and replicas give the
 //! same schedule, so a run that found a violation replays) in one or more
@@ -12,6 +13,7 @@
 //! every fault for the report, with how long the replicas took to catch
 //! up after its heal.
 
+use crate::clock::Clocks;
 use crate::disk::SmallDisks;
 use crate::launch::ProcessCluster;
 use crate::probe::Probe;
@@ -53,12 +55,16 @@ pub enum Kind {
     /// stops on its next write, and is emptied and restarted at the heal
     /// (disk storage on [`SmallDisks`] only).
     DiskFull,
+    /// One replica's (or the leader's) wall clock jumps seconds forward
+    /// or back, and back to the true time at the heal (replicas on
+    /// [`Clocks`] only).
+    Clock,
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 7] =
-        [Kind::Partition, Kind::OneWay, Kind::Reset, Kind::Delay, Kind::Pause, Kind::Kill, Kind::DiskFull];
+    pub const ALL: [Kind; 8] =
+        [Kind::Partition, Kind::OneWay, Kind::Reset, Kind::Delay, Kind::Pause, Kind::Kill, Kind::DiskFull, Kind::Clock];
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -70,6 +76,7 @@ impl Kind {
             Kind::Pause => "pause",
             Kind::Kill => "kill",
             Kind::DiskFull => "disk-full",
+            Kind::Clock => "clock",
         }
     }
 
@@ -88,7 +95,7 @@ impl fmt::Display for Kind {
 
 /// A list of kinds that does not parse.
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown nemesis {0:?} (known: all, partition, one-way, reset, delay, pause, kill, disk-full)")]
+#[error("unknown nemesis {0:?} (known: all, partition, one-way, reset, delay, pause, kill, disk-full, clock)")]
 pub struct UnknownKind(pub String);
 
 /// Parses `all` or a comma-separated list of kinds.
@@ -158,6 +165,9 @@ pub enum Step {
     Kill(Target),
     /// A replica's disk filled, emptied at the heal.
     FillDisk(Target),
+    /// A replica's wall clock this many seconds off, true again at the
+    /// heal.
+    Clock(Target, i64),
 }
 
 impl Step {
@@ -171,6 +181,7 @@ impl Step {
             Step::Pause(_) => Kind::Pause,
             Step::Kill(_) => Kind::Kill,
             Step::FillDisk(_) => Kind::DiskFull,
+            Step::Clock(..) => Kind::Clock,
         }
     }
 }
@@ -275,6 +286,12 @@ fn draw(rng: &mut ChaCha8Rng, kind: Kind, replicas: &[u64]) -> Step {
         Kind::Pause => Step::Pause(target(rng)),
         Kind::Kill => Step::Kill(target(rng)),
         Kind::DiskFull => Step::FillDisk(target(rng)),
+        // Forward or back by 1 to 30 s: far past an election timeout and
+        // a TTL, the size of the jumps a misconfigured NTP makes.
+        Kind::Clock => {
+            let jump = rng.gen_range(1..=30i64);
+            Step::Clock(target(rng), if rng.gen_bool(0.5) { jump } else { -jump })
+        }
     }
 }
 
@@ -346,6 +363,8 @@ pub struct Victims<'a> {
     pub links: &'a Links,
     /// Its replicas' disks, for `disk-full`.
     pub disks: Option<&'a SmallDisks>,
+    /// Its replicas' clocks, for `clock`.
+    pub clocks: Option<&'a Clocks>,
     /// Its replicas' ids.
     pub replicas: &'a [u64],
 }
@@ -415,6 +434,7 @@ enum Undo {
     Resume(u64),
     Restart(u64),
     Empty(u64),
+    Clock(u64),
 }
 
 struct Applied {
@@ -483,9 +503,11 @@ fn apply(
             }
             applied(format!("delay {id} by {ms} ms"), Undo::Links)
         }
-        Step::Pause(t) | Step::Kill(t) | Step::FillDisk(t) => {
+        // One fault at a time pauses, kills, fills or moves the clock of
+        // a replica.
+        Step::Pause(t) | Step::Kill(t) | Step::FillDisk(t) | Step::Clock(t, _) => {
             let (id, who) = take(busy, resolve(*t)?, replicas, leader)?;
-            let done = hurt(cluster, victims.disks, step, id)
+            let done = hurt(cluster, victims, step, id)
                 .map(|(verb, undo)| Applied { what: format!("{verb} {id}{who}"), undo });
             if done.is_err() {
                 release(busy, id);
@@ -523,21 +545,24 @@ fn release(busy: &Mutex<BTreeSet<u64>>, id: u64) {
     busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
 }
 
-/// Pauses, kills or fills the disk of replica `id`: what it did and what
-/// its heal undoes.
-fn hurt(
-    cluster: &mut ProcessCluster,
-    disks: Option<&SmallDisks>,
-    step: &Step,
-    id: u64,
-) -> Result<(&'static str, Undo), String> {
+/// Pauses, kills, fills the disk of or moves the clock of replica `id`:
+/// what it did and what its heal undoes.
+fn hurt(cluster: &mut ProcessCluster, victims: &Victims<'_>, step: &Step, id: u64) -> Result<(String, Undo), String> {
+    let done = |verb: &str, undo| (verb.to_string(), undo);
     match step {
-        Step::Pause(_) => cluster.signal(id, "STOP").map(|_| ("pause", Undo::Resume(id))).map_err(|e| e.to_string()),
-        Step::Kill(_) => cluster.kill(id).map(|_| ("kill", Undo::Restart(id))).map_err(|e| e.to_string()),
+        Step::Pause(_) => {
+            cluster.signal(id, "STOP").map(|_| done("pause", Undo::Resume(id))).map_err(|e| e.to_string())
+        }
+        Step::Kill(_) => cluster.kill(id).map(|_| done("kill", Undo::Restart(id))).map_err(|e| e.to_string()),
+        Step::Clock(_, offset) => {
+            let clocks = victims.clocks.ok_or("the replicas do not run on clocks of their own")?;
+            clocks.set(id, *offset).map_err(|e| e.to_string())?;
+            Ok((format!("move by {offset:+} s the clock of"), Undo::Clock(id)))
+        }
         _ => {
-            let disks = disks.ok_or("the replicas have no small disks to fill")?;
+            let disks = victims.disks.ok_or("the replicas have no small disks to fill")?;
             disks.fill(id).map_err(|e| format!("cannot fill the disk of {id}: {e}"))?;
-            Ok(("fill the disk of", Undo::Empty(id)))
+            Ok(done("fill the disk of", Undo::Empty(id)))
         }
     }
 }
@@ -577,6 +602,10 @@ fn heal(victims: &Victims<'_>, busy: &Mutex<BTreeSet<u64>>, owner: u64, undo: Un
         Undo::Resume(id) => (id, cluster.signal(id, "CONT").map(|_| String::new()).map_err(|e| e.to_string())),
         Undo::Restart(id) => (id, cluster.restart(id).map(|_| String::new()).map_err(|e| e.to_string())),
         Undo::Empty(id) => (id, refill(&mut cluster, victims.disks, id)),
+        Undo::Clock(id) => {
+            let clocks = victims.clocks.ok_or("no clocks")?;
+            (id, clocks.set(id, 0).map(|_| ": back on time".to_string()).map_err(|e| e.to_string()))
+        }
     };
     release(busy, done.0);
     done.1

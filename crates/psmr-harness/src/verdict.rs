@@ -50,12 +50,17 @@ pub struct Judgement {
     pub converged_ms: Option<u64>,
     /// Each replica's `id: applied digest` at the end.
     pub replicas: Vec<String>,
+    /// What the expiry probe found, in a run that moved clocks
+    /// ([`crate::clock::probe_ttl`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expiry: Option<crate::clock::TtlReport>,
 }
 
 impl Judgement {
     /// Nothing lost, linearizable, converged.
     pub fn passed(&self) -> bool {
-        self.lost.is_empty() && self.linearizable == "yes" && self.converged_ms.is_some()
+        let expiry_held = self.expiry.as_ref().map_or(true, |r| r.violations.is_empty());
+        self.lost.is_empty() && self.linearizable == "yes" && self.converged_ms.is_some() && expiry_held
     }
 }
 
@@ -84,7 +89,7 @@ pub fn judge(
         }
         Verdict::TooHard { key, states } => format!("undecided: key {key:?} after {states} states"),
     };
-    Ok(Judgement { operations, keys_read, lost, linearizable, converged_ms, replicas })
+    Ok(Judgement { operations, keys_read, lost, linearizable, converged_ms, replicas, expiry: None })
 }
 
 fn describe(op: &Operation) -> String {

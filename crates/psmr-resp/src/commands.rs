@@ -49,6 +49,33 @@ pub trait Commands: Send + Sync + 'static {
         false
     }
 
+    /// The operation that reads the versions of `keys` for `WATCH`, or
+    /// the reply that refuses it: by default every `WATCH` is refused (the
+    /// service keeps no versions). A service that has them also gives
+    /// [`Commands::versions`] and [`Commands::exec`].
+    fn watch(&self, keys: &[Bytes]) -> Result<Self::Op, Reply> {
+        let _ = keys;
+        Err(Reply::error("ERR WATCH is not supported by this service: its transactions run whole, in the log's order"))
+    }
+
+    /// The versions in `reply`, the outcome of a [`Commands::watch`]
+    /// operation, one per key (opaque numbers the service compares at
+    /// `EXEC`), or the reply to send instead.
+    fn versions(&self, reply: Self::Reply) -> Result<Vec<u64>, Reply> {
+        let _ = reply;
+        Err(Reply::error("ERR WATCH is not supported by this service"))
+    }
+
+    /// One operation that runs `ops` in order if each watched key is still
+    /// at the version [`Commands::versions`] gave for it, or the reply that
+    /// refuses the transaction. Its reply, through [`Commands::reply`], is
+    /// the array of the operations' replies, or Redis's nil array when a
+    /// watched key changed.
+    fn exec(&self, watched: Vec<(Bytes, u64)>, ops: Vec<Self::Op>) -> Result<Self::Op, Reply> {
+        let _ = (watched, ops);
+        Err(Reply::error("ERR WATCH is not supported by this service"))
+    }
+
     /// The reply of a waiting command whose time is up: Redis 7.0's nil
     /// array by default, which `BLPOP` and `BLMOVE` alike answer.
     fn timed_out(&self, op: &Self::Op) -> Reply {

@@ -164,7 +164,10 @@ impl App for KvApp {
     }
 
     fn privileged(&self, op: &kv::KvOp) -> bool {
-        matches!(op, kv::KvOp::FlushDb)
+        match op {
+            kv::KvOp::Exec { ops, .. } => ops.iter().any(|op| self.privileged(op)),
+            op => matches!(op, kv::KvOp::FlushDb),
+        }
     }
 
     fn sweep(&self, now_ms: u64) -> Option<kv::KvOp> {

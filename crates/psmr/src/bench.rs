@@ -88,12 +88,16 @@ pub struct BenchArgs {
     /// Faults against the replicas' processes, their disks and the links
     /// between them, on a schedule drawn from --seed: `all`, or a
     /// comma-separated list of partition, one-way, reset, delay, pause,
-    /// kill and disk-full; with several kinds, two faults may be under way
-    /// at once. Each replica gets a loopback address of its own
+    /// kill, disk-full and clock; with several kinds, two faults may be
+    /// under way at once. Each replica gets a loopback address of its own
     /// (127.0.0.11, ...) and a relay in front of its peer port that cuts,
     /// stalls, resets and delays its links; `disk-full` puts each
     /// replica's data on a tmpfs of its own (needs root) and fills one.
     /// `kill` and `disk-full` restart replicas, which needs disk storage.
+    /// `clock` runs each replica under libfaketime and moves one's wall
+    /// clock 1 to 30 s forward or back; a client then sets keys with TTLs
+    /// and reads them back with `TIME`, and the run fails if the log's
+    /// time goes back or a key expires before or lives past its deadline.
     /// The run records its history (logs/history.jsonl unless --history)
     /// and is judged at the end: a final read of every acknowledged key,
     /// linearizability, the replicas' digests. The report lists every

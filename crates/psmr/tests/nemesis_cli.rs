@@ -1,8 +1,8 @@
 //! `psmr bench --scenario nemesis` as CI runs it: a minute of faults of
-//! six kinds, two at a time, against a cluster of real replica processes
+//! seven kinds, two at a time, against a cluster of real replica processes
 //! under load; the run must inject every kind, lose no acknowledged write,
-//! stay linearizable and end with the replicas agreeing, and its report
-//! must say so.
+//! stay linearizable, keep expiry on the log's time while clocks jump and
+//! end with the replicas agreeing, and its report must say so.
 
 use psmr::harness::launch::ClusterDir;
 use std::path::Path;
@@ -13,7 +13,7 @@ fn a_minute_of_faults_injects_every_kind_and_the_run_passes_its_judgement() {
     let out = ClusterDir::scratch("psmr-nemesis-test-").unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_psmr"))
         .args(["bench", "--scenario", "nemesis", "--set", "duration_s=60"])
-        .args(["--nemesis", "partition,one-way,reset,pause,kill,disk-full", "--seed", "37"])
+        .args(["--nemesis", "partition,one-way,reset,pause,kill,disk-full,clock", "--seed", "37"])
         .arg("--out")
         .arg(out.path())
         .output()
@@ -21,7 +21,7 @@ fn a_minute_of_faults_injects_every_kind_and_the_run_passes_its_judgement() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "the nemesis run failed:\n{stderr}");
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
-    for kind in ["partition", "one-way", "reset", "pause", "kill", "disk-full"] {
+    for kind in ["partition", "one-way", "reset", "pause", "kill", "disk-full", "clock"] {
         assert!(report.contains(&format!("| heal {kind} of ")), "no {kind} healed:\n{report}");
     }
     let judgement = report.split("## Judgement").nth(1).expect("a judgement");
@@ -31,6 +31,10 @@ fn a_minute_of_faults_injects_every_kind_and_the_run_passes_its_judgement() {
     assert!(cells[2].parse::<u64>().unwrap() > 1000, "{row}");
     assert_eq!((cells[4], cells[5]), ("0", "yes"), "{row}");
     assert!(cells[6].parse::<u64>().is_ok(), "the replicas agreed: {row}");
+    let expiry = judgement.lines().find(|l| l.contains("expiry under moving clocks")).expect("the expiry probe's line");
+    assert!(expiry.ends_with("; 0 violations"), "{expiry}");
+    let expired: u64 = expiry.split(", ").find_map(|p| p.strip_suffix(" seen expired")?.parse().ok()).unwrap();
+    assert!(expired > 5, "keys expired under the probe's eyes: {expiry}");
     assert!(Path::new(&out.path().join("faults-0.svg")).exists());
 }
 

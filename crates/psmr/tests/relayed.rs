@@ -4,8 +4,9 @@
 //! taking it back once the links heal.
 
 use psmr::client::ServiceClient;
+use psmr::harness::clock::Clocks;
 use psmr::harness::disk::{SmallDisks, DISK_BYTES};
-use psmr::harness::launch::{ClusterDir, ClusterSpec, ProcessCluster};
+use psmr::harness::launch::{ClusterDir, ClusterSpec, ProcessCluster, Spawn};
 use psmr::harness::probe::Probe;
 use psmr::harness::relay::{Fault, Relays};
 use psmr::replica::Storage;
@@ -32,17 +33,18 @@ fn until(probe: &Probe, what: &str, ok: impl Fn(&[psmr::model::wire::ReplicaStat
 }
 
 /// A relayed cluster; dropped in order: the processes, the relays, the
-/// small disks, then the directory with their data.
+/// small disks, then the directory with their data and clocks.
 struct Relayed {
     cluster: ProcessCluster,
     relays: Relays,
     disks: Option<SmallDisks>,
+    clocks: Clocks,
     _dir: ClusterDir,
 }
 
 /// Three replicas on 127.0.0.`first`, `first + 1` and `first + 2`, each
-/// behind a relay (and with `small_disks`, on a small disk of its own),
-/// ready.
+/// behind a relay and on a clock of its own (and with `small_disks`, on a
+/// small disk of its own), ready.
 fn relayed(first: u8, storage: Storage, small_disks: bool) -> Relayed {
     let dir = ClusterDir::scratch("psmr-relayed-test-").unwrap();
     let hosts = (first..first + 3).map(|i| format!("127.0.0.{i}")).collect();
@@ -54,9 +56,11 @@ fn relayed(first: u8, storage: Storage, small_disks: bool) -> Relayed {
     let relays = Relays::new(&config.replicas).unwrap();
     let exe = Path::new(env!("CARGO_BIN_EXE_psmr"));
     let logs = dir.path().join("logs");
-    let mut cluster = ProcessCluster::start_behind(exe, (&file, &config), Some(&logs), relays.listen()).unwrap();
+    let clocks = Clocks::new(&dir.path().join("clocks")).unwrap();
+    let spawn = Spawn { logs: Some(logs), peer_listen: relays.listen(), clocks: Some(clocks.clone()) };
+    let mut cluster = ProcessCluster::start_with(exe, (&file, &config), spawn).unwrap();
     cluster.wait_ready(Duration::from_secs(30)).unwrap();
-    Relayed { cluster, relays, disks, _dir: dir }
+    Relayed { cluster, relays, disks, clocks, _dir: dir }
 }
 
 #[test]
@@ -124,12 +128,24 @@ fn full_disk_stops_the_leader_until_it_is_emptied(
     cluster.restart(leader).unwrap();
 }
 
+fn every_acknowledged_write_is_there_and_the_replicas_agree(addrs: &[std::net::SocketAddr], acked: &[u64]) {
+    let mut client = ServiceClient::connect(addrs.to_vec(), KvCodec).unwrap();
+    for &k in acked {
+        let got = client.call(KvOp::Read { key: key_bytes(k) }).unwrap();
+        assert_eq!(got, psmr::services::kv::KvReply::Value(Some(value(k))), "key {k}");
+    }
+    let probe = Probe::new(addrs).unwrap();
+    until(&probe, "equal states", |st| {
+        st.len() == 3 && st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied)
+    });
+}
+
 #[test]
 fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_is_lost() {
     use psmr::harness::nemesis::{self, Drawn, Kind, Step, Target, Victims};
     let r = relayed(51, Storage::Disk, true);
     let addrs = r.cluster.addrs().to_vec();
-    let Relayed { cluster, relays, disks, _dir } = r;
+    let Relayed { cluster, relays, disks, clocks, _dir } = r;
     let cluster = std::sync::Mutex::new(cluster);
 
     // One fault of each kind, the leader's where a kind can take it. A
@@ -143,6 +159,7 @@ fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_
         Step::Pause(Target::Leader),
         Step::Kill(Target::Leader),
         Step::FillDisk(Target::Leader),
+        Step::Clock(Target::Leader, -20),
     ];
     let s = Duration::from_millis;
     let drawn: Vec<Drawn> = steps
@@ -155,7 +172,13 @@ fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_
         .collect();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let start = Instant::now();
-    let victims = Victims { cluster: &cluster, links: relays.links(), disks: disks.as_ref(), replicas: &[1, 2, 3] };
+    let victims = Victims {
+        cluster: &cluster,
+        links: relays.links(),
+        disks: disks.as_ref(),
+        clocks: Some(&clocks),
+        replicas: &[1, 2, 3],
+    };
     let (windows, acked) = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let mut client = ServiceClient::connect(addrs.clone(), KvCodec).unwrap();
@@ -189,16 +212,7 @@ fn every_kind_of_fault_is_injected_into_real_processes_and_nothing_acknowledged_
     let mut acked = acked;
     full_disk_stops_the_leader_until_it_is_emptied(&mut cluster, &disks, &addrs, &mut acked);
 
-    // Every acknowledged write is there, and the replicas agree.
-    let mut client = ServiceClient::connect(addrs.clone(), KvCodec).unwrap();
-    for &k in &acked {
-        let got = client.call(KvOp::Read { key: key_bytes(k) }).unwrap();
-        assert_eq!(got, psmr::services::kv::KvReply::Value(Some(value(k))), "key {k}");
-    }
-    let probe = Probe::new(&addrs).unwrap();
-    until(&probe, "equal states", |st| {
-        st.len() == 3 && st.windows(2).all(|w| w[0].digest == w[1].digest && w[0].applied == w[1].applied)
-    });
+    every_acknowledged_write_is_there_and_the_replicas_agree(&addrs, &acked);
     assert!(cluster.exited().is_empty());
     // The processes stop before their disks go, and those before the data.
     drop(cluster);

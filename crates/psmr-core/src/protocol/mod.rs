@@ -31,7 +31,7 @@ mod ready;
 use crate::batcher::{self, Batcher};
 use crate::bug::{Bug, Planted};
 use crate::config::{Config, Member};
-use crate::entry::{self, request_commands};
+use crate::entry::{self, request_commands, EntryBuilder};
 use crate::guard::{self, Guard, Refusal};
 use crate::membership::{self, Committed, Membership};
 use crate::reads::Reads;
@@ -76,8 +76,8 @@ pub enum Apply {
     Snapshot(Box<Snapshot>, Box<dyn SnapshotFile>),
     /// Reads the leader serves without the log: every entry they must
     /// see is applied; they execute after it, at the time given (ms since
-    /// the Unix epoch on the leader's clock, raised to the last applied
-    /// entry's stamp if behind).
+    /// the Unix epoch: the log's time, which the apply loop raises to its
+    /// own clock if behind).
     Reads(Vec<Request>, u64),
 }
 
@@ -213,6 +213,12 @@ pub enum StartError {
 /// come a few at a time.
 const STAMP_SCAN: u64 = 64;
 
+/// How far the log's time may lag the leader's clock before reads wait
+/// for an entry of no command that brings it up: reads served without the
+/// log run at the log's time, so a read sees a key expire at most this
+/// late, plus one round.
+pub const READ_CLOCK_SLACK_MS: u64 = 100;
+
 /// The protocol of one replica over its store `S`. See the module
 /// documentation.
 pub struct Protocol<S: Store> {
@@ -252,6 +258,12 @@ pub struct Protocol<S: Store> {
     /// The log's last entry (index, term) when `last_stamp` was last
     /// brought up to date.
     stamped_through: (u64, u64),
+    /// The time execution has reached at `clock_applied`: the time reads
+    /// run at.
+    applied_clock_ms: u64,
+    /// An entry of no command proposed to bring the log's time up to the
+    /// leader's clock for the reads due: its index.
+    tick: Option<u64>,
 }
 
 /// The raft-rs configuration of replica `id`, from its configuration.
@@ -341,6 +353,8 @@ impl<S: Store> Protocol<S> {
             last_stamp: 0,
             clock_applied: 0,
             stamped_through: (0, 0),
+            applied_clock_ms: 0,
+            tick: None,
         };
         protocol.reseed();
         Ok(protocol)
@@ -569,6 +583,7 @@ impl<S: Store> Protocol<S> {
     pub fn set_applied_clock(&mut self, index: u64, clock_ms: u64) {
         self.clock_applied = self.clock_applied.max(index);
         self.last_stamp = self.last_stamp.max(clock_ms);
+        self.applied_clock_ms = self.applied_clock_ms.max(clock_ms);
     }
 
     /// Keeps a snapshot taken here, made durable ([`crate::state::persist`]),
@@ -775,17 +790,57 @@ impl<S: Store> Protocol<S> {
     }
 
     /// Hands the reads whose index is applied to the apply loop.
+    ///
+    /// They run at the log's time, where execution has reached, never at
+    /// this replica's clock: that may be ahead of the log's and then jump
+    /// back, or a new leader's may be behind the old one's, and a key a
+    /// read saw expire would come back. The log's time never goes back, and
+    /// a read after another has a read index at least as far along. When
+    /// the log's time lags the clock by more than [`READ_CLOCK_SLACK_MS`]
+    /// (nothing was written for a while), the reads wait for an entry of no
+    /// command that brings it up (one for all of them), and are served once
+    /// it is applied.
     fn serve_reads(&mut self, io: &mut impl ProtocolIo) -> Result<(), Stop> {
-        let due = self.reads.due(self.applied);
-        if due.is_empty() {
+        if self.reads.next_due().map_or(true, |index| index > self.applied) {
             return Ok(());
         }
-        if !io.apply(Apply::Reads(due, self.wall_ms)) {
+        match self.tick {
+            Some(index) if self.clock_applied < index => return Ok(()),
+            Some(_) => self.tick = None,
+            None if self.wall_ms > self.applied_clock_ms.saturating_add(READ_CLOCK_SLACK_MS) => {
+                return self.propose_tick();
+            }
+            None => {}
+        }
+        let due = self.reads.due(self.applied);
+        if !io.apply(Apply::Reads(due, self.applied_clock_ms)) {
             return Err(Stop::Failed("the apply loop stopped".into()));
         }
         // Proposed after the reads are handed over: their entries come
         // after.
         self.take_released();
+        Ok(())
+    }
+
+    /// Proposes an entry of no command, stamped now, for the reads due
+    /// (see [`Protocol::serve_reads`]); a replica that cannot propose yet
+    /// (it does not know the time of the snapshot its log starts after)
+    /// serves them at the time it knows.
+    fn propose_tick(&mut self) -> Result<(), Stop> {
+        if self.clock_applied < self.node.raft.raft_log.first_index() - 1 {
+            return Ok(());
+        }
+        let mut data = EntryBuilder::new().take();
+        let stamp = self.next_stamp();
+        entry::stamp(&mut data, stamp);
+        let proposed = contained(|| "proposing a tick".into(), || self.node.propose(Vec::new(), data))?;
+        self.reseed();
+        if proposed.is_ok() {
+            self.last_stamp = stamp.time_ms;
+            let log = &self.node.raft.raft_log;
+            self.stamped_through = (log.last_index(), log.last_term());
+            self.tick = Some(log.last_index());
+        }
         Ok(())
     }
 

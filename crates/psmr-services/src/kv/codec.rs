@@ -2,7 +2,7 @@
 
 use super::{
     Combine, Deadline, ExpireCond, HashCmd, KvError, KvOp, KvReply, LexBound, ListCmd, Pair, Score, ScoreBound, SetCmd,
-    SetWhen, Ttl, TtlCmd, ZAddFlags, ZBy, ZCmd, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX,
+    SetWhen, Ttl, TtlCmd, ZAddFlags, ZBy, ZCmd, EXEC_KEYS_MAX, KEY_MAX, OP_KEYS_MAX, REPLY_VALUES_MAX, VALUE_MAX,
 };
 use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 
@@ -12,7 +12,7 @@ use psmr_model::wire::{Decoder, Encoder, OpCodec, WireError};
 /// and values as length-prefixed bytes, lists as a count and their items,
 /// `SetWhen` and `get` as one byte each, the increment as a 64-bit
 /// integer. A reply is a tag (0 `Value`, 1 `Done`, 2 `Int`, 3 `Values`,
-/// 4 `Error`) and its fields; an absent value is 0, a present one 1 and its
+/// 4 `Error`, 5 `Versions`, 6 `Exec`) and its fields; an absent value is 0, a present one 1 and its
 /// bytes. Decoding refuses keys over [`KEY_MAX`], values over
 /// [`VALUE_MAX`] and lists over [`OP_KEYS_MAX`], never panics, and
 /// allocates at most in proportion to the bytes it is given.
@@ -63,6 +63,24 @@ mod tag {
     pub const SORTED: u8 = 38;
     pub const SWEEP: u8 = 39;
     pub const BPOP: u8 = 40;
+    pub const VERSIONS: u8 = 41;
+    /// The watched keys and their versions, then the operations, each as
+    /// its own encoding (never an `EXEC`'s).
+    pub const EXEC: u8 = 42;
+    pub const TIME: u8 = 43;
+}
+
+/// Reply tags.
+mod reply_tag {
+    pub const VALUE: u8 = 0;
+    pub const DONE: u8 = 1;
+    pub const INT: u8 = 2;
+    pub const VALUES: u8 = 3;
+    pub const ERROR: u8 = 4;
+    pub const VERSIONS: u8 = 5;
+    /// A flag, then the count and each reply as its own encoding (never
+    /// an `Exec`'s).
+    pub const EXEC: u8 = 6;
 }
 
 /// Errors on the wire: their place in this list.
@@ -210,14 +228,22 @@ impl OpCodec for KvCodec {
         };
         let mut e = Encoder::with_capacity(10 + size);
         match reply {
-            KvReply::Value(v) => encode_value(e.u8(0), v.as_deref()),
-            KvReply::Done(b) => e.u8(1).u8(u8::from(*b)),
-            KvReply::Int(n) => e.u8(2).u64(*n as u64),
+            KvReply::Value(v) => encode_value(e.u8(reply_tag::VALUE), v.as_deref()),
+            KvReply::Done(b) => e.u8(reply_tag::DONE).u8(u8::from(*b)),
+            KvReply::Int(n) => e.u8(reply_tag::INT).u64(*n as u64),
             KvReply::Values(vs) => {
-                e.u8(3).u32(list_len(vs.len()));
+                e.u8(reply_tag::VALUES).u32(list_len(vs.len()));
                 vs.iter().fold(&mut e, |e, v| encode_value(e, v.as_deref()))
             }
-            KvReply::Error(err) => e.u8(4).u8(error_byte(*err)),
+            KvReply::Error(err) => e.u8(reply_tag::ERROR).u8(error_byte(*err)),
+            KvReply::Versions(vs) => {
+                vs.iter().fold(e.u8(reply_tag::VERSIONS).u32(list_len(vs.len())), |e, v| e.u64(*v))
+            }
+            KvReply::Exec(None) => e.u8(reply_tag::EXEC).u8(0),
+            KvReply::Exec(Some(rs)) => {
+                let e = e.u8(reply_tag::EXEC).u8(1).u32(list_len(rs.len()));
+                rs.iter().fold(e, |e, r| e.bytes(&self.encode_reply(r)))
+            }
         };
         e.finish()
     }
@@ -225,21 +251,50 @@ impl OpCodec for KvCodec {
     fn decode_reply(&self, bytes: &[u8]) -> Result<KvReply, WireError> {
         let mut d = Decoder::new(bytes, "kv reply");
         let reply = match d.u8()? {
-            0 => KvReply::Value(decode_value(&mut d)?),
-            1 => KvReply::Done(flag(&mut d)?),
-            2 => KvReply::Int(d.u64()? as i64),
-            3 => {
+            reply_tag::VALUE => KvReply::Value(decode_value(&mut d)?),
+            reply_tag::DONE => KvReply::Done(flag(&mut d)?),
+            reply_tag::INT => KvReply::Int(d.u64()? as i64),
+            reply_tag::VALUES => {
                 // A hash's fields or values may be many more than one
                 // operation's keys; each takes at least its marker byte.
                 let n = d.count(REPLY_VALUES_MAX, 1)?;
                 KvReply::Values((0..n).map(|_| decode_value(&mut d)).collect::<Result<_, _>>()?)
             }
-            4 => KvReply::Error(error(&mut d)?),
+            reply_tag::ERROR => KvReply::Error(error(&mut d)?),
+            reply_tag::VERSIONS => {
+                let n = d.count(OP_KEYS_MAX, 8)?;
+                KvReply::Versions((0..n).map(|_| d.u64()).collect::<Result<_, _>>()?)
+            }
+            reply_tag::EXEC => KvReply::Exec(match flag(&mut d)? {
+                false => None,
+                true => Some(nested(&mut d, "an EXEC reply", reply_tag::EXEC, |bytes| self.decode_reply(bytes))?),
+            }),
             t => return Err(d.error(format!("unknown reply tag {t}"))),
         };
         d.end()?;
         Ok(reply)
     }
+}
+
+/// Items each in its own encoding (an `Exec`'s operations or replies), at
+/// most [`EXEC_KEYS_MAX`], none starting with `refused`: no `Exec` holds
+/// another.
+fn nested<T>(
+    d: &mut Decoder<'_>,
+    what: &str,
+    refused: u8,
+    decode: impl Fn(&[u8]) -> Result<T, WireError>,
+) -> Result<Vec<T>, WireError> {
+    let n = d.count(EXEC_KEYS_MAX, 5)?;
+    let mut items = Vec::with_capacity(n);
+    for _ in 0..n {
+        let bytes = d.bytes()?;
+        if bytes.first() == Some(&refused) {
+            return Err(d.error(format!("{what} inside {what}")));
+        }
+        items.push(decode(bytes)?);
+    }
+    Ok(items)
 }
 
 /// A list's count as the wire's `u32`. Lists longer than that cannot be
@@ -483,6 +538,13 @@ fn encode_more<'e>(e: &'e mut Encoder, op: &KvOp) -> &'e mut Encoder {
         KvOp::Sorted { key, cmd } => encode_zcmd(e.u8(tag::SORTED).bytes(key), cmd),
         KvOp::Sweep { keys } => encode_keys(e.u8(tag::SWEEP), keys),
         KvOp::BPop { keys, left } => encode_keys(e.u8(tag::BPOP).u8(u8::from(*left)), keys),
+        KvOp::Versions { keys } => encode_keys(e.u8(tag::VERSIONS), keys),
+        KvOp::Time => e.u8(tag::TIME),
+        KvOp::Exec { watched, versions, ops } => {
+            let e = encode_keys(e.u8(tag::EXEC), watched).u32(list_len(versions.len()));
+            let e = versions.iter().fold(e, |e, v| e.u64(*v)).u32(list_len(ops.len()));
+            ops.iter().fold(e, |e, op| e.bytes(&KvCodec.encode_op(op)))
+        }
         _ => unreachable!("{} is encoded by encode_op", op.name()),
     }
 }
@@ -526,8 +588,29 @@ fn decode_more(d: &mut Decoder<'_>, t: u8) -> Result<KvOp, WireError> {
             let left = flag(d)?;
             KvOp::BPop { keys: keys(d)?, left }
         }
+        tag::VERSIONS => KvOp::Versions { keys: keys(d)? },
+        tag::EXEC => exec(d)?,
+        tag::TIME => KvOp::Time,
         t => return Err(d.error(format!("unknown operation tag {t}"))),
     })
+}
+
+/// An `Exec` after its tag: within [`EXEC_KEYS_MAX`] keys, one version per
+/// watched key, no `Exec` inside.
+fn exec(d: &mut Decoder<'_>) -> Result<KvOp, WireError> {
+    let watched = keys(d)?;
+    let n = d.count(OP_KEYS_MAX, 8)?;
+    if n != watched.len() {
+        return Err(d.error(format!("{n} versions for {} watched keys", watched.len())));
+    }
+    let versions = (0..n).map(|_| d.u64()).collect::<Result<Vec<_>, _>>()?;
+    let ops = nested(d, "an EXEC", tag::EXEC, |bytes| KvCodec.decode_op(bytes))?;
+    let op = KvOp::Exec { watched, versions, ops };
+    let named = op.keys().count();
+    if named > EXEC_KEYS_MAX {
+        return Err(d.error(format!("an EXEC naming {named} keys, over {EXEC_KEYS_MAX}")));
+    }
+    Ok(op)
 }
 
 /// A sorted set command after its key: a sub-tag in [`ZCmd`] declaration

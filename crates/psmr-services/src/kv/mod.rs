@@ -391,7 +391,37 @@ pub enum KvOp {
         /// What to do with it.
         cmd: ZCmd,
     },
+    /// `WATCH`'s read: the version of each key, 0 for one that does not
+    /// exist ([`KvReply::Versions`]). A key's version changes with every
+    /// command that may write it.
+    Versions {
+        /// The keys.
+        keys: Vec<Vec<u8>>,
+    },
+    /// Redis `TIME`: the time the command executes at, ms since the Unix
+    /// epoch on the log's clock ([`psmr_model::Stamp`]), as
+    /// [`KvReply::Int`].
+    Time,
+    /// `EXEC` of a transaction that watched keys: if each of `watched` is
+    /// still at its version in `versions` (as [`KvOp::Versions`] read
+    /// them), `ops` run one after the other, as one command; else none
+    /// runs ([`KvReply::Exec`]). It names the keys of every operation, so
+    /// no conflicting command runs between them on any replica. An `Exec`
+    /// holds no `Exec`.
+    Exec {
+        /// The keys watched.
+        watched: Vec<Vec<u8>>,
+        /// Their versions, one per key.
+        versions: Vec<u64>,
+        /// The transaction's operations, in order.
+        ops: Vec<KvOp>,
+    },
 }
+
+/// Most keys one [`KvOp::Exec`] may name, its operations' and the watched
+/// ones together: a transaction is one command, and the schedulers compare
+/// its every key.
+pub const EXEC_KEYS_MAX: usize = 4 * OP_KEYS_MAX;
 
 /// When a key expires, as a command gives it, in ms: after the command's
 /// time (`In`) or since the Unix epoch (`At`).
@@ -718,9 +748,19 @@ pub enum SetWhen {
 }
 
 impl KvOp {
-    /// The keys the operation names, in order, repeats included; none for
-    /// the operations on the whole store ([`KvOp::is_whole`]).
+    /// The keys the operation names, in order, repeats included (an
+    /// `Exec`'s watched keys, then its operations'); none for the
+    /// operations on the whole store ([`KvOp::is_whole`]).
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let inner: &[KvOp] = match self {
+            KvOp::Exec { ops, .. } => ops,
+            _ => &[],
+        };
+        self.own_keys().chain(inner.iter().flat_map(KvOp::own_keys))
+    }
+
+    /// The keys the operation itself names (an `Exec`'s watched keys).
+    fn own_keys(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let (one, many, pairs): (Option<&Vec<u8>>, &[Vec<u8>], &[Pair]) = match self {
             KvOp::Create { key, .. }
             | KvOp::Read { key }
@@ -753,9 +793,13 @@ impl KvOp {
             | KvOp::Del { keys }
             | KvOp::Exists { keys }
             | KvOp::Sweep { keys }
+            | KvOp::Versions { keys }
+            | KvOp::Exec { watched: keys, .. }
             | KvOp::BPop { keys, .. } => (None, keys, &[]),
             KvOp::MSet { pairs } | KvOp::MSetNx { pairs } => (None, &[], pairs),
-            KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey => (None, &[], &[]),
+            KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey | KvOp::Time => {
+                (None, &[], &[])
+            }
         };
         one.into_iter().chain(many).chain(pairs.iter().map(|(k, _)| k)).map(Vec::as_slice)
     }
@@ -772,7 +816,10 @@ impl KvOp {
             | KvOp::Type { .. }
             | KvOp::Ttl { .. }
             | KvOp::GetRange { .. }
+            | KvOp::Versions { .. }
+            | KvOp::Time
             | KvOp::Encoding { .. } => true,
+            KvOp::Exec { ops, .. } => ops.iter().all(KvOp::is_read),
             KvOp::Hash { cmd, .. } => cmd.is_read(),
             KvOp::List { cmd, .. } => cmd.is_read(),
             KvOp::Members { cmd, .. } => cmd.is_read(),
@@ -786,7 +833,10 @@ impl KvOp {
     /// not (`DBSIZE`, `FLUSHDB`, `KEYS`, `SCAN`, `RANDOMKEY`): it writes
     /// [`ALL`], so it conflicts with every other operation.
     pub fn is_whole(&self) -> bool {
-        matches!(self, KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey)
+        match self {
+            KvOp::Exec { ops, .. } => ops.iter().any(KvOp::is_whole),
+            op => matches!(op, KvOp::DbSize | KvOp::FlushDb | KvOp::Keys { .. } | KvOp::Scan { .. } | KvOp::RandomKey),
+        }
     }
 
     /// The operation's name, in capitals, for messages: the Redis command
@@ -850,6 +900,9 @@ impl KvOp {
             KvOp::Encoding { .. } => "OBJECT",
             KvOp::Sorted { cmd, .. } => cmd.name(),
             KvOp::Sweep { .. } => "SWEEP",
+            KvOp::Versions { .. } => "WATCH",
+            KvOp::Time => "TIME",
+            KvOp::Exec { .. } => "EXEC",
             KvOp::BPop { left: true, .. } => "BLPOP",
             KvOp::BPop { left: false, .. } => "BRPOP",
         }
@@ -870,6 +923,11 @@ pub enum KvReply {
     Int(i64),
     /// `MGet`: each key's value, if it exists.
     Values(Vec<Option<Vec<u8>>>),
+    /// `Versions`: each key's version, 0 if it does not exist.
+    Versions(Vec<u64>),
+    /// `Exec`: the replies of its operations, in order; none if a watched
+    /// key had changed and nothing ran.
+    Exec(Option<Vec<KvReply>>),
     /// The operation failed and changed nothing.
     Error(KvError),
 }

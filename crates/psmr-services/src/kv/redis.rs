@@ -47,6 +47,12 @@
 //! | `RANDOMKEY`, `OBJECT ENCODING k` | `RandomKey`, `Encoding` | bulk or nil |
 //! | `SPOP`, `SRANDMEMBER k [n]` | `Members` | bulk or nil; with `n` an array |
 //! | `FLUSHALL`, `UNLINK` | `FlushDb`, `Del` | as `FLUSHDB`, `DEL` |
+//! | `TIME` | `Time` | the log's time: seconds and microseconds |
+//!
+//! `WATCH k...` reads the keys' versions (`Versions`), and `EXEC` after it
+//! is one `Exec` of the queued operations, which runs them only if no
+//! watched key changed (a nil array otherwise); the gateway keeps the
+//! versions and queues the commands.
 //!
 //! Connection commands (`PING`, `HELLO`, ...) belong to the server and never
 //! reach this table. Deadlines are on the log's clock
@@ -54,7 +60,7 @@
 
 use super::{
     parse_integer, Combine, Deadline, ExpireCond, HashCmd, KvError, KvOp, KvReply, ListCmd, Pair, SetCmd, SetWhen, Ttl,
-    TtlCmd, ZCmd, KEY_MAX, OP_KEYS_MAX, VALUE_MAX,
+    TtlCmd, ZCmd, EXEC_KEYS_MAX, KEY_MAX, OP_KEYS_MAX, VALUE_MAX,
 };
 use bytes::Bytes;
 use psmr_resp::{unknown_command, wrong_arity, Commands, Reply};
@@ -170,6 +176,7 @@ const TABLE: &[Spec] = &[
     Spec { name: "keys", arity: 2, parse: |a| Ok(KvOp::Keys { pattern: key(&a[1])? }) },
     Spec { name: "scan", arity: -2, parse: scan },
     Spec { name: "randomkey", arity: 1, parse: |_| Ok(KvOp::RandomKey) },
+    Spec { name: "time", arity: 1, parse: |_| Ok(KvOp::Time) },
     Spec { name: "flushall", arity: -1, parse: flushdb },
     Spec { name: "unlink", arity: -2, parse: |a| Ok(KvOp::Del { keys: keys(&a[1..])? }) },
     Spec { name: "object", arity: -2, parse: object },
@@ -233,6 +240,31 @@ impl Commands for KvRedis {
         (at > 0).then(|| timeout(&args[at]))
     }
 
+    fn watch(&self, keys: &[Bytes]) -> Result<KvOp, Reply> {
+        Ok(KvOp::Versions { keys: self::keys(keys)? })
+    }
+
+    fn versions(&self, reply: KvReply) -> Result<Vec<u64>, Reply> {
+        match reply {
+            KvReply::Versions(versions) => Ok(versions),
+            KvReply::Error(e) => Err(Reply::error(e.to_string())),
+            other => Err(Reply::error(format!("ERR unexpected reply to WATCH: {other:?}"))),
+        }
+    }
+
+    fn exec(&self, watched: Vec<(Bytes, u64)>, ops: Vec<KvOp>) -> Result<KvOp, Reply> {
+        let (keys, versions): (Vec<Bytes>, Vec<u64>) = watched.into_iter().unzip();
+        let op = KvOp::Exec { watched: self::keys(&keys)?, versions, ops };
+        let named = op.keys().count();
+        if named > EXEC_KEYS_MAX {
+            let why = format!(
+                "ERR a transaction names at most {EXEC_KEYS_MAX} keys, its commands and WATCH's; this one {named}"
+            );
+            return Err(Reply::error(why));
+        }
+        Ok(op)
+    }
+
     fn nothing_yet(&self, op: &KvOp, reply: &KvReply) -> bool {
         matches!(op, KvOp::BPop { .. } | KvOp::LMove { .. }) && *reply == KvReply::Value(None)
     }
@@ -241,6 +273,12 @@ impl Commands for KvRedis {
         match (op, reply) {
             (_, KvReply::Error(e)) => Reply::error(e.to_string()),
             (KvOp::Sorted { cmd, .. }, reply) => sorted::reply(cmd, reply),
+            (KvOp::Time, KvReply::Int(ms)) => {
+                Reply::array(vec![Reply::bulk((ms / 1000).to_string()), Reply::bulk((ms % 1000 * 1000).to_string())])
+            }
+            (KvOp::Exec { ops, .. }, KvReply::Exec(Some(replies))) => {
+                Reply::array(ops.iter().zip(replies).map(|(op, r)| self.reply(op, r)).collect())
+            }
             (KvOp::BPop { .. }, KvReply::Value(None)) => Reply::null_array(),
             (KvOp::Type { .. }, KvReply::Value(Some(kind))) => Reply::simple(String::from_utf8_lossy(&kind)),
             (KvOp::Scan { .. }, KvReply::Values(mut vs)) if !vs.is_empty() => {
@@ -281,6 +319,9 @@ fn plain_reply(op: &KvOp, reply: KvReply) -> Reply {
         KvReply::Value(v) => bulk_or_nil(v),
         KvReply::Int(n) => Reply::integer(n),
         KvReply::Values(vs) => Reply::array(vs.into_iter().map(bulk_or_nil).collect()),
+        KvReply::Versions(vs) => Reply::array(vs.into_iter().map(|v| Reply::integer(v as i64)).collect()),
+        KvReply::Exec(None) => Reply::null_array(),
+        KvReply::Exec(Some(rs)) => Reply::array(rs.into_iter().map(|r| plain_reply(&KvOp::DbSize, r)).collect()),
         KvReply::Done(done) => match op {
             KvOp::Set { .. } | KvOp::MSet { .. } | KvOp::FlushDb | KvOp::Rename { .. } if done => Reply::ok(),
             KvOp::Set { .. } => Reply::null(),

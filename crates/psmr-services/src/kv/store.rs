@@ -26,10 +26,10 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"PSKV";
-/// Version 4: typed values with deadlines. Version 3 (typed values, no
-/// deadlines) and 2 (strings only) are still read; version 1 had `u64`
-/// keys.
-const SNAPSHOT_VERSION: u16 = 4;
+/// Version 5: typed values with deadlines and versions. Version 4 (no
+/// versions), 3 (typed values, no deadlines) and 2 (strings only) are
+/// still read; version 1 had `u64` keys.
+const SNAPSHOT_VERSION: u16 = 5;
 
 /// Lock stripes. Enough that threads on unrelated keys rarely share a lock
 /// on machines with up to a few dozen cores.
@@ -97,12 +97,15 @@ struct Value {
     /// ([`psmr_model::Stamp`]); 0: never. A key is gone once a command's
     /// time is past it, on every replica at the same point of the log.
     expires: u64,
+    /// The last command that wrote the key ([`At::version`]), for `WATCH`:
+    /// never 0, which stands for an absent key.
+    version: u64,
 }
 
 impl Value {
-    /// A value with no deadline.
+    /// A value with no deadline, written by no command yet.
     fn new(obj: Obj) -> Self {
-        Self { obj: Arc::new(obj), expires: 0 }
+        Self { obj: Arc::new(obj), expires: 0, version: FIRST_VERSION }
     }
 
     /// The object, to change: copied first if a snapshot shares it.
@@ -246,6 +249,21 @@ struct At {
     seed: u64,
 }
 
+/// The version of a key no command has written: one preloaded or restored
+/// from a snapshot of before versions.
+const FIRST_VERSION: u64 = 1;
+
+impl At {
+    /// The version a write at this point gives its keys: the command's
+    /// seed, odd so that it is never 0 (an absent key). Every replica
+    /// draws the same seed for a command, and two commands draw the same
+    /// one with probability 2^-63: `EXEC` compares versions for equality,
+    /// so a watched key changed in between goes unnoticed only then.
+    fn version(self) -> u64 {
+        self.seed | 1
+    }
+}
+
 /// The key-value store service.
 ///
 /// Keys are spread over lock stripes by their conflict key
@@ -349,16 +367,30 @@ impl KvService {
     }
 
     /// Runs `f` on the bucket of `key`, copied first if a snapshot shares
-    /// it, for a command at `now`: a key that expired is removed first, so
+    /// it, for a command at `at`: a key that expired is removed first, so
     /// `f` sees it gone. Every replica removes it at the same command.
-    fn write<R>(&self, now: u64, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
+    /// The key, if `f` leaves it, takes the command's version: any write
+    /// counts as a change for `WATCH`, even one that changed nothing (Redis
+    /// counts only real changes: a watched transaction may abort where
+    /// Redis's would not, never the other way).
+    fn write<R>(&self, at: At, key: &[u8], f: impl FnOnce(&mut Map) -> R) -> R {
         let hash = key_hash(key);
         write_bucket(&mut self.stripes[stripe_of(hash)].write(), hash, |m| {
-            if m.get(key).is_some_and(|v| !v.live(now)) {
+            if m.get(key).is_some_and(|v| !v.live(at.now)) {
                 m.remove(key);
             }
-            f(m)
+            let r = f(m);
+            if let Some(v) = m.get_mut(key) {
+                v.version = at.version();
+            }
+            r
         })
+    }
+
+    /// The version of each of `keys` at `now`, 0 for a key that does not
+    /// exist (`WATCH`).
+    fn versions(&self, now: u64, keys: &[Vec<u8>]) -> Vec<u64> {
+        keys.iter().map(|k| self.read_value(now, k, |v| v.map_or(0, |v| v.version))).collect()
     }
 
     /// The cost of `op`: [`burn`] once per key it names (once for an
@@ -398,7 +430,7 @@ impl KvService {
             | KvOp::GetRange { .. }
             | KvOp::SetRange { .. }
             | KvOp::IncrByFloat { .. }
-            | KvOp::MSetNx { .. } => self.strings(op, at.now),
+            | KvOp::MSetNx { .. } => self.strings(op, at),
             KvOp::Rename { .. }
             | KvOp::Copy { .. }
             | KvOp::Keys { .. }
@@ -406,47 +438,61 @@ impl KvService {
             | KvOp::RandomKey
             | KvOp::Sweep { .. }
             | KvOp::Encoding { .. } => self.keyspace(op, at),
-            _ => self.basic(op, at.now),
+            KvOp::Versions { keys } => KvReply::Versions(self.versions(at.now, keys)),
+            KvOp::Time => KvReply::Int(i64::try_from(at.now).unwrap_or(i64::MAX)),
+            KvOp::Exec { watched, versions, ops } => self.exec(at, watched, versions, ops),
+            _ => self.basic(op, at),
         }
     }
 
+    /// `Exec`: the operations, if no watched key changed since `Versions`
+    /// read it. They run as one command: the scheduler keeps every command
+    /// on their keys out meanwhile.
+    fn exec(&self, at: At, watched: &[Vec<u8>], versions: &[u64], ops: &[KvOp]) -> KvReply {
+        if self.versions(at.now, watched) != versions {
+            return KvReply::Exec(None);
+        }
+        KvReply::Exec(Some(ops.iter().map(|op| self.apply(op, at)).collect()))
+    }
+
     /// The paper's operations and the first string commands.
-    fn basic(&self, op: &KvOp, now: u64) -> KvReply {
+    fn basic(&self, op: &KvOp, at: At) -> KvReply {
+        let now = at.now;
         match op {
             KvOp::Read { key } => or_error(self.read_str(now, key, |v| KvReply::Value(v.map(<[u8]>::to_vec)))),
-            KvOp::Create { key, value } => KvReply::Done(self.write(now, key, |m| {
+            KvOp::Create { key, value } => KvReply::Done(self.write(at, key, |m| {
                 let absent = !m.contains_key(key.as_slice());
                 if absent {
                     m.insert(key.clone(), shared(value));
                 }
                 absent
             })),
-            KvOp::Update { key, value } => KvReply::Done(self.write(now, key, |m| match m.get_mut(key.as_slice()) {
+            KvOp::Update { key, value } => KvReply::Done(self.write(at, key, |m| match m.get_mut(key.as_slice()) {
                 Some(v) => {
                     overwrite(v, value);
                     true
                 }
                 None => false,
             })),
-            KvOp::Delete { key } => KvReply::Done(self.write(now, key, |m| m.remove(key.as_slice()).is_some())),
-            KvOp::Put { key, value } => KvReply::Done(self.write(now, key, |m| put(m, key, value))),
+            KvOp::Delete { key } => KvReply::Done(self.write(at, key, |m| m.remove(key.as_slice()).is_some())),
+            KvOp::Put { key, value } => KvReply::Done(self.write(at, key, |m| put(m, key, value))),
             KvOp::Set { key, value, when, get, ttl } => {
-                self.write(now, key, |m| set(m, key, value, (*when, *get, *ttl), now))
+                self.write(at, key, |m| set(m, key, value, (*when, *get, *ttl), now))
             }
-            KvOp::Incr { key, by } => self.write(now, key, |m| incr(m, key, *by)),
-            KvOp::Append { key, value } => self.write(now, key, |m| append(m, key, value)),
+            KvOp::Incr { key, by } => self.write(at, key, |m| incr(m, key, *by)),
+            KvOp::Append { key, value } => self.write(at, key, |m| append(m, key, value)),
             KvOp::Strlen { key } => {
                 or_error(self.read_str(now, key, |v| KvReply::Int(count(v.map_or(0, <[u8]>::len)))))
             }
             KvOp::MGet { keys } => self.mget(now, keys),
             KvOp::MSet { pairs } => {
                 for (key, value) in pairs {
-                    self.write(now, key, |m| put_fresh(m, key, value));
+                    self.write(at, key, |m| put_fresh(m, key, value));
                 }
                 KvReply::Done(true)
             }
             KvOp::Del { keys } => KvReply::Int(count(
-                keys.iter().filter(|k| self.write(now, k, |m| m.remove(k.as_slice()).is_some())).count(),
+                keys.iter().filter(|k| self.write(at, k, |m| m.remove(k.as_slice()).is_some())).count(),
             )),
             KvOp::Exists { keys } => {
                 KvReply::Int(count(keys.iter().filter(|k| self.read(now, k, |v| v.is_some())).count()))
@@ -471,30 +517,30 @@ impl KvService {
             // an expired key, and a read must change nothing (reads run
             // side by side, stamped at different times).
             KvOp::Hash { key, cmd } if cmd.is_read() => self.read(now, key, |v| hash::read_value(v, cmd)),
-            KvOp::Hash { key, cmd } => self.write(now, key, |m| hash::run(m, key, cmd)),
+            KvOp::Hash { key, cmd } => self.write(at, key, |m| hash::run(m, key, cmd)),
             KvOp::Type { key } => {
                 KvReply::Value(Some(self.read(now, key, |v| v.map_or(&b"none"[..], Obj::kind).to_vec())))
             }
             KvOp::List { key, cmd } if cmd.is_read() => self.read(now, key, |v| list::read_value(v, cmd)),
-            KvOp::List { key, cmd } => self.write(now, key, |m| list::run(m, key, cmd)),
-            KvOp::LMove { from, to, from_left, to_left } => self.lmove(now, from, to, *from_left, *to_left),
-            KvOp::BPop { keys, left } => self.bpop(now, keys, *left),
+            KvOp::List { key, cmd } => self.write(at, key, |m| list::run(m, key, cmd)),
+            KvOp::LMove { from, to, from_left, to_left } => self.lmove(at, from, to, *from_left, *to_left),
+            KvOp::BPop { keys, left } => self.bpop(at, keys, *left),
             KvOp::Members { key, cmd } if cmd.is_read() => self.read(now, key, |v| set::read(v, cmd, at.seed)),
-            KvOp::Members { key, cmd } => self.write(now, key, |m| set::write(m, key, cmd, at.seed)),
-            KvOp::Combine { how, keys, store } => self.combine(now, *how, keys, store.as_deref()),
-            KvOp::SMove { from, to, member } => self.smove(now, from, to, member),
+            KvOp::Members { key, cmd } => self.write(at, key, |m| set::write(m, key, cmd, at.seed)),
+            KvOp::Combine { how, keys, store } => self.combine(at, *how, keys, store.as_deref()),
+            KvOp::SMove { from, to, member } => self.smove(at, from, to, member),
             KvOp::Sorted { key, cmd } if cmd.is_read() => self.read(now, key, |v| zset::read(v, cmd)),
-            KvOp::Sorted { key, cmd } => self.write(now, key, |m| zset::write(m, key, cmd)),
+            KvOp::Sorted { key, cmd } => self.write(at, key, |m| zset::write(m, key, cmd)),
             _ => unreachable!("{} is not on a typed value", op.name()),
         }
     }
 
     /// `Combine`: every set read (a key of another kind refused before
     /// anything is written), combined, then listed or stored.
-    fn combine(&self, now: u64, how: super::Combine, keys: &[Vec<u8>], store: Option<&[u8]>) -> KvReply {
+    fn combine(&self, at: At, how: super::Combine, keys: &[Vec<u8>], store: Option<&[u8]>) -> KvReply {
         let mut sets = Vec::with_capacity(keys.len());
         for key in keys {
-            match self.read(now, key, |v| match v {
+            match self.read(at.now, key, |v| match v {
                 None => Ok(None),
                 Some(Obj::Set(s)) => Ok(Some(s.clone())),
                 Some(_) => Err(KvError::WrongType),
@@ -506,7 +552,7 @@ impl KvService {
         let result = set::combine(how, sets);
         let Some(dest) = store else { return set::listed(result.iter()) };
         let n = result.len();
-        self.write(now, dest, |m| {
+        self.write(at, dest, |m| {
             if result.is_empty() {
                 m.remove(dest);
             } else {
@@ -517,18 +563,18 @@ impl KvService {
     }
 
     /// `SMove`: both keys' kinds checked before anything changes.
-    fn smove(&self, now: u64, from: &[u8], to: &[u8], member: &[u8]) -> KvReply {
+    fn smove(&self, at: At, from: &[u8], to: &[u8], member: &[u8]) -> KvReply {
         let is_set = |v: Option<&Obj>| matches!(v, None | Some(Obj::Set(_)));
-        if !self.read(now, to, is_set) || !self.read(now, from, is_set) {
+        if !self.read(at.now, to, is_set) || !self.read(at.now, from, is_set) {
             return KvReply::Error(KvError::WrongType);
         }
-        let there = self.read(now, from, |v| matches!(v, Some(Obj::Set(s)) if s.contains(member)));
+        let there = self.read(at.now, from, |v| matches!(v, Some(Obj::Set(s)) if s.contains(member)));
         if !there || from == to {
             return KvReply::Int(i64::from(there));
         }
         let member = vec![member.to_vec()];
-        self.write(now, from, |m| set::write(m, from, &super::SetCmd::Rem(member.clone()), 0));
-        self.write(now, to, |m| set::write(m, to, &super::SetCmd::Add(member), 0));
+        self.write(at, from, |m| set::write(m, from, &super::SetCmd::Rem(member.clone()), 0));
+        self.write(at, to, |m| set::write(m, to, &super::SetCmd::Add(member), 0));
         KvReply::Int(1)
     }
 
@@ -536,30 +582,30 @@ impl KvService {
     /// element is popped, so a refusal changes nothing. The keys are in
     /// stripes of their own, locked one at a time: the scheduler, not the
     /// locks, keeps conflicting commands away from both.
-    fn lmove(&self, now: u64, from: &[u8], to: &[u8], from_left: bool, to_left: bool) -> KvReply {
-        if !self.read(now, to, |v| matches!(v, None | Some(Obj::List(_)))) {
+    fn lmove(&self, at: At, from: &[u8], to: &[u8], from_left: bool, to_left: bool) -> KvReply {
+        if !self.read(at.now, to, |v| matches!(v, None | Some(Obj::List(_)))) {
             return KvReply::Error(KvError::WrongType);
         }
         let pop = super::ListCmd::Pop { left: from_left, count: None };
-        let popped = self.write(now, from, |m| list::run(m, from, &pop));
+        let popped = self.write(at, from, |m| list::run(m, from, &pop));
         let KvReply::Value(Some(element)) = popped else { return popped };
         let push = super::ListCmd::Push { left: to_left, values: vec![element.clone()] };
-        self.write(now, to, |m| list::run(m, to, &push));
+        self.write(at, to, |m| list::run(m, to, &push));
         KvReply::Value(Some(element))
     }
 
     /// `BPop`: the first key that holds something decides: a list gives
     /// an element, another kind is [`KvError::WrongType`], as Redis checks
     /// them in order.
-    fn bpop(&self, now: u64, keys: &[Vec<u8>], left: bool) -> KvReply {
+    fn bpop(&self, at: At, keys: &[Vec<u8>], left: bool) -> KvReply {
         for key in keys {
-            let kind = self.read(now, key, |v| v.map(|v| matches!(v, Obj::List(_))));
+            let kind = self.read(at.now, key, |v| v.map(|v| matches!(v, Obj::List(_))));
             match kind {
                 None => continue,
                 Some(false) => return KvReply::Error(KvError::WrongType),
                 Some(true) => {
                     let pop = super::ListCmd::Pop { left, count: None };
-                    let popped = self.write(now, key, |m| list::run(m, key, &pop));
+                    let popped = self.write(at, key, |m| list::run(m, key, &pop));
                     let KvReply::Value(element) = popped else { return popped };
                     return KvReply::Values(vec![Some(key.clone()), element]);
                 }
@@ -824,6 +870,7 @@ fn write_sorted(maps: &[Arc<Map>], w: &mut dyn Write) -> std::io::Result<()> {
             }
         }
         put_u64(w, v.expires)?;
+        put_u64(w, v.version)?;
     }
     Ok(())
 }
@@ -844,7 +891,7 @@ fn open(src: &mut dyn Read) -> Result<(SnapshotReader<'_>, u16), SnapshotError> 
         return Err(SnapshotError::Malformed("not a key-value snapshot (bad magic)".into()));
     }
     match r.u16()? {
-        v @ (2 | 3 | SNAPSHOT_VERSION) => Ok((r, v)),
+        v @ (2..=SNAPSHOT_VERSION) => Ok((r, v)),
         1 => Err(SnapshotError::Malformed(
             "key-value snapshot version 1 has numeric (u64) keys, which this build no longer reads: its store has \
              byte-string keys (snapshot version 2); restore from a replica running this build"
@@ -880,8 +927,12 @@ fn read_entries(
             k => return Err(SnapshotError::Malformed(format!("unknown kind of value {k}"))),
         };
         let expires = if version >= 4 { r.u64()? } else { 0 };
+        let written = if version >= 5 { r.u64()? } else { FIRST_VERSION };
+        if written == 0 {
+            return Err(SnapshotError::Malformed(format!("key {:?} of version 0", String::from_utf8_lossy(&key))));
+        }
         last = Some(key.clone());
-        insert(key, Value { obj: Arc::new(value), expires });
+        insert(key, Value { obj: Arc::new(value), expires, version: written });
     }
     r.finish()
 }
@@ -962,11 +1013,12 @@ impl Service for KvService {
         self.apply(&command.op, At { now: stamp.time_ms, seed: stamp.seed_for(command.client, command.seq) })
     }
 
-    /// `"PSKV"`, version 4 (u16), entry count (u64), then the entries by
+    /// `"PSKV"`, version 5 (u16), entry count (u64), then the entries by
     /// increasing key bytes: key length (u32) and key, a kind byte (string,
     /// hash, list, set), the value (a string's length (u32) and bytes; a
     /// container's count (u64) and each element, a hash's fields before
-    /// their values), then the deadline (u64 ms, 0 for none); all
+    /// their values), then the deadline (u64 ms, 0 for none) and the
+    /// version (u64, never 0: the last write's, for `WATCH`); all
     /// little-endian. The store has no shards of its own
     /// (class-model shards are a view of the key space, stripes an internal
     /// detail), so the encoding has none and equal states give equal bytes.
@@ -1069,6 +1121,12 @@ impl Service for KvService {
                     // Only then: a store without deadlines keeps its digest.
                     put(b"\xffexpires");
                     put(&v.expires.to_le_bytes());
+                }
+                if v.version != FIRST_VERSION {
+                    // Replicas that agree on the values but not on the
+                    // versions would answer `EXEC` differently.
+                    put(b"\xffversion");
+                    put(&v.version.to_le_bytes());
                 }
                 digest.add_hash(h.finish());
             }

@@ -177,8 +177,26 @@ fn arb_key() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![(0u64..30).prop_map(key_bytes), proptest::collection::vec(any::<u8>(), 0..5)]
 }
 
-/// Any operation, on few keys so that they meet.
+/// Any operation, on few keys so that they meet; now and then a
+/// transaction of them.
 pub(in crate::kv) fn arb_op() -> impl Strategy<Value = KvOp> {
+    // A watched key's version: mostly 0 (it must not exist), which a
+    // state can meet, else any (it changed: nothing runs).
+    let version = prop_oneof![4 => Just(0u64), 1 => any::<u64>()];
+    let watched = proptest::collection::vec((arb_key(), version), 0..3);
+    let exec = (watched, proptest::collection::vec(arb_plain_op(), 0..4)).prop_map(|(watched, ops)| {
+        let (watched, versions) = watched.into_iter().unzip();
+        KvOp::Exec { watched, versions, ops }
+    });
+    prop_oneof![
+        12 => arb_plain_op(),
+        1 => exec,
+        1 => proptest::collection::vec(arb_key(), 0..4).prop_map(|keys| KvOp::Versions { keys }),
+    ]
+}
+
+/// Any operation but a transaction.
+fn arb_plain_op() -> impl Strategy<Value = KvOp> {
     let value = || proptest::collection::vec(any::<u8>(), 0..12);
     let keys = || proptest::collection::vec(arb_key(), 0..4);
     prop_oneof![
@@ -258,6 +276,7 @@ fn arb_more_op() -> impl Strategy<Value = KvOp> {
             cmd: TtlCmd::ALL[cmd],
         }),
         arb_key().prop_map(|key| KvOp::Persist { key }),
+        Just(KvOp::Time),
         (arb_key(), any::<bool>(), any::<bool>()).prop_map(|(key, ms, absolute)| KvOp::Ttl { key, ms, absolute }),
         (arb_key(), ttl()).prop_map(|(key, ttl)| KvOp::GetEx { key, ttl }),
         arb_key().prop_map(|key| KvOp::GetDel { key }),

@@ -223,7 +223,9 @@ fn redis_op(p: &mut Pick<'_>) -> KvOp {
 
 /// A Redis read of `key` (and keys of its shard).
 fn redis_read(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
-    match p.draws.rng.gen_range(0..13) {
+    match p.draws.rng.gen_range(0..15) {
+        14 => KvOp::Time,
+        13 => KvOp::Versions { keys: p.keys() },
         12 => KvOp::Sorted { key, cmd: zset_read(p) },
         0 => KvOp::Read { key },
         9 => KvOp::Ttl { key, ms: p.draws.rng.gen(), absolute: p.draws.rng.gen() },
@@ -242,7 +244,8 @@ fn redis_read(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
 
 /// A Redis write of `key` (and keys of its shard).
 fn redis_write(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
-    match p.draws.rng.gen_range(0..31) {
+    match p.draws.rng.gen_range(0..32) {
+        31 => exec(p, key),
         28 | 29 => KvOp::Sorted { key, cmd: zset_write(p) },
         30 => {
             let mut keys = p.keys();
@@ -305,6 +308,22 @@ fn redis_write(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
         }
         _ => KvOp::Del { keys: p.keys() },
     }
+}
+
+/// A transaction of one to three reads and writes of keys of `key`'s
+/// shard, watching none of them or some that must not exist (version 0):
+/// it runs or not depending on the state.
+fn exec(p: &mut Pick<'_>, key: Vec<u8>) -> KvOp {
+    let watched = if p.draws.rng.gen() { p.keys() } else { Vec::new() };
+    let versions = vec![0; watched.len()];
+    let mut ops = Vec::new();
+    while ops.len() < p.draws.rng.gen_range(1..=3) {
+        let op = if p.draws.rng.gen() { redis_read(p, key.clone()) } else { redis_write(p, key.clone()) };
+        if !matches!(op, KvOp::Exec { .. }) {
+            ops.push(op);
+        }
+    }
+    KvOp::Exec { watched, versions, ops }
 }
 
 /// An operation on the whole store.

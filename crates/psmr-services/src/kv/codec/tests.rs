@@ -16,6 +16,9 @@ fn arb_reply() -> impl Strategy<Value = KvReply> {
             Just(KvError::ReplyTooLarge)
         ]
         .prop_map(KvReply::Error),
+        proptest::collection::vec(any::<u64>(), 0..4).prop_map(KvReply::Versions),
+        proptest::option::of(proptest::collection::vec(any::<i64>().prop_map(KvReply::Int), 0..3))
+            .prop_map(KvReply::Exec),
     ]
 }
 
@@ -41,7 +44,7 @@ proptest! {
 
     /// Garbage after a valid tag, where the decoders branch, never panics.
     #[test]
-    fn garbage_after_every_tag_never_panics(tag in 0u8..16, junk in proptest::collection::vec(any::<u8>(), 0..40)) {
+    fn garbage_after_every_tag_never_panics(tag in 0u8..48, junk in proptest::collection::vec(any::<u8>(), 0..40)) {
         let mut bytes = vec![tag];
         bytes.extend(junk);
         let _ = KvCodec.decode_op(&bytes);
@@ -84,4 +87,26 @@ fn replies_keep_their_old_encoding() {
     assert_eq!(KvCodec.encode_reply(&KvReply::Done(true)), [1, 1]);
     assert_eq!(KvCodec.encode_reply(&KvReply::Value(Some(vec![7]))), [0, 1, 0, 0, 0, 1, 7]);
     assert_eq!(KvCodec.encode_op(&KvOp::DbSize), [tag::DBSIZE]);
+}
+
+#[test]
+fn an_exec_holds_no_exec_and_a_version_per_watched_key() {
+    let c = KvCodec;
+    let inner = KvOp::Exec { watched: vec![], versions: vec![], ops: vec![KvOp::DbSize] };
+    let nested = KvOp::Exec { watched: vec![], versions: vec![], ops: vec![inner] };
+    let e = c.decode_op(&c.encode_op(&nested)).unwrap_err().to_string();
+    assert!(e.contains("an EXEC inside an EXEC"), "{e}");
+    let lopsided = KvOp::Exec { watched: vec![b"a".to_vec()], versions: vec![], ops: vec![] };
+    let e = c.decode_op(&c.encode_op(&lopsided)).unwrap_err().to_string();
+    assert!(e.contains("0 versions for 1 watched keys"), "{e}");
+    let reply = KvReply::Exec(Some(vec![KvReply::Exec(None)]));
+    assert!(c.decode_reply(&c.encode_reply(&reply)).unwrap_err().to_string().contains("inside an EXEC reply"));
+    let keys = vec![vec![b'k']; OP_KEYS_MAX];
+    let wide = KvOp::Exec {
+        watched: vec![],
+        versions: vec![],
+        ops: (0..=EXEC_KEYS_MAX / OP_KEYS_MAX).map(|_| KvOp::Del { keys: keys.clone() }).collect(),
+    };
+    let e = c.decode_op(&c.encode_op(&wide)).unwrap_err().to_string();
+    assert!(e.contains(&format!("over {EXEC_KEYS_MAX}")), "{e}");
 }

@@ -251,6 +251,6 @@ pub(super) fn reply(cmd: &ZCmd, reply: KvReply) -> Reply {
         (_, KvReply::Values(vs)) => {
             Reply::array(vs.into_iter().map(|v| v.map_or_else(Reply::null, Reply::bulk)).collect())
         }
-        (_, KvReply::Done(d)) => Reply::integer(i64::from(d)),
+        (_, other) => super::plain_reply(&KvOp::DbSize, other),
     }
 }

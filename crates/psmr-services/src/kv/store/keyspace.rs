@@ -54,8 +54,8 @@ impl KvService {
     pub(super) fn keyspace(&self, op: &KvOp, at: At) -> KvReply {
         let now = at.now;
         match op {
-            KvOp::Rename { from, to, nx } => self.rename(now, from, to, *nx),
-            KvOp::Copy { from, to, replace } => self.copy(now, from, to, *replace),
+            KvOp::Rename { from, to, nx } => self.rename(at, from, to, *nx),
+            KvOp::Copy { from, to, replace } => self.copy(at, from, to, *replace),
             KvOp::Keys { pattern } => {
                 let filter = Filter { now, pattern: Some(pattern), kind: None };
                 let mut keys: Vec<&[u8]> = Vec::new();
@@ -120,15 +120,15 @@ impl KvService {
     /// `RENAME`/`RENAMENX`: the value and its deadline move; the
     /// destination's old value goes. Each key is locked on its own: the
     /// scheduler keeps conflicting commands away from both.
-    fn rename(&self, now: u64, from: &[u8], to: &[u8], nx: bool) -> KvReply {
-        if !self.read(now, from, |v| v.is_some()) {
+    fn rename(&self, at: At, from: &[u8], to: &[u8], nx: bool) -> KvReply {
+        if !self.read(at.now, from, |v| v.is_some()) {
             return KvReply::Error(KvError::NoSuchKey);
         }
-        if from == to || (nx && self.read(now, to, |v| v.is_some())) {
+        if from == to || (nx && self.read(at.now, to, |v| v.is_some())) {
             return if nx { KvReply::Int(0) } else { KvReply::Done(true) };
         }
-        let moved = self.write(now, from, |m| m.remove(from)).expect("read live just now");
-        self.write(now, to, |m| m.insert(to.to_vec(), moved));
+        let moved = self.write(at, from, |m| m.remove(from)).expect("read live just now");
+        self.write(at, to, |m| m.insert(to.to_vec(), moved));
         if nx {
             KvReply::Int(1)
         } else {
@@ -138,15 +138,15 @@ impl KvService {
 
     /// `COPY`: the value (shared until either side changes) and its
     /// deadline.
-    fn copy(&self, now: u64, from: &[u8], to: &[u8], replace: bool) -> KvReply {
+    fn copy(&self, at: At, from: &[u8], to: &[u8], replace: bool) -> KvReply {
         if from == to {
             return KvReply::Error(KvError::SameObject);
         }
-        let Some(value) = self.read_value(now, from, |v| v.cloned()) else { return KvReply::Int(0) };
-        if !replace && self.read(now, to, |v| v.is_some()) {
+        let Some(value) = self.read_value(at.now, from, |v| v.cloned()) else { return KvReply::Int(0) };
+        if !replace && self.read(at.now, to, |v| v.is_some()) {
             return KvReply::Int(0);
         }
-        self.write(now, to, |m| m.insert(to.to_vec(), value));
+        self.write(at, to, |m| m.insert(to.to_vec(), value));
         KvReply::Int(1)
     }
 

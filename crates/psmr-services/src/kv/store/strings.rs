@@ -4,17 +4,18 @@
 //! time on the log's clock ([`psmr_model::Stamp`]), so a key expires at the
 //! same point of the log on every replica.
 
-use super::{count, kept_deadline, or_error, put, put_fresh, set_deadline, string, KvService, Map, Value};
+use super::{count, kept_deadline, or_error, put, put_fresh, set_deadline, string, At, KvService, Map, Value};
 use crate::kv::{Deadline, ExpireCond, KvError, KvOp, KvReply, Pair, Ttl, TtlCmd, VALUE_MAX};
 
 impl KvService {
     /// Runs the string or deadline command `op` at `now`.
-    pub(super) fn strings(&self, op: &KvOp, now: u64) -> KvReply {
+    pub(super) fn strings(&self, op: &KvOp, at: At) -> KvReply {
+        let now = at.now;
         match op {
             KvOp::Expire { key, deadline, cond, cmd } => {
-                self.write(now, key, |m| expire(m, key, (*deadline, *cond, *cmd), now))
+                self.write(at, key, |m| expire(m, key, (*deadline, *cond, *cmd), now))
             }
-            KvOp::Persist { key } => self.write(now, key, |m| match m.get_mut(key.as_slice()) {
+            KvOp::Persist { key } => self.write(at, key, |m| match m.get_mut(key.as_slice()) {
                 Some(v) if v.expires != 0 => {
                     v.expires = 0;
                     KvReply::Int(1)
@@ -22,8 +23,8 @@ impl KvService {
                 _ => KvReply::Int(0),
             }),
             KvOp::Ttl { key, ms, absolute } => self.read_value(now, key, |v| KvReply::Int(ttl(v, now, *ms, *absolute))),
-            KvOp::GetEx { key, ttl } => self.write(now, key, |m| get_ex(m, key, *ttl, now)),
-            KvOp::GetDel { key } => self.write(now, key, |m| match string(m, key) {
+            KvOp::GetEx { key, ttl } => self.write(at, key, |m| get_ex(m, key, *ttl, now)),
+            KvOp::GetDel { key } => self.write(at, key, |m| match string(m, key) {
                 Err(e) => KvReply::Error(e),
                 Ok(None) => KvReply::Value(None),
                 Ok(Some(_)) => KvReply::Value(m.remove(key.as_slice()).and_then(|v| match &*v.obj {
@@ -34,20 +35,20 @@ impl KvService {
             KvOp::GetRange { key, start, end } => {
                 or_error(self.read_str(now, key, |v| KvReply::Value(Some(range(v.unwrap_or(&[]), *start, *end)))))
             }
-            KvOp::SetRange { key, offset, value } => self.write(now, key, |m| set_range(m, key, *offset, value)),
-            KvOp::IncrByFloat { key, by } => self.write(now, key, |m| incr_by_float(m, key, by)),
-            KvOp::MSetNx { pairs } => self.mset_nx(now, pairs),
+            KvOp::SetRange { key, offset, value } => self.write(at, key, |m| set_range(m, key, *offset, value)),
+            KvOp::IncrByFloat { key, by } => self.write(at, key, |m| incr_by_float(m, key, by)),
+            KvOp::MSetNx { pairs } => self.mset_nx(at, pairs),
             _ => unreachable!("{} is not a string command", op.name()),
         }
     }
 
     /// `MSETNX`: every key checked before any is set.
-    fn mset_nx(&self, now: u64, pairs: &[Pair]) -> KvReply {
-        if pairs.iter().any(|(k, _)| self.read(now, k, |v| v.is_some())) {
+    fn mset_nx(&self, at: At, pairs: &[Pair]) -> KvReply {
+        if pairs.iter().any(|(k, _)| self.read(at.now, k, |v| v.is_some())) {
             return KvReply::Int(0);
         }
         for (key, value) in pairs {
-            self.write(now, key, |m| put_fresh(m, key, value));
+            self.write(at, key, |m| put_fresh(m, key, value));
         }
         KvReply::Int(1)
     }

@@ -1,8 +1,8 @@
 use super::*;
 use crate::kv::tests::arb_op;
-use crate::kv::{Combine, HashCmd, KvModel, ListCmd, SetCmd, ALL};
+use crate::kv::{Combine, Deadline, ExpireCond, HashCmd, KvModel, ListCmd, SetCmd, ALL};
 use proptest::prelude::*;
-use psmr_model::{ClassId, ClientId, KeySet};
+use psmr_model::{ClassId, ClientId, KeySet, Stamp};
 
 fn cmd(op: KvOp) -> Command<KvOp> {
     Command {
@@ -157,12 +157,25 @@ fn mget_replies_are_bounded() {
 
 #[test]
 fn digest_depends_on_the_state_only() {
-    let a = KvService::new(10, Cost::Light);
+    // The same writes in another order, on stores hashing keys alike or
+    // not: the same keys, values and versions.
+    let a = KvService::with_hash_seed(0, Cost::Light, 7);
     let b = KvService::new(0, Cost::Heavy);
+    for n in 0..10 {
+        run(&a, KvOp::Create { key: k(n), value: le(n) });
+    }
     for n in (0..10).rev() {
         run(&b, KvOp::Create { key: k(n), value: le(n) });
     }
     assert_eq!(a.digest(), b.digest());
+    // A write that leaves the value as it was still changes the version,
+    // which `EXEC` compares.
+    let c = KvService::new(0, Cost::Light);
+    for n in 0..10 {
+        run(&c, KvOp::Create { key: k(n), value: le(n) });
+    }
+    run_as(&c, 2, KvOp::Put { key: k(3), value: le(3) });
+    assert_ne!(a.digest(), c.digest());
     run(&b, KvOp::Create { key: k(99), value: vec![] });
     run(&b, KvOp::Delete { key: k(99) });
     assert_eq!(a.digest(), b.digest());
@@ -322,10 +335,10 @@ fn a_streamed_restore_of_another_service_keeps_the_state() {
     let list = crate::list::ListService::new(1, 1).snapshot();
     let e = s.restore_from(&mut Trickle { bytes: &list, step: 3 }).unwrap_err();
     assert!(e.to_string().contains("not a key-value snapshot"), "{e}");
-    let mut v5 = b"PSKV\x05\0".to_vec();
-    v5.extend_from_slice(&0u64.to_le_bytes());
-    let e = s.restore_from(&mut Trickle { bytes: &v5, step: 3 }).unwrap_err();
-    assert!(e.to_string().contains("version 5 is not supported"), "{e}");
+    let mut v6 = b"PSKV\x06\0".to_vec();
+    v6.extend_from_slice(&0u64.to_le_bytes());
+    let e = s.restore_from(&mut Trickle { bytes: &v6, step: 3 }).unwrap_err();
+    assert!(e.to_string().contains("version 6 is not supported"), "{e}");
     assert_eq!(s.digest(), before);
 }
 
@@ -620,4 +633,109 @@ fn sets_combine_store_and_move_as_redis() {
     copy.restore(&s.snapshot()).unwrap();
     assert_eq!(copy.digest(), s.digest());
     assert_eq!(run(&copy, members("b", SetCmd::Members)), some(&["w", "x", "y"]));
+}
+
+/// `op` as command `seq` of client 1.
+fn run_as(s: &KvService, seq: u64, op: KvOp) -> KvReply {
+    s.execute(&Command { seq, ..cmd(op) })
+}
+
+fn versions(s: &KvService, keys: &[&[u8]]) -> Vec<u64> {
+    match run(s, KvOp::Versions { keys: keys.iter().map(|k| k.to_vec()).collect() }) {
+        KvReply::Versions(v) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_key_changes_version_with_every_write_and_never_with_a_read() {
+    let s = KvService::new(1, Cost::Light);
+    let (a, b) = (&b"a"[..], &b"b"[..]);
+    assert_eq!(versions(&s, &[a, &k(0)]), [0, FIRST_VERSION], "absent; preloaded");
+    run_as(&s, 1, KvOp::Put { key: a.to_vec(), value: b"1".to_vec() });
+    let first = versions(&s, &[a])[0];
+    assert_ne!(first, 0);
+    run_as(&s, 2, KvOp::Read { key: a.to_vec() });
+    run_as(&s, 3, KvOp::Hash { key: b.to_vec(), cmd: HashCmd::Len });
+    assert_eq!(versions(&s, &[a, b]), [first, 0], "reads change nothing");
+    run_as(&s, 4, KvOp::Append { key: a.to_vec(), value: b"2".to_vec() });
+    let second = versions(&s, &[a])[0];
+    assert!(second != first && second != 0);
+    run_as(&s, 5, KvOp::Rename { from: a.to_vec(), to: b.to_vec(), nx: false });
+    let renamed = versions(&s, &[a, b]);
+    assert!(renamed[0] == 0 && renamed[1] != second && renamed[1] != 0, "{renamed:?}");
+    // An expired key is absent for WATCH too.
+    let at = |ms| Stamp { time_ms: ms, seed: 9 };
+    let expire =
+        KvOp::Expire { key: b.to_vec(), deadline: Deadline::At(100), cond: ExpireCond::Always, cmd: TtlCmd::PExpireAt };
+    s.execute(&Command { stamp: at(50), ..cmd(expire) });
+    let watch = KvOp::Versions { keys: vec![b.to_vec()] };
+    assert_ne!(s.execute(&Command { stamp: at(100), ..cmd(watch.clone()) }), KvReply::Versions(vec![0]));
+    assert_eq!(s.execute(&Command { stamp: at(101), ..cmd(watch) }), KvReply::Versions(vec![0]));
+}
+
+#[test]
+fn exec_runs_its_operations_only_if_no_watched_key_changed() {
+    let s = KvService::new(0, Cost::Light);
+    let (w, x) = (b"w".to_vec(), b"x".to_vec());
+    run_as(&s, 1, KvOp::Put { key: w.clone(), value: b"1".to_vec() });
+    let seen = versions(&s, &[&w, &x]);
+    let exec = |versions: Vec<u64>| KvOp::Exec {
+        watched: vec![w.clone(), x.clone()],
+        versions,
+        ops: vec![KvOp::Incr { key: x.clone(), by: 5 }, KvOp::Read { key: w.clone() }],
+    };
+    let ran = KvReply::Exec(Some(vec![KvReply::Int(5), KvReply::Value(Some(b"1".to_vec()))]));
+    assert_eq!(run_as(&s, 2, exec(seen.clone())), ran);
+    // It wrote x: the versions read before no longer hold, and nothing runs.
+    assert_eq!(run_as(&s, 3, exec(seen)), KvReply::Exec(None));
+    assert_eq!(value(&s, &x), Some(b"5".to_vec()));
+    // Versions that do hold, and none watched at all.
+    assert_eq!(
+        run_as(&s, 4, exec(versions(&s, &[&w, &x]))).to_owned(),
+        KvReply::Exec(Some(vec![KvReply::Int(10), KvReply::Value(Some(b"1".to_vec()))]))
+    );
+    let unwatched = KvOp::Exec { watched: vec![], versions: vec![], ops: vec![KvOp::Del { keys: vec![w.clone()] }] };
+    assert_eq!(run_as(&s, 5, unwatched), KvReply::Exec(Some(vec![KvReply::Int(1)])));
+}
+
+#[test]
+fn an_exec_names_every_key_of_its_operations() {
+    let op = KvOp::Exec {
+        watched: vec![b"w".to_vec()],
+        versions: vec![0],
+        ops: vec![KvOp::Read { key: b"r".to_vec() }, KvOp::Put { key: b"p".to_vec(), value: vec![] }],
+    };
+    let keys: Vec<&[u8]> = op.keys().collect();
+    assert_eq!(keys, [&b"w"[..], b"r", b"p"]);
+    assert!(!op.is_read() && !op.is_whole());
+    let (reads, writes) = crate::kv::footprint(&op);
+    assert_eq!(reads.as_slice(), [ALL]);
+    let mut expected: Vec<u64> = [b"w", b"r", b"p"].iter().map(|k| key_hash(*k)).collect();
+    expected.sort_unstable();
+    assert_eq!(writes.as_slice(), expected.as_slice());
+    let whole = KvOp::Exec { watched: vec![], versions: vec![], ops: vec![KvOp::DbSize] };
+    assert!(whole.is_whole());
+    let reads_only = KvOp::Exec { watched: vec![], versions: vec![], ops: vec![KvOp::Read { key: b"r".to_vec() }] };
+    assert!(reads_only.is_read());
+}
+
+#[test]
+fn a_version_4_snapshot_restores_keys_as_written_by_no_command() {
+    let s = KvService::new(0, Cost::Light);
+    run_as(&s, 3, KvOp::Put { key: b"a".to_vec(), value: b"b".to_vec() });
+    let mut snap = s.snapshot();
+    assert_eq!(&snap[4..6], [5, 0]);
+    // Version 4 ends each entry at its deadline: no version after it.
+    snap[4] = 4;
+    snap.truncate(snap.len() - 8);
+    let restored = KvService::new(0, Cost::Light);
+    restored.restore(&snap).unwrap();
+    assert_eq!(value(&restored, b"a"), Some(b"b".to_vec()));
+    assert_eq!(versions(&restored, &[b"a"]), [FIRST_VERSION]);
+    // A version 5 entry of version 0 would read as an absent key.
+    let mut zero = s.snapshot();
+    let at = zero.len() - 8;
+    zero[at..].copy_from_slice(&[0; 8]);
+    assert!(restored.restore(&zero).unwrap_err().to_string().contains("of version 0"));
 }

@@ -96,7 +96,7 @@ fn redis_workloads_hold_every_operation_and_keep_to_one_shard() {
     // Every operation but the one-key SETEX family, which is SET with a
     // deadline, and EXPIRE, EXPIREAT, PEXPIREAT, which differ from PEXPIRE
     // only in how a client says the deadline.
-    assert_eq!(names.len(), 95, "{names:?}");
+    assert_eq!(names.len(), 98, "{names:?}");
     let c = WorkloadConfig { skew: 0.5, ..cfg(4, 50.0, Spread::Uniform, 3) };
     let sharded = generate_redis(KvModel::Sharded, &c).unwrap();
     assert!(sharded.iter().all(|c| !c.op.is_whole()));
