@@ -30,6 +30,8 @@ done
 # started nor enabled: the test starts its own). util-linux (mount, umount,
 # taskset) puts the nemesis's replicas on small disks and the CPU tests'
 # replica under an affinity mask. faketime (libfaketime) gives the
-# nemesis's replicas wall clocks of their own to move.
+# nemesis's replicas wall clocks of their own to move. python3-redis
+# (redis-py, for the system's /usr/bin/python3) runs a Python application
+# against the Redis port as Redis users' applications run.
 . "$(dirname "$0")/apt-lib.sh"
-apt_install libclang-dev g++ redis-tools redis-server util-linux faketime
+apt_install libclang-dev g++ redis-tools redis-server util-linux faketime python3 python3-redis

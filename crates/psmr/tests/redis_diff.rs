@@ -15,9 +15,9 @@ use psmr::replica::LocalCluster;
 use psmr::services::kv::KvRedis;
 use psmr::services::{KvApp, ServiceConfig};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{SocketAddr, TcpStream};
+
+use std::time::Duration;
 
 mod common;
 
@@ -66,44 +66,6 @@ impl Conn {
     }
 }
 
-/// A `redis-server` on a free port, stopped when dropped.
-struct RedisServer {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let bin = common::tool("redis-server");
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Conn::open(addr).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen on {addr}");
-            // Paces the poll; its listening is what is waited for.
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self { child, addr, _dir: dir }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A command line's words.
 fn words(line: &str) -> Vec<Vec<u8>> {
     line.split(' ')
@@ -121,7 +83,7 @@ fn as_set(reply: &[u8]) -> Vec<String> {
 
 #[test]
 fn replies_are_redis_7_0s_byte_for_byte() {
-    let redis = RedisServer::start();
+    let redis = common::RedisServer::start();
     let cluster = LocalCluster::builder()
         .start_with_redis(|_| KvApp::new(&ServiceConfig::default()).expect("the default kv"), |_| KvRedis)
         .expect("a local cluster");
