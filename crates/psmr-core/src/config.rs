@@ -621,6 +621,21 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_values_are_the_defaults() {
+        let doc = include_str!("../../../docs/cluster.md");
+        let start = doc.find("```toml\n").expect("a TOML sample") + 8;
+        let sample: toml::Table = toml::from_str(&doc[start..start + doc[start..].find("```").unwrap()]).unwrap();
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        let differ: Vec<String> = sample
+            .iter()
+            .filter(|(_, v)| !v.is_table() && !v.is_array())
+            .filter(|(k, v)| defaults.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}: shown {v}, default {:?}", defaults.get(k)))
+            .collect();
+        assert!(differ.is_empty(), "docs/cluster.md's sample shows values that are not the defaults: {differ:?}");
+    }
+
+    #[test]
     fn every_key_is_documented() {
         let doc = include_str!("../../../docs/cluster.md");
         let tls = PeerTls { ca: "ca.pem".into(), cert: "c.pem".into(), key: "c.key".into() };
