@@ -19,6 +19,9 @@
 //!
 //! Refusals read as Redis's own errors ([`Refusal`]'s text starts with
 //! `NOAUTH`, `WRONGPASS` or `NOPERM`), on psmr's protocol as well.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/security.md`: users, roles and what each client may do.
 
 pub mod attempts;
 mod hash;

@@ -19,6 +19,9 @@
 //!
 //! [`rt_bench`] runs psmr-rt's task pools next to tokio on the workloads
 //! of 001 (`psmr rt-bench`).
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/benchmarks.md`: `psmr bench` and its scenarios; docs/nemesis.md for faults.
 
 pub mod catch_up;
 pub mod compare;

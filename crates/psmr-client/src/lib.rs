@@ -34,6 +34,9 @@
 //! cluster's members; [`AsyncClient::change_membership`] adds or removes a
 //! replica, finding the leader and retrying until the change is in effect
 //! or its deadline passes.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/cli.md`: `psmr client` and its flags; docs/cluster.md for the cluster it talks to.
 
 use psmr_model::wire::{
     read_frame_async, ClientMsg, MemberChange, MemberInfo, OpCodec, Outcome, ReplicaStatus, ServerMsg, ThreadStat,

@@ -53,6 +53,9 @@
 //! Requests come in already checked and encoded ([`request`],
 //! [`entry`]); answers to clients leave through [`apply::Replies`], from
 //! the execution workers' threads.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/cluster.md`: what a replica does: batching, reads, snapshots, membership; docs/config.md for every key.
 
 pub mod apply;
 mod batcher;

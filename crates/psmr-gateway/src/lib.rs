@@ -37,6 +37,9 @@
 //! answered with Redis's `-ERR Protocol error: ...` and closes the
 //! connection, as Redis does; an unknown command or wrong arity is a
 //! `-ERR` reply and the connection lives on.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/redis.md`: the Redis port, command by command.
 
 mod answers;
 mod auth;

@@ -25,6 +25,9 @@
 //! Everything but [`history`] sits behind the default `clusters` feature:
 //! the simulator, which must not depend on a replica's threads, takes the
 //! histories alone.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/nemesis.md`: faults against real processes; docs/testing.md for histories and their checker.
 
 #[cfg(feature = "clusters")]
 pub mod clock;

@@ -31,6 +31,9 @@
 //! writes a key the other reads or writes. Everything else (class models,
 //! batch bitmaps, the schedulers' dependency graphs) is a conservative
 //! approximation of that relation and is tested against it.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/design.md`: the path of a command and the glossary.
 
 mod app;
 mod batch;

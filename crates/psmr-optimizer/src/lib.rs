@@ -102,6 +102,9 @@
 //! lowest bound of the cases left open as its proven lower bound
 //! ([`Solution::lower_bound`], [`Solution::gap`]). [`optimize`] uses
 //! [`DEFAULT_TIME_LIMIT`].
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/benchmarks.md`: `psmr mapping` and the class-to-threads mappings; docs/papers.md for the paper behind it.
 
 use psmr_model::{ClassId, ClassMapping, ClassModel, Mapping, Mode};
 use std::fmt;

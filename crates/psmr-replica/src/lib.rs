@@ -44,6 +44,9 @@
 //! Fail-stop: a panic in any thread of a replica (a stage, a ClientIO task,
 //! an execution worker) stops the whole replica with the reason
 //! ([`Replica::wait`] returns it); it never runs on without that thread.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/cluster.md`: running replicas; docs/config.md for every configuration key.
 
 mod control;
 mod error;

@@ -30,6 +30,9 @@
 //! declared length (`$1099511627776` just waits for more bytes), recurses into
 //! nested arrays without a depth limit, re-scans from the buffer's start on
 //! every call and has no inline commands, so request parsing is written here.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/redis.md`: the Redis port.
 
 mod commands;
 mod inline;

@@ -47,6 +47,9 @@
 //! pool.shutdown()?;
 //! # Ok::<(), psmr_rt::RtError>(())
 //! ```
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/benchmarks.md`: task pools and `psmr rt-bench`.
 
 mod config;
 mod pool;

@@ -9,6 +9,9 @@
 //! error, not a number. Where parallel execution can gain on a machine,
 //! this is where it shows first (end-to-end runs share the cores with
 //! the replicas' other stages and the clients).
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/benchmarks.md`: `psmr sched-bench`.
 
 use psmr_model::{Batch, ClassModel, Command, Mapping, MappingError, Service, BITMAP_BITS_DEFAULT, BITMAP_BITS_MAX};
 use psmr_sched::optimizer::{self, OptimizerError, Problem, Weighting};

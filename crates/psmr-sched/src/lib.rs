@@ -39,6 +39,9 @@
 //! the command is reported in [`SchedError::ServicePanicked`], later commands
 //! are skipped (the state is no longer trusted) while the workers still run
 //! their synchronization so that every thread drains and exits.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/papers.md`: the papers each scheduler comes from.
 
 pub mod auto;
 mod barrier;

@@ -38,6 +38,9 @@
 //! command table alone. Schedulers use it in their
 //! tests, benchmarks and the CLI use it to build runs; it never depends on
 //! them, so a service can be read and tested without any scheduler.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/redis.md`: the key-value store as Redis clients see it.
 
 mod app;
 pub mod kv;

@@ -120,6 +120,9 @@
 //! deliveries with their raft fields, proposals, role changes, crashes,
 //! partitions, client operations); [`SimOutcome::trace_hash`] digests the
 //! same events and is always computed.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/testing.md`: `psmr simulate` and what it checks.
 
 mod checks;
 mod client;

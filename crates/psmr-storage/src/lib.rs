@@ -6,6 +6,9 @@
 //! a torn tail from damage ([`disk`], [`synced`]); or in memory
 //! ([`psmr_core::store::MemStore`], the papers' crash-stop model). A
 //! replica picks one by its configuration ([`Log`]).
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/cluster.md`: storage, snapshots and repair.
 
 pub mod disk;
 mod log;

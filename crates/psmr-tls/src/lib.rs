@@ -26,6 +26,9 @@
 //!
 //! `tokio-rustls` drives the handshakes of the async ports: the state
 //! machine is rustls's, and its glue is what every tokio server uses.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/security.md`: TLS for peers and clients, and the threat model.
 
 pub mod connect;
 pub mod issue;

@@ -19,6 +19,9 @@
 //!   (who leads, the members) — as narrow handles rather than one shared
 //!   state.
 //! * [`metrics`]: the lock-free primitives the replica records with.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/design.md`: the stages a command passes through.
 
 pub mod client;
 pub mod clock;

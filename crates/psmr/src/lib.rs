@@ -42,6 +42,9 @@
 //!   load, client histories and the linearizability checker;
 //! * [`bench`](mod@bench): the end-to-end benchmarks, and
 //!   [`sched_bench`] the schedulers' in one process.
+//!
+//! In the guide: `docs/design.md` places this crate among the others;
+//! `docs/cli.md`: every command and flag; README.md for the two commands a newcomer runs.
 
 pub use psmr_bench as bench;
 pub use psmr_client as client;

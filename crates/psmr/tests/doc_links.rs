@@ -60,3 +60,21 @@ fn links_are_read_as_a_reader_follows_them() {
     let text = "see [a](docs/a.md#part), [b](https://x.org/b) and [c](#here); [d](../d.md)";
     assert_eq!(local_links(text), ["docs/a.md", "../d.md"]);
 }
+
+#[test]
+fn every_crates_top_doc_points_into_the_guide() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut crates = 0;
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let lib = entry.unwrap().path().join("src/lib.rs");
+        let Ok(text) = std::fs::read_to_string(&lib) else { continue };
+        let top: Vec<&str> = text.lines().take_while(|l| l.starts_with("//!") || l.starts_with("#![doc")).collect();
+        let top = top.join("\n");
+        assert!(top.contains("`docs/design.md`"), "{}'s top doc does not point to docs/design.md", lib.display());
+        for page in top.split('`').filter(|w| w.starts_with("docs/") && w.ends_with(".md")) {
+            assert!(root.join(page).exists(), "{} points to {page}, which does not exist", lib.display());
+        }
+        crates += 1;
+    }
+    assert!(crates > 15, "only {crates} crates");
+}
