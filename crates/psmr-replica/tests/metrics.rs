@@ -238,6 +238,23 @@ fn the_reference_lists_every_metric_the_endpoint_serves_and_no_other() {
     assert!(absent.is_empty(), "in the reference but not served: {absent:?}");
 }
 
+/// The psmr metrics a PromQL expression names, each checked to be a
+/// family a replica serves (or a sample of one: a counter's `_total`, a
+/// histogram's `_bucket`, `_sum` and `_count`); how many.
+fn check_expr(expr: &str, documented: &std::collections::BTreeSet<String>, place: &str) -> usize {
+    let names = expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("psmr_"));
+    let mut n = 0;
+    for name in names {
+        let family = ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| documented.contains(*f)))
+            .unwrap_or(name);
+        assert!(documented.contains(family), "{name} in {place} is not a metric psmr serves");
+        n += 1;
+    }
+    n
+}
+
 #[test]
 fn the_dashboard_asks_only_for_metrics_a_replica_serves() {
     let dashboard: serde_json::Value =
@@ -247,23 +264,22 @@ fn the_dashboard_asks_only_for_metrics_a_replica_serves() {
     for panel in dashboard["panels"].as_array().expect("panels") {
         for target in panel["targets"].as_array().expect("targets") {
             let expr = target["expr"].as_str().expect("an expression");
-            let names =
-                expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("psmr_"));
-            for name in names {
-                // Samples of a family: a counter's `_total`, a histogram's
-                // `_bucket`, `_sum` and `_count`.
-                let family = ["_total", "_bucket", "_sum", "_count"]
-                    .iter()
-                    .find_map(|s| name.strip_suffix(s).filter(|f| documented.contains(*f)))
-                    .unwrap_or(name);
-                assert!(
-                    documented.contains(family),
-                    "{name} in panel {:?} is not a metric psmr serves",
-                    panel["title"]
-                );
-                asked += 1;
-            }
+            asked += check_expr(expr, &documented, &format!("panel {:?}", panel["title"]));
         }
     }
     assert!(asked >= 12, "the dashboard asks for {asked} metrics");
+}
+
+#[test]
+fn the_alerts_name_only_metrics_a_replica_serves() {
+    let rules = include_str!("../../../deploy/prometheus-alerts.yml");
+    let documented = documented();
+    let (mut alerts, mut asked) = (0, 0);
+    for line in rules.lines().map(str::trim) {
+        if let Some(expr) = line.strip_prefix("expr:") {
+            asked += check_expr(expr, &documented, &format!("alert {alerts}"));
+        }
+        alerts += usize::from(line.starts_with("- alert:"));
+    }
+    assert!(alerts >= 8 && asked >= alerts, "{alerts} alerts naming {asked} metrics");
 }
