@@ -61,6 +61,7 @@
 //! | `psmr_scheduler_switch_stall_seconds` | histogram | each change of execution scheduler (`psmr client reconfigure`, or a decision of `auto`): how long execution stalled while the old one drained |
 //! | `psmr_scheduler_decisions_total` | counter | decisions of the `auto` scheduler (each one logged with its reason; the last one in `psmr client status`) |
 //! | `psmr_read_round_requests` | histogram | protocol thread: read requests per ReadIndex round (served without a log entry) |
+//! | `psmr_read_clock_entries_total` | counter | protocol thread: entries of no command the leader proposed so that the reads waiting run at a recent log time (one at most per 100 ms while reads come and nothing is written) |
 //! | `psmr_client_refused_total{reason}` | counter | client frames, requests and connections refused, by [`ClientRefusal`] |
 //! | `psmr_peer_refused_total{rule}` | counter | raft messages the guard (`psmr_core::guard`) refused, by rule ([`Rule::label`]) |
 //! | `psmr_queue_peer_bytes`, `psmr_queue_apply_bytes` | gauge | `psmr_transport::queue`: bytes of peer messages waiting for the protocol thread, and of committed entries waiting for the service manager (each bounded by `queue_bytes_max`) |
@@ -148,6 +149,8 @@ pub struct Metrics {
     pub snapshots: SnapshotMetrics,
     /// `psmr_read_round_requests`.
     pub read_round_requests: Histogram,
+    /// `psmr_read_clock_entries_total`.
+    pub read_clock_entries: Counter,
     /// `psmr_scheduler_switch_stall_seconds`.
     scheduler_switch: Histogram,
     scheduler_decisions: Counter,
@@ -175,6 +178,7 @@ impl Metrics {
         let read_round_requests = Histogram::powers(1, 2, 1 << 16);
         let scheduler_switch = Histogram::seconds(10_000, 10_000_000_000);
         let scheduler_decisions = Counter::default();
+        let read_clock_entries = Counter::default();
         let client_refused = CounterSet::new("reason", ClientRefusal::ALL.iter().map(|r| r.label()).collect());
         let peer_refused = CounterSet::new("rule", Rule::ALL.iter().map(|r| r.label()).collect());
         let (peer_queue, apply_queue) = (Meter::default(), Meter::default());
@@ -194,6 +198,11 @@ impl Metrics {
             "psmr_read_round_requests",
             "Read requests per ReadIndex round (served without a log entry)",
             read_round_requests.clone(),
+        );
+        r.register(
+            "psmr_read_clock_entries",
+            "Entries of no command proposed so that reads run at a recent log time",
+            read_clock_entries.clone(),
         );
         r.register_with_unit(
             "psmr_scheduler_switch_stall",
@@ -226,6 +235,7 @@ impl Metrics {
             snapshots,
             scheduler_decisions,
             read_round_requests,
+            read_clock_entries,
             scheduler_switch,
             peer_refused,
             peer_queue,

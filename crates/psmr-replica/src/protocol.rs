@@ -278,4 +278,8 @@ impl ProtocolIo for Links {
     fn read_round(&mut self, reads: usize) {
         self.metrics.read_round_requests.observe(reads as u64);
     }
+
+    fn clock_entry_proposed(&mut self) {
+        self.metrics.read_clock_entries.inc();
+    }
 }

@@ -130,6 +130,9 @@ pub trait ProtocolIo {
     fn read_round(&mut self, reads: usize) {
         let _ = reads;
     }
+    /// An entry of no command was proposed so that the reads waiting run
+    /// at a recent log time ([`READ_CLOCK_SLACK_MS`]).
+    fn clock_entry_proposed(&mut self) {}
 }
 
 /// What a driver and its observers may read of the protocol.
@@ -808,7 +811,7 @@ impl<S: Store> Protocol<S> {
             Some(index) if self.clock_applied < index => return Ok(()),
             Some(_) => self.tick = None,
             None if self.wall_ms > self.applied_clock_ms.saturating_add(READ_CLOCK_SLACK_MS) => {
-                return self.propose_tick();
+                return self.propose_tick(io);
             }
             None => {}
         }
@@ -826,7 +829,7 @@ impl<S: Store> Protocol<S> {
     /// (see [`Protocol::serve_reads`]); a replica that cannot propose yet
     /// (it does not know the time of the snapshot its log starts after)
     /// serves them at the time it knows.
-    fn propose_tick(&mut self) -> Result<(), Stop> {
+    fn propose_tick(&mut self, io: &mut impl ProtocolIo) -> Result<(), Stop> {
         if self.clock_applied < self.node.raft.raft_log.first_index() - 1 {
             return Ok(());
         }
@@ -840,6 +843,7 @@ impl<S: Store> Protocol<S> {
             let log = &self.node.raft.raft_log;
             self.stamped_through = (log.last_index(), log.last_term());
             self.tick = Some(log.last_index());
+            io.clock_entry_proposed();
         }
         Ok(())
     }
