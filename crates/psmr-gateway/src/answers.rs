@@ -196,12 +196,15 @@ impl<'a, Op: Send, R: Replier<Op>> Answers<'a, Op, R> {
 impl<Op: Send, R: Replier<Op>> Deliver for Answers<'_, Op, R> {
     async fn deliver(&mut self, outcome: Outcome) {
         self.locals();
-        let reply = match self.steps.next() {
+        let step = self.steps.next();
+        // A client that is gone gets nothing: its replies are not even made.
+        let reply = match step {
+            _ if self.broken.is_some() => None,
             Some(Step::Execute(op, _)) => Some(self.replier.reply(&op, outcome)),
             Some(Step::Exec(op, _, locals)) => Some(crate::watch::splice(self.replier.reply(&op, outcome), locals)),
             _ => None,
         };
-        if let (Some(reply), None) = (reply, &self.broken) {
+        if let Some(reply) = reply {
             reply.encode(*self.version, &mut self.out);
         }
         self.write(false).await;

@@ -43,12 +43,7 @@ where
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut pause = PAUSE_MIN;
         loop {
-            let mut outcomes: Vec<Outcome> = Vec::new();
-            if let Err(e) = self.client.submit(vec![encoded.clone()], &mut outcomes).await {
-                self.answer_now(&[Reply::error(format!("ERR cluster unavailable: {e}"))]).await;
-                return Ok(false);
-            }
-            let outcome = outcomes.pop().unwrap_or_else(|| Outcome::Rejected("no outcome for the command".into()));
+            let Some(outcome) = self.submit_alone(encoded.clone()).await else { return Ok(false) };
             if !self.found_nothing(&op, &outcome) {
                 let reply = self.gateway.reply(&op, outcome);
                 self.answer_now(&[reply]).await;
@@ -65,6 +60,18 @@ where
             }
             pause = (pause * 2).min(PAUSE_MAX);
         }
+    }
+
+    /// Submits one operation (encoded) as a request of its own: its
+    /// outcome, or `None` once the client was told the cluster is
+    /// unavailable.
+    pub(crate) async fn submit_alone(&mut self, encoded: Vec<u8>) -> Option<Outcome> {
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        if let Err(e) = self.client.submit(vec![encoded], &mut outcomes).await {
+            self.answer_now(&[Reply::error(format!("ERR cluster unavailable: {e}"))]).await;
+            return None;
+        }
+        Some(outcomes.pop().unwrap_or_else(|| Outcome::Rejected("no outcome for the command".into())))
     }
 
     /// Whether `outcome` says there was nothing to take yet.

@@ -19,10 +19,10 @@
 
 use crate::answers::Step;
 use crate::multi::Transaction;
-use crate::{error_reply, Connection, Replier};
+use crate::{Connection, Replier};
 use bytes::Bytes;
 use psmr_auth::Need;
-use psmr_client::{Session, Submit};
+use psmr_client::Submit;
 use psmr_model::wire::{OpCodec, Outcome};
 use psmr_model::App;
 use psmr_resp::{Commands, Reply};
@@ -131,19 +131,14 @@ where
     /// Reads the versions of `keys` with `op` (encoded as `encoded`), keeps
     /// them, and answers. Never Ok(true): `WATCH` does not close.
     pub(crate) async fn watch(&mut self, op: A::Op, encoded: Vec<u8>, keys: Vec<Bytes>) -> Result<bool, String> {
-        let mut outcomes: Vec<Outcome> = Vec::new();
-        if let Err(e) = self.client.submit(vec![encoded], &mut outcomes).await {
-            self.answer_now(&[Reply::error(format!("ERR cluster unavailable: {e}"))]).await;
-            return Ok(false);
-        }
+        let Some(outcome) = self.submit_alone(encoded).await else { return Ok(false) };
         let gateway = self.gateway;
-        let versions = match outcomes.pop() {
-            Some(Outcome::Ok(bytes)) => match gateway.codec.decode_reply(&bytes) {
+        let versions = match outcome {
+            Outcome::Ok(bytes) => match gateway.codec.decode_reply(&bytes) {
                 Ok(reply) => gateway.commands.versions(reply),
                 Err(e) => Err(Reply::error(format!("ERR undecodable reply: {e}"))),
             },
-            Some(rejected) => Err(gateway.reply(&op, rejected)),
-            None => Err(error_reply("no outcome for the command")),
+            rejected => Err(gateway.reply(&op, rejected)),
         };
         let reply = match versions {
             Ok(versions) if versions.len() == keys.len() => {

@@ -124,6 +124,12 @@ pub struct TtlReport {
 /// Keys in flight at once.
 const KEYS_IN_FLIGHT: usize = 8;
 
+/// Between two transactions of the probe: its rate (a few dozen a
+/// second), not a wait for anything; its keys expire as the log's time
+/// passes whatever the probe does, and each transaction reads the time it
+/// ran at.
+const PACE: Duration = Duration::from_millis(20);
+
 /// A key set and not yet seen gone: its name, and its deadline in log time.
 struct Pending {
     key: Vec<u8>,
@@ -187,8 +193,7 @@ pub fn probe_ttl(client: ClientConfig, seed: u64, stop: &AtomicBool) -> TtlRepor
             report.keys += 1;
             pending.push(Pending { key, deadline: now + ttl });
         }
-        // Paces the probe: a few dozen transactions a second.
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(PACE);
     }
     report
 }
